@@ -1,0 +1,1 @@
+//! The port library (under construction in this commit).

@@ -1,0 +1,632 @@
+//! Messages: typed writes gathered without copies, typed reads with receiver-makes-right.
+//!
+//! A message is a sequence of tagged items: primitives, slices of primitives (with their length),
+//! byte buffers and serde objects. Tags cost one byte per item and let a reader that asks for the
+//! wrong thing get an error naming both types instead of garbage. Slices of 4 KiB and more are
+//! not copied: the message keeps a reference to the caller's memory and the driver writes it
+//! with a gather write at `finish`.
+
+use crate::error::{Error, Result};
+use crate::node::NodeId;
+use crate::port_type::Serialization;
+use crate::primitive::{slice_tag, tag_name, Primitive, TAG_BOOL, TAG_BYTES, TAG_OBJECT};
+use crate::receive_port::PortRx;
+use crate::send_port::SendGuard;
+use parking_lot::{ArcMutexGuard, RawMutex};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::ops::Range;
+use std::time::Duration;
+
+/// Slices at least this large are sent from the caller's memory instead of being copied.
+const ZERO_COPY_MIN: usize = 4096;
+
+enum Seg<'a> {
+    Own(Range<usize>),
+    Borrowed(&'a [u8]),
+}
+
+enum Sink<'a> {
+    Port(SendGuard<'a>),
+    Detached,
+}
+
+/// A message being written. Obtained from `SendPort::message`; nothing is sent until
+/// [`WriteMessage::finish`]. Slices written with [`WriteMessage::write_slice`] are borrowed until
+/// then, which is how they travel without an intermediate copy.
+pub struct WriteMessage<'a> {
+    sink: Sink<'a>,
+    buf: Vec<u8>,
+    segs: Vec<Seg<'a>>,
+    run_start: usize,
+    swap: bool,
+    level: Serialization,
+    error: Option<Error>,
+}
+
+macro_rules! write_prim {
+    ($($name:ident: $t:ty),*) => {$(
+        #[doc = concat!("Writes one `", stringify!($t), "`.")]
+        pub fn $name(&mut self, v: $t) {
+            self.write_primitive(v)
+        }
+    )*};
+}
+
+impl<'a> WriteMessage<'a> {
+    pub(crate) fn for_port(
+        guard: SendGuard<'a>,
+        buf: Vec<u8>,
+        swap: bool,
+        level: Serialization,
+    ) -> Self {
+        WriteMessage {
+            sink: Sink::Port(guard),
+            buf,
+            segs: Vec::new(),
+            run_start: 0,
+            swap,
+            level,
+            error: None,
+        }
+    }
+
+    /// A message that is not bound to a port; [`WriteMessage::into_bytes`] gives its payload,
+    /// which [`ReadMessage::from_bytes`] reads back. Useful for storing messages and for tests.
+    pub fn detached() -> WriteMessage<'a> {
+        WriteMessage {
+            sink: Sink::Detached,
+            buf: Vec::new(),
+            segs: Vec::new(),
+            run_start: 0,
+            swap: false,
+            level: Serialization::Object,
+            error: None,
+        }
+    }
+
+    /// A detached message written in the opposite of the native byte order, to exercise the
+    /// reader's swapping path.
+    pub fn detached_swapped() -> WriteMessage<'a> {
+        WriteMessage {
+            swap: true,
+            ..Self::detached()
+        }
+    }
+
+    fn allow(&mut self, needed: Serialization, what: &str) -> bool {
+        if self.level >= needed {
+            return true;
+        }
+        if self.error.is_none() {
+            self.error = Some(Error::NotAllowed {
+                port_type: format!("with serialization {:?}", self.level),
+                what: format!("writing {what} needs {needed:?}"),
+            });
+        }
+        false
+    }
+
+    #[inline]
+    fn write_primitive<T: Primitive>(&mut self, v: T) {
+        if !self.allow(Serialization::Data, T::NAME) {
+            return;
+        }
+        let v = if self.swap { v.swap() } else { v };
+        self.buf.push(T::TAG);
+        self.buf.extend_from_slice(bytemuck::bytes_of(&v));
+    }
+
+    write_prim!(write_u8: u8, write_i8: i8, write_u16: u16, write_i16: i16, write_u32: u32,
+        write_i32: i32, write_u64: u64, write_i64: i64, write_f32: f32, write_f64: f64);
+
+    /// Writes a bool.
+    pub fn write_bool(&mut self, v: bool) {
+        if self.allow(Serialization::Data, "bool") {
+            self.buf.extend_from_slice(&[TAG_BOOL, v as u8]);
+        }
+    }
+
+    fn len_prefix(&mut self, tag: u8, n: u64) {
+        let n = if self.swap { n.swap_bytes() } else { n };
+        self.buf.push(tag);
+        self.buf.extend_from_slice(&n.to_ne_bytes());
+    }
+
+    fn borrow_or_copy(&mut self, bytes: &'a [u8]) {
+        if bytes.len() >= ZERO_COPY_MIN {
+            if self.run_start < self.buf.len() {
+                self.segs.push(Seg::Own(self.run_start..self.buf.len()));
+            }
+            self.segs.push(Seg::Borrowed(bytes));
+            self.run_start = self.buf.len();
+        } else {
+            self.buf.extend_from_slice(bytes);
+        }
+    }
+
+    /// Writes a slice of primitives (with its length). In native byte order, slices of 4 KiB or
+    /// more are not copied: they are sent straight from `s` when the message is finished.
+    pub fn write_slice<T: Primitive>(&mut self, s: &'a [T]) {
+        if !self.allow(Serialization::Data, T::NAME) {
+            return;
+        }
+        self.len_prefix(slice_tag(T::TAG), s.len() as u64);
+        if self.swap && std::mem::size_of::<T>() > 1 {
+            self.buf.reserve(std::mem::size_of_val(s));
+            for v in s {
+                self.buf.extend_from_slice(bytemuck::bytes_of(&v.swap()));
+            }
+        } else {
+            self.borrow_or_copy(bytemuck::cast_slice(s));
+        }
+    }
+
+    /// Writes a byte buffer (with its length); allowed at every serialization level.
+    pub fn write_bytes(&mut self, b: &'a [u8]) {
+        self.len_prefix(TAG_BYTES, b.len() as u64);
+        self.borrow_or_copy(b);
+    }
+
+    /// Writes a serde object.
+    pub fn write<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<()> {
+        if !self.allow(Serialization::Object, "an object") {
+            return Err(self.error.take().expect("allow sets the error"));
+        }
+        self.buf.push(TAG_OBJECT);
+        let at = self.buf.len();
+        self.buf.extend_from_slice(&[0; 8]);
+        if let Err(e) = crate::serial::encode_into(v, &mut self.buf, self.swap) {
+            self.buf.truncate(at - 1);
+            return Err(Error::Serialize(e.0));
+        }
+        let n = (self.buf.len() - at - 8) as u64;
+        let n = if self.swap { n.swap_bytes() } else { n };
+        self.buf[at..at + 8].copy_from_slice(&n.to_ne_bytes());
+        Ok(())
+    }
+
+    /// Bytes written so far.
+    pub fn len(&self) -> u64 {
+        let borrowed: usize = self
+            .segs
+            .iter()
+            .map(|s| match s {
+                Seg::Borrowed(b) => b.len(),
+                Seg::Own(_) => 0,
+            })
+            .sum();
+        (self.buf.len() + borrowed) as u64
+    }
+
+    /// Whether nothing has been written.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn parts(&self) -> Vec<&[u8]> {
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(self.segs.len() + 1);
+        for s in &self.segs {
+            parts.push(match s {
+                Seg::Own(r) => &self.buf[r.clone()],
+                Seg::Borrowed(b) => b,
+            });
+        }
+        if self.run_start < self.buf.len() {
+            parts.push(&self.buf[self.run_start..]);
+        }
+        parts
+    }
+
+    /// Sends the message to every connection of the port; returns the payload size in bytes.
+    pub fn finish(mut self) -> Result<u64> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        let len = self.len();
+        let big = cfg!(target_endian = "big") != self.swap;
+        let sink = std::mem::replace(&mut self.sink, Sink::Detached);
+        match sink {
+            Sink::Port(mut guard) => {
+                let parts = self.parts();
+                let r = guard.send(&parts, len, big);
+                drop(parts);
+                guard.recycle(std::mem::take(&mut self.buf));
+                r.map(|_| len)
+            }
+            Sink::Detached => Err(Error::NotConnected(u64::MAX)),
+        }
+    }
+
+    /// The payload of a detached message (every part concatenated).
+    pub fn into_bytes(self) -> Result<Vec<u8>> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        let mut out = Vec::with_capacity(self.len() as usize);
+        for p in self.parts() {
+            out.extend_from_slice(p);
+        }
+        Ok(out)
+    }
+}
+
+enum Source {
+    Port {
+        rx: ArcMutexGuard<RawMutex, PortRx>,
+        conn: usize,
+    },
+    Memory {
+        data: Vec<u8>,
+        pos: usize,
+    },
+}
+
+/// A received message. Read items in the order they were written; [`ReadMessage::finish`] (or
+/// dropping it) releases the port for the next message, skipping whatever was not read.
+pub struct ReadMessage {
+    src: Source,
+    remaining: u64,
+    swap: bool,
+    origin: NodeId,
+    stall: Duration,
+}
+
+macro_rules! read_prim {
+    ($($name:ident: $t:ty),*) => {$(
+        #[doc = concat!("Reads one `", stringify!($t), "`.")]
+        pub fn $name(&mut self) -> Result<$t> {
+            self.read_primitive()
+        }
+    )*};
+}
+
+impl ReadMessage {
+    pub(crate) fn from_port(
+        rx: ArcMutexGuard<RawMutex, PortRx>,
+        conn: usize,
+        len: u64,
+        big_endian: bool,
+        stall: Duration,
+    ) -> Self {
+        let origin = rx.conns[conn].origin.clone();
+        ReadMessage {
+            src: Source::Port { rx, conn },
+            remaining: len,
+            swap: big_endian != cfg!(target_endian = "big"),
+            origin,
+            stall,
+        }
+    }
+
+    /// Reads a detached message's payload (from [`WriteMessage::into_bytes`]); `swapped` when it
+    /// was written with [`WriteMessage::detached_swapped`]. Any bytes at all are safe to read:
+    /// corrupt input gives errors, never a panic.
+    pub fn from_bytes(data: Vec<u8>, swapped: bool) -> ReadMessage {
+        ReadMessage {
+            remaining: data.len() as u64,
+            src: Source::Memory { data, pos: 0 },
+            swap: swapped,
+            origin: NodeId::new("", u32::MAX, "memory", "memory", "memory"),
+            stall: Duration::ZERO,
+        }
+    }
+
+    /// The node that sent the message.
+    pub fn origin(&self) -> &NodeId {
+        &self.origin
+    }
+
+    /// Payload bytes not read yet.
+    pub fn remaining(&self) -> u64 {
+        self.remaining
+    }
+
+    /// Whether the sender wrote in the opposite byte order (so reads swap).
+    pub fn is_swapped(&self) -> bool {
+        self.swap
+    }
+
+    fn decode_err(&self, reason: impl Into<String>) -> Error {
+        Error::Decode {
+            origin: self.origin.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    fn take(&mut self, n: u64, what: &str) -> Result<()> {
+        if n > self.remaining {
+            return Err(self.decode_err(format!(
+                "reading {what} needs {n} bytes but the message has {} left",
+                self.remaining
+            )));
+        }
+        self.remaining -= n;
+        Ok(())
+    }
+
+    fn lost(&mut self, e: std::io::Error) -> Error {
+        if let Source::Port { rx, conn } = &mut self.src {
+            rx.conns[*conn].eof = true;
+        }
+        self.remaining = 0;
+        Error::ConnectionLost {
+            peer: self.origin.to_string(),
+            reason: e.to_string(),
+        }
+    }
+
+    fn raw(&mut self, dst: &mut [u8], what: &str) -> Result<()> {
+        self.take(dst.len() as u64, what)?;
+        let r = match &mut self.src {
+            Source::Memory { data, pos } => {
+                dst.copy_from_slice(&data[*pos..*pos + dst.len()]);
+                *pos += dst.len();
+                Ok(())
+            }
+            Source::Port { rx, conn } => {
+                let dead = rx.dead_check(*conn);
+                let stall = self.stall;
+                rx.conns[*conn].read_exact(dst, stall, &*dead)
+            }
+        };
+        r.map_err(|e| self.lost(e))
+    }
+
+    fn expect_tag(&mut self, want: u8) -> Result<()> {
+        let mut t = [0u8];
+        self.raw(&mut t, &tag_name(want))?;
+        if t[0] != want {
+            return Err(self.decode_err(format!(
+                "expected {} but the message has {}",
+                tag_name(want),
+                tag_name(t[0])
+            )));
+        }
+        Ok(())
+    }
+
+    fn read_len(&mut self, tag: u8) -> Result<u64> {
+        self.expect_tag(tag)?;
+        let mut b = [0u8; 8];
+        self.raw(&mut b, "a length")?;
+        let n = u64::from_ne_bytes(b);
+        Ok(if self.swap { n.swap_bytes() } else { n })
+    }
+
+    fn read_primitive<T: Primitive>(&mut self) -> Result<T> {
+        self.expect_tag(T::TAG)?;
+        let mut v = T::zeroed();
+        self.raw(bytemuck::bytes_of_mut(&mut v), T::NAME)?;
+        Ok(if self.swap { v.swap() } else { v })
+    }
+
+    read_prim!(read_u8: u8, read_i8: i8, read_u16: u16, read_i16: i16, read_u32: u32,
+        read_i32: i32, read_u64: u64, read_i64: i64, read_f32: f32, read_f64: f64);
+
+    /// Reads a bool.
+    pub fn read_bool(&mut self) -> Result<bool> {
+        self.expect_tag(TAG_BOOL)?;
+        let mut b = [0u8];
+        self.raw(&mut b, "bool")?;
+        match b[0] {
+            0 => Ok(false),
+            1 => Ok(true),
+            x => Err(self.decode_err(format!("invalid bool byte {x}"))),
+        }
+    }
+
+    /// Reads a slice written with `write_slice` straight into `buf`, whose length must match.
+    pub fn read_slice_into<T: Primitive>(&mut self, buf: &mut [T]) -> Result<()> {
+        let n = self.read_len(slice_tag(T::TAG))?;
+        if n != buf.len() as u64 {
+            return Err(self.decode_err(format!(
+                "the message has a slice of {n} {} but the buffer holds {}",
+                T::NAME,
+                buf.len()
+            )));
+        }
+        self.raw(bytemuck::cast_slice_mut(buf), T::NAME)?;
+        if self.swap {
+            for v in buf.iter_mut() {
+                *v = v.swap();
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads a slice written with `write_slice` into a new vector.
+    pub fn read_slice<T: Primitive>(&mut self) -> Result<Vec<T>> {
+        let n = self.read_len(slice_tag(T::TAG))?;
+        let size = std::mem::size_of::<T>() as u64;
+        if n.saturating_mul(size) > self.remaining {
+            return Err(self.decode_err(format!(
+                "slice of {n} {} exceeds the {} bytes left",
+                T::NAME,
+                self.remaining
+            )));
+        }
+        let mut v = vec![T::zeroed(); n as usize];
+        self.raw(bytemuck::cast_slice_mut(&mut v), T::NAME)?;
+        if self.swap {
+            for x in v.iter_mut() {
+                *x = x.swap();
+            }
+        }
+        Ok(v)
+    }
+
+    /// Reads a buffer written with `write_bytes` into `buf`, whose length must match.
+    pub fn read_bytes_into(&mut self, buf: &mut [u8]) -> Result<()> {
+        let n = self.read_len(TAG_BYTES)?;
+        if n != buf.len() as u64 {
+            return Err(self.decode_err(format!(
+                "the message has {n} bytes but the buffer holds {}",
+                buf.len()
+            )));
+        }
+        self.raw(buf, "bytes")
+    }
+
+    /// Reads a buffer written with `write_bytes`.
+    pub fn read_bytes(&mut self) -> Result<Vec<u8>> {
+        let n = self.read_len(TAG_BYTES)?;
+        if n > self.remaining {
+            return Err(self.decode_err(format!("{n} bytes announced but {} left", self.remaining)));
+        }
+        let mut v = vec![0u8; n as usize];
+        self.raw(&mut v, "bytes")?;
+        Ok(v)
+    }
+
+    /// Reads a serde object.
+    pub fn read<T: DeserializeOwned>(&mut self) -> Result<T> {
+        let n = self.read_len(TAG_OBJECT)?;
+        self.take(n, "an object")?;
+        let swap = self.swap;
+        let decoded = match &mut self.src {
+            Source::Memory { data, pos } => {
+                let r = crate::serial::decode::<T>(&data[*pos..*pos + n as usize], swap);
+                *pos += n as usize;
+                r
+            }
+            Source::Port { rx, conn } => {
+                let dead = rx.dead_check(*conn);
+                let c = &mut rx.conns[*conn];
+                if n as usize <= crate::transport::conn::BUF_CAP {
+                    if let Err(e) = c.ensure(n as usize, self.stall, &*dead) {
+                        return Err(self.lost(e));
+                    }
+                    let r = crate::serial::decode::<T>(&c.buffered()[..n as usize], swap);
+                    c.consume(n as usize);
+                    r
+                } else {
+                    let mut tmp = vec![0u8; n as usize];
+                    if let Err(e) = c.read_exact(&mut tmp, self.stall, &*dead) {
+                        return Err(self.lost(e));
+                    }
+                    crate::serial::decode::<T>(&tmp, swap)
+                }
+            }
+        };
+        decoded.map_err(|e| {
+            self.decode_err(format!(
+                "object of type {}: {}",
+                std::any::type_name::<T>(),
+                e.0
+            ))
+        })
+    }
+
+    fn drain(&mut self) -> Result<()> {
+        let n = std::mem::take(&mut self.remaining);
+        if n == 0 {
+            return Ok(());
+        }
+        let r = match &mut self.src {
+            Source::Memory { .. } => Ok(()),
+            Source::Port { rx, conn } => {
+                let dead = rx.dead_check(*conn);
+                rx.conns[*conn].skip(n, self.stall, &*dead)
+            }
+        };
+        r.map_err(|e| self.lost(e))
+    }
+
+    /// Ends the message, skipping unread bytes, and frees the port for the next one.
+    pub fn finish(mut self) {
+        if let Err(e) = self.drain() {
+            tracing::warn!("finishing message: {e}");
+        }
+    }
+
+    /// Like [`ReadMessage::finish`], but reports a connection lost while skipping unread bytes.
+    pub fn finish_checked(mut self) -> Result<()> {
+        self.drain()
+    }
+}
+
+impl Drop for ReadMessage {
+    fn drop(&mut self) {
+        if self.remaining > 0 {
+            if let Err(e) = self.drain() {
+                tracing::warn!("dropping message: {e}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(swapped: bool) {
+        let big: Vec<f64> = (0..10_000).map(|i| i as f64 * 0.5).collect();
+        let small = [1i32, -2, 3];
+        let mut w = if swapped {
+            WriteMessage::detached_swapped()
+        } else {
+            WriteMessage::detached()
+        };
+        w.write_u32(7);
+        w.write_f64(0.5);
+        w.write_bool(true);
+        w.write_slice(&big[..]);
+        w.write_slice(&small[..]);
+        w.write_bytes(b"raw");
+        w.write(&("text".to_string(), vec![1u16, 2])).unwrap();
+        let bytes = w.into_bytes().unwrap();
+        let mut r = ReadMessage::from_bytes(bytes, swapped);
+        assert_eq!(r.read_u32().unwrap(), 7);
+        assert_eq!(r.read_f64().unwrap(), 0.5);
+        assert!(r.read_bool().unwrap());
+        let mut back = vec![0f64; big.len()];
+        r.read_slice_into(&mut back).unwrap();
+        assert_eq!(back, big);
+        assert_eq!(r.read_slice::<i32>().unwrap(), small);
+        assert_eq!(r.read_bytes().unwrap(), b"raw");
+        let o: (String, Vec<u16>) = r.read().unwrap();
+        assert_eq!(o, ("text".to_string(), vec![1, 2]));
+        assert_eq!(r.remaining(), 0);
+    }
+
+    #[test]
+    fn detached_round_trip_native_and_swapped() {
+        round_trip(false);
+        round_trip(true);
+    }
+
+    #[test]
+    fn swapped_bytes_really_differ() {
+        let mut a = WriteMessage::detached();
+        a.write_u32(1);
+        let mut b = WriteMessage::detached_swapped();
+        b.write_u32(1);
+        assert_ne!(a.into_bytes().unwrap(), b.into_bytes().unwrap());
+    }
+
+    #[test]
+    fn type_mismatch_names_both_types() {
+        let mut w = WriteMessage::detached();
+        w.write_u32(1);
+        let mut r = ReadMessage::from_bytes(w.into_bytes().unwrap(), false);
+        let e = r.read_f64().unwrap_err().to_string();
+        assert!(e.contains("f64") && e.contains("u32"), "{e}");
+    }
+
+    #[test]
+    fn wrong_slice_length_is_an_error() {
+        let v = [1u64, 2, 3];
+        let mut w = WriteMessage::detached();
+        w.write_slice(&v[..]);
+        let mut r = ReadMessage::from_bytes(w.into_bytes().unwrap(), false);
+        let mut buf = [0u64; 2];
+        assert!(r.read_slice_into(&mut buf).is_err());
+    }
+
+    #[test]
+    fn reading_past_the_end_is_an_error() {
+        let mut r = ReadMessage::from_bytes(vec![], false);
+        assert!(r.read_u8().is_err());
+    }
+}

@@ -1,0 +1,460 @@
+//! A node's view of its pool: members, deaths, elections, and the link to the registry.
+
+use crate::config::{Config, Driver};
+use crate::error::{Error, Result};
+use crate::node::NodeId;
+use crate::registry::proto::{read_frame, write_frame, FromRegistry, PoolEvent, ToRegistry};
+use crate::registry::state::{JoinRequest, RegistryState, MEMBER_QUEUE};
+use crate::wire;
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::{Condvar, Mutex};
+use std::collections::{BTreeMap, HashMap};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Events a subscriber may leave unread before newer ones are dropped.
+const SUBSCRIBER_QUEUE: usize = 4096;
+
+pub(crate) trait Link: Send + Sync {
+    fn send(&self, m: ToRegistry) -> Result<()>;
+    fn close(&self, died: bool);
+}
+
+#[derive(Default)]
+struct View {
+    members: BTreeMap<u32, NodeId>,
+    dead: BTreeMap<u32, NodeId>,
+    left: BTreeMap<u32, NodeId>,
+    closed: Option<Vec<NodeId>>,
+    elections: HashMap<String, NodeId>,
+    subscribers: Vec<Sender<PoolEvent>>,
+    registry_lost: Option<String>,
+}
+
+pub(crate) struct PoolInner {
+    me: NodeId,
+    size: Option<u32>,
+    join_timeout: Duration,
+    request_timeout: Duration,
+    view: Mutex<View>,
+    changed: Condvar,
+    link: OnceLock<Box<dyn Link>>,
+}
+
+/// The pool a node belongs to: membership, failures and elections.
+#[derive(Clone)]
+pub struct Pool {
+    pub(crate) inner: Arc<PoolInner>,
+}
+
+impl PoolInner {
+    fn apply(&self, msg: FromRegistry) {
+        let mut v = self.view.lock();
+        let ev = match msg {
+            FromRegistry::Welcome { .. } | FromRegistry::Refused(_) => return,
+            FromRegistry::Elected { name, winner } => {
+                v.elections.insert(name, winner);
+                drop(v);
+                self.changed.notify_all();
+                return;
+            }
+            FromRegistry::Event(ev) => ev,
+        };
+        match &ev {
+            PoolEvent::Joined(n) => {
+                v.members.insert(n.rank(), n.clone());
+            }
+            PoolEvent::Left(n) | PoolEvent::Died(n) => {
+                v.members.remove(&n.rank());
+                v.elections.retain(|_, w| w != n);
+                if matches!(ev, PoolEvent::Died(_)) {
+                    v.dead.insert(n.rank(), n.clone());
+                } else {
+                    v.left.insert(n.rank(), n.clone());
+                }
+            }
+            PoolEvent::Closed(all) => v.closed = Some(all.clone()),
+        }
+        v.subscribers.retain(|s| match s.try_send(ev.clone()) {
+            Ok(()) => true,
+            Err(crossbeam_channel::TrySendError::Full(_)) => {
+                tracing::warn!("pool event subscriber is not reading; event dropped");
+                true
+            }
+            Err(crossbeam_channel::TrySendError::Disconnected(_)) => false,
+        });
+        drop(v);
+        self.changed.notify_all();
+    }
+
+    fn lost_registry(&self, why: String) {
+        self.view.lock().registry_lost = Some(why);
+        self.changed.notify_all();
+    }
+
+    pub(crate) fn is_gone(&self, n: &NodeId) -> bool {
+        let v = self.view.lock();
+        v.dead.contains_key(&n.rank()) || v.left.contains_key(&n.rank())
+    }
+}
+
+impl Pool {
+    /// Joins the pool described by `cfg`, advertising `address` for this node's ports.
+    pub(crate) fn join(cfg: &Config, address: &str) -> Result<Pool> {
+        let req = JoinRequest {
+            pool: cfg.pool.clone(),
+            size: cfg.size,
+            rank: cfg.rank,
+            host: cfg.host.clone(),
+            location: cfg.location.clone(),
+            address: address.to_owned(),
+            death_timeout: cfg.death_timeout,
+        };
+        match cfg.driver {
+            Driver::Inproc => join_inproc(cfg, req),
+            Driver::Tcp | Driver::Wan => join_tcp(cfg, req),
+        }
+    }
+
+    fn make_inner(me: NodeId, members: Vec<NodeId>, cfg: &Config) -> Arc<PoolInner> {
+        let view = View {
+            members: members.into_iter().map(|m| (m.rank(), m)).collect(),
+            ..View::default()
+        };
+        Arc::new(PoolInner {
+            me,
+            size: cfg.size,
+            join_timeout: cfg.join_timeout,
+            request_timeout: cfg.connect_timeout,
+            view: Mutex::new(view),
+            changed: Condvar::new(),
+            link: OnceLock::new(),
+        })
+    }
+
+    /// This node.
+    pub fn me(&self) -> &NodeId {
+        &self.inner.me
+    }
+
+    /// Size of a closed pool.
+    pub fn size(&self) -> Option<u32> {
+        self.inner.size
+    }
+
+    /// Members alive now, in rank order.
+    pub fn members(&self) -> Vec<NodeId> {
+        self.inner.view.lock().members.values().cloned().collect()
+    }
+
+    /// Waits until a closed pool has all its members and returns them in rank order.
+    pub fn wait_closed(&self) -> Result<Vec<NodeId>> {
+        let Some(size) = self.inner.size else {
+            return Err(Error::config(
+                "IPL_POOL_SIZE",
+                "wait_closed needs a closed pool (a pool size)",
+            ));
+        };
+        let deadline = Instant::now() + self.inner.join_timeout;
+        let mut v = self.inner.view.lock();
+        loop {
+            if let Some(all) = &v.closed {
+                return Ok(all.clone());
+            }
+            if let Some(why) = &v.registry_lost {
+                return Err(Error::Registry(why.clone()));
+            }
+            if let Some(d) = v.dead.values().next() {
+                return Err(Error::NodeDied(d.clone()));
+            }
+            if self.inner.changed.wait_until(&mut v, deadline).timed_out() {
+                return Err(Error::Timeout {
+                    what: format!(
+                        "pool '{}' to fill: {} of {size} joined",
+                        self.inner.me.pool(),
+                        v.members.len()
+                    ),
+                    waited: self.inner.join_timeout,
+                });
+            }
+        }
+    }
+
+    /// Runs the election `name`: the first caller wins; everyone gets the same winner, and a new
+    /// winner is chosen once the winner leaves or dies.
+    pub fn elect(&self, name: &str) -> Result<NodeId> {
+        if name.is_empty() || name.len() > 1024 {
+            return Err(Error::config("election", "name must be 1 to 1024 bytes"));
+        }
+        if let Some(w) = self.inner.view.lock().elections.get(name) {
+            return Ok(w.clone());
+        }
+        self.link()?.send(ToRegistry::Elect(name.to_owned()))?;
+        let deadline = Instant::now() + self.inner.request_timeout;
+        let mut v = self.inner.view.lock();
+        loop {
+            if let Some(w) = v.elections.get(name) {
+                return Ok(w.clone());
+            }
+            if let Some(why) = &v.registry_lost {
+                return Err(Error::Registry(why.clone()));
+            }
+            if self.inner.changed.wait_until(&mut v, deadline).timed_out() {
+                return Err(Error::Timeout {
+                    what: format!("election '{name}'"),
+                    waited: self.inner.request_timeout,
+                });
+            }
+        }
+    }
+
+    fn link(&self) -> Result<&dyn Link> {
+        self.inner
+            .link
+            .get()
+            .map(|b| &**b)
+            .ok_or_else(|| Error::Registry("not connected".into()))
+    }
+
+    /// Whether `n` is a member that has neither died nor left.
+    pub fn is_alive(&self, n: &NodeId) -> bool {
+        !self.inner.is_gone(n)
+    }
+
+    /// Members that died so far.
+    pub fn dead(&self) -> Vec<NodeId> {
+        self.inner.view.lock().dead.values().cloned().collect()
+    }
+
+    /// Ok when every node of `nodes` is alive; otherwise the error names the first that died or
+    /// left. Also fails when the registry connection is lost, since failures can no longer be seen.
+    pub fn check_alive(&self, nodes: &[NodeId]) -> Result<()> {
+        let v = self.inner.view.lock();
+        for n in nodes {
+            if let Some(d) = v.dead.get(&n.rank()) {
+                return Err(Error::NodeDied(d.clone()));
+            }
+            if let Some(l) = v.left.get(&n.rank()) {
+                return Err(Error::NodeLeft(l.clone()));
+            }
+        }
+        if let Some(why) = &v.registry_lost {
+            return Err(Error::Registry(why.clone()));
+        }
+        Ok(())
+    }
+
+    /// A stream of membership events from now on (bounded; a subscriber that stops reading
+    /// loses events rather than growing memory).
+    pub fn subscribe(&self) -> Receiver<PoolEvent> {
+        let (tx, rx) = crossbeam_channel::bounded(SUBSCRIBER_QUEUE);
+        self.inner.view.lock().subscribers.push(tx);
+        rx
+    }
+
+    /// Leaves the pool (or reports this node dead, when it is ending by a failure).
+    pub(crate) fn leave(&self, died: bool) {
+        if let Some(l) = self.inner.link.get() {
+            l.close(died);
+        }
+    }
+}
+
+fn inproc_registry() -> &'static Arc<Mutex<RegistryState>> {
+    static R: OnceLock<Arc<Mutex<RegistryState>>> = OnceLock::new();
+    R.get_or_init(Default::default)
+}
+
+struct InprocLink {
+    pool: String,
+    rank: u32,
+    state: Arc<Mutex<RegistryState>>,
+}
+
+impl Link for InprocLink {
+    fn send(&self, m: ToRegistry) -> Result<()> {
+        let mut s = self.state.lock();
+        match m {
+            ToRegistry::Elect(name) => s.elect(&self.pool, self.rank, &name),
+            ToRegistry::Leave => s.remove(&self.pool, self.rank, false),
+            ToRegistry::Heartbeat | ToRegistry::Join { .. } => {}
+        }
+        Ok(())
+    }
+    fn close(&self, died: bool) {
+        self.state.lock().remove(&self.pool, self.rank, died);
+    }
+}
+
+fn join_inproc(cfg: &Config, req: JoinRequest) -> Result<Pool> {
+    let state = inproc_registry().clone();
+    let (tx, rx) = crossbeam_channel::bounded(MEMBER_QUEUE);
+    let pool_name = req.pool.clone();
+    let me = state.lock().join(req, tx).map_err(Error::Registry)?;
+    let members = match rx.recv() {
+        Ok(FromRegistry::Welcome { members, .. }) => members,
+        _ => {
+            return Err(Error::Registry(
+                "no welcome from the in-process registry".into(),
+            ))
+        }
+    };
+    let inner = Pool::make_inner(me.clone(), members, cfg);
+    let _ = inner.link.set(Box::new(InprocLink {
+        pool: pool_name,
+        rank: me.rank(),
+        state,
+    }));
+    let weak = Arc::downgrade(&inner);
+    std::thread::Builder::new()
+        .name(format!("ipl-pool-{}", me.rank()))
+        .spawn(move || {
+            for msg in rx {
+                match weak.upgrade() {
+                    Some(p) => p.apply(msg),
+                    None => break,
+                }
+            }
+        })
+        .map_err(|e| Error::io("spawn pool thread", e))?;
+    Ok(Pool { inner })
+}
+
+struct TcpLink {
+    stream: Mutex<TcpStream>,
+    stop: Mutex<Option<Sender<()>>>,
+}
+
+impl Link for TcpLink {
+    fn send(&self, m: ToRegistry) -> Result<()> {
+        write_frame(&mut *self.stream.lock(), &m).map_err(|e| Error::io("registry send", e))
+    }
+    fn close(&self, died: bool) {
+        self.stop.lock().take();
+        let mut s = self.stream.lock();
+        if !died {
+            let _ = write_frame(&mut *s, &ToRegistry::Leave);
+        }
+        let _ = s.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// Connects and authenticates to the registry, retrying while it is not up yet.
+fn connect_registry(cfg: &Config) -> Result<TcpStream> {
+    let server = cfg.server.clone().expect("tcp config has a server");
+    let deadline = Instant::now() + cfg.connect_timeout;
+    let mut backoff = Duration::from_millis(10);
+    loop {
+        let attempt = (|| -> std::result::Result<TcpStream, String> {
+            let addr = std::net::ToSocketAddrs::to_socket_addrs(&server)
+                .map_err(|e| e.to_string())?
+                .next()
+                .ok_or("no address")?;
+            let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+                .map_err(|e| e.to_string())?;
+            s.set_nodelay(true).map_err(|e| e.to_string())?;
+            s.set_read_timeout(Some(Duration::from_secs(10)))
+                .map_err(|e| e.to_string())?;
+            let (hello, nonce) = wire::hello(wire::Purpose::Registry);
+            s.write_all(&hello).map_err(|e| e.to_string())?;
+            let mut ch = [0u8; wire::CHALLENGE_LEN];
+            s.read_exact(&mut ch)
+                .map_err(|e| format!("registry closed the handshake ({e}): wrong secret?"))?;
+            let resp = wire::answer_challenge(cfg.secret.as_bytes(), &nonce, &ch)?;
+            s.write_all(&resp).map_err(|e| e.to_string())?;
+            Ok(s)
+        })();
+        match attempt {
+            Ok(s) => return Ok(s),
+            Err(e) if e.contains("secret") => {
+                return Err(Error::Auth {
+                    peer: format!("registry {server}"),
+                    reason: e,
+                })
+            }
+            Err(e) if Instant::now() >= deadline => {
+                return Err(Error::Registry(format!(
+                    "cannot reach the registry at {server} within {:?}: {e}",
+                    cfg.connect_timeout
+                )))
+            }
+            Err(_) => {
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+            }
+        }
+    }
+}
+
+fn join_tcp(cfg: &Config, req: JoinRequest) -> Result<Pool> {
+    let mut s = connect_registry(cfg)?;
+    write_frame(
+        &mut s,
+        &ToRegistry::Join {
+            pool: req.pool,
+            size: req.size,
+            rank: req.rank,
+            host: req.host,
+            location: req.location,
+            address: req.address,
+            death_timeout_ms: cfg.death_timeout.as_millis() as u64,
+        },
+    )
+    .map_err(|e| Error::io("registry join", e))?;
+    let (me, members) = match read_frame::<FromRegistry>(&mut s) {
+        Ok(FromRegistry::Welcome { me, members }) => (me, members),
+        Ok(FromRegistry::Refused(why)) => return Err(Error::Registry(why)),
+        Ok(other) => return Err(Error::Registry(format!("unexpected answer {other:?}"))),
+        Err(e) => {
+            return Err(Error::Registry(format!(
+                "no answer to join (wrong secret?): {e}"
+            )))
+        }
+    };
+    s.set_read_timeout(None)
+        .map_err(|e| Error::io("registry socket", e))?;
+    let inner = Pool::make_inner(me.clone(), members, cfg);
+    let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+    let reader = s.try_clone().map_err(|e| Error::io("registry socket", e))?;
+    let _ = inner.link.set(Box::new(TcpLink {
+        stream: Mutex::new(s),
+        stop: Mutex::new(Some(stop_tx)),
+    }));
+    let weak = Arc::downgrade(&inner);
+    std::thread::Builder::new()
+        .name(format!("ipl-pool-{}", me.rank()))
+        .spawn(move || {
+            let mut reader = reader;
+            loop {
+                let msg = read_frame::<FromRegistry>(&mut reader);
+                let Some(p) = weak.upgrade() else { break };
+                match msg {
+                    Ok(m) => p.apply(m),
+                    Err(e) => {
+                        p.lost_registry(format!("connection to the registry lost: {e}"));
+                        break;
+                    }
+                }
+            }
+        })
+        .map_err(|e| Error::io("spawn pool thread", e))?;
+    let weak = Arc::downgrade(&inner);
+    let every = cfg.heartbeat;
+    std::thread::Builder::new()
+        .name(format!("ipl-heartbeat-{}", me.rank()))
+        .spawn(move || {
+            while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+                stop_rx.recv_timeout(every)
+            {
+                let Some(p) = weak.upgrade() else { break };
+                let Some(l) = p.link.get() else { break };
+                if l.send(ToRegistry::Heartbeat).is_err() {
+                    break;
+                }
+            }
+        })
+        .map_err(|e| Error::io("spawn heartbeat thread", e))?;
+    Ok(Pool { inner })
+}

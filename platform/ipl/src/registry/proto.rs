@@ -1,0 +1,101 @@
+//! Messages between nodes and the registry.
+
+use crate::node::NodeId;
+use serde::{Deserialize, Serialize};
+
+/// A change in pool membership, as seen by every member.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PoolEvent {
+    /// A node joined.
+    Joined(NodeId),
+    /// A node left on its own.
+    Left(NodeId),
+    /// A node died: its connection to the registry broke or its heartbeats stopped.
+    Died(NodeId),
+    /// A closed pool reached its size; every member in rank order.
+    Closed(Vec<NodeId>),
+}
+
+/// Node to registry.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum ToRegistry {
+    /// First message of a connection.
+    Join {
+        /// Pool name.
+        pool: String,
+        /// Closed-pool size.
+        size: Option<u32>,
+        /// Requested rank.
+        rank: Option<u32>,
+        /// Host name.
+        host: String,
+        /// Location.
+        location: String,
+        /// Address of the node's ports.
+        address: String,
+        /// Silence after which the node counts as dead, in milliseconds.
+        death_timeout_ms: u64,
+    },
+    /// Run (or look up) the election `name`; the caller wins if nobody holds it.
+    Elect(String),
+    /// Still alive.
+    Heartbeat,
+    /// Leaving the pool on purpose.
+    Leave,
+}
+
+/// Registry to node.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum FromRegistry {
+    /// Answer to `Join`: the node's id and the members so far (itself included).
+    Welcome {
+        /// The new node's id.
+        me: NodeId,
+        /// Current members.
+        members: Vec<NodeId>,
+    },
+    /// Answer to `Join` when it is refused.
+    Refused(String),
+    /// A membership change.
+    Event(PoolEvent),
+    /// Answer to `Elect`.
+    Elected {
+        /// The election.
+        name: String,
+        /// Its winner.
+        winner: NodeId,
+    },
+}
+
+/// Largest registry frame accepted.
+pub const MAX_FRAME: usize = 1 << 20;
+
+/// Writes one frame (u32 little-endian length, postcard body).
+pub fn write_frame<T: Serialize>(w: &mut impl std::io::Write, v: &T) -> std::io::Result<()> {
+    let body = postcard::to_allocvec(v).map_err(std::io::Error::other)?;
+    let mut out = Vec::with_capacity(body.len() + 4);
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(&body);
+    w.write_all(&out)
+}
+
+/// Reads one frame; errors on oversized or undecodable frames.
+pub fn read_frame<T: for<'de> Deserialize<'de>>(r: &mut impl std::io::Read) -> std::io::Result<T> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len)?;
+    let n = u32::from_le_bytes(len) as usize;
+    if n > MAX_FRAME {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("registry frame of {n} bytes exceeds {MAX_FRAME}"),
+        ));
+    }
+    let mut body = vec![0u8; n];
+    r.read_exact(&mut body)?;
+    postcard::from_bytes(&body).map_err(|e| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("bad registry frame: {e}"),
+        )
+    })
+}

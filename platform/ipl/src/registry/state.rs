@@ -1,0 +1,260 @@
+//! The registry's bookkeeping, shared by the TCP server and the in-process pools.
+
+use super::proto::{FromRegistry, PoolEvent};
+use crate::node::NodeId;
+use crossbeam_channel::{Sender, TrySendError};
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+/// Messages queued for one member before it counts as unresponsive.
+pub const MEMBER_QUEUE: usize = 10_000;
+
+struct Member {
+    id: NodeId,
+    tx: Sender<FromRegistry>,
+    last_seen: Instant,
+    death_timeout: Duration,
+}
+
+#[derive(Default)]
+struct PoolState {
+    size: Option<u32>,
+    members: BTreeMap<u32, Member>,
+    gone: usize,
+    elections: HashMap<String, u32>,
+    closed: bool,
+}
+
+/// What a join asks for.
+pub struct JoinRequest {
+    /// Pool name.
+    pub pool: String,
+    /// Closed-pool size.
+    pub size: Option<u32>,
+    /// Requested rank.
+    pub rank: Option<u32>,
+    /// Host.
+    pub host: String,
+    /// Location.
+    pub location: String,
+    /// Port address.
+    pub address: String,
+    /// Heartbeat silence that means death.
+    pub death_timeout: Duration,
+}
+
+/// All pools a registry serves.
+#[derive(Default)]
+pub struct RegistryState {
+    pools: HashMap<String, PoolState>,
+}
+
+impl RegistryState {
+    /// Admits a node: assigns its rank, welcomes it, tells the others, and closes the pool when
+    /// it is full. Returns the new id, or why the join is refused.
+    pub fn join(&mut self, req: JoinRequest, tx: Sender<FromRegistry>) -> Result<NodeId, String> {
+        let p = self.pools.entry(req.pool.clone()).or_default();
+        match (p.size, req.size) {
+            (None, s) if p.members.is_empty() && p.gone == 0 => p.size = s,
+            (a, b) if a != b => {
+                return Err(format!(
+                    "pool '{}' has size {:?} but the node asked for {:?}",
+                    req.pool, a, b
+                ))
+            }
+            _ => {}
+        }
+        if p.closed {
+            return Err(format!("pool '{}' is closed", req.pool));
+        }
+        let rank = match req.rank {
+            Some(r) => {
+                if p.members.contains_key(&r) {
+                    return Err(format!("rank {r} of pool '{}' is taken", req.pool));
+                }
+                if p.size.is_some_and(|s| r >= s) {
+                    return Err(format!(
+                        "rank {r} is outside pool '{}' of size {}",
+                        req.pool,
+                        p.size.unwrap_or(0)
+                    ));
+                }
+                r
+            }
+            None => (0..)
+                .find(|r| !p.members.contains_key(r))
+                .expect("ranks are unbounded"),
+        };
+        let id = NodeId::new(&req.pool, rank, &req.host, &req.location, &req.address);
+        let mut members: Vec<NodeId> = p.members.values().map(|m| m.id.clone()).collect();
+        members.push(id.clone());
+        members.sort();
+        let _ = tx.try_send(FromRegistry::Welcome {
+            me: id.clone(),
+            members: members.clone(),
+        });
+        for m in p.members.values() {
+            let _ =
+                m.tx.try_send(FromRegistry::Event(PoolEvent::Joined(id.clone())));
+        }
+        p.members.insert(
+            rank,
+            Member {
+                id: id.clone(),
+                tx,
+                last_seen: Instant::now(),
+                death_timeout: req.death_timeout,
+            },
+        );
+        if p.size == Some(p.members.len() as u32 + p.gone as u32) && p.gone == 0 {
+            p.closed = true;
+            for m in p.members.values() {
+                let _ =
+                    m.tx.try_send(FromRegistry::Event(PoolEvent::Closed(members.clone())));
+            }
+        }
+        tracing::debug!(node = %id, "joined");
+        Ok(id)
+    }
+
+    /// Runs election `name` for member `rank` of `pool` and answers it.
+    pub fn elect(&mut self, pool: &str, rank: u32, name: &str) {
+        let Some(p) = self.pools.get_mut(pool) else {
+            return;
+        };
+        let winner_rank = *p.elections.entry(name.to_owned()).or_insert(rank);
+        let winner = match p.members.get(&winner_rank) {
+            Some(m) => m.id.clone(),
+            None => {
+                p.elections.insert(name.to_owned(), rank);
+                match p.members.get(&rank) {
+                    Some(m) => m.id.clone(),
+                    None => return,
+                }
+            }
+        };
+        if let Some(m) = p.members.get(&rank) {
+            let _ = m.tx.try_send(FromRegistry::Elected {
+                name: name.to_owned(),
+                winner,
+            });
+        }
+    }
+
+    /// Records a heartbeat.
+    pub fn heartbeat(&mut self, pool: &str, rank: u32) {
+        if let Some(m) = self
+            .pools
+            .get_mut(pool)
+            .and_then(|p| p.members.get_mut(&rank))
+        {
+            m.last_seen = Instant::now();
+        }
+    }
+
+    /// Removes a member that left (`died == false`) or died, telling the others and vacating the
+    /// elections it held.
+    pub fn remove(&mut self, pool: &str, rank: u32, died: bool) {
+        let Some(p) = self.pools.get_mut(pool) else {
+            return;
+        };
+        let Some(m) = p.members.remove(&rank) else {
+            return;
+        };
+        p.gone += 1;
+        p.elections.retain(|_, r| *r != rank);
+        if died {
+            tracing::warn!(node = %m.id, "declared dead");
+        } else {
+            tracing::debug!(node = %m.id, "left");
+        }
+        let ev = if died {
+            PoolEvent::Died(m.id.clone())
+        } else {
+            PoolEvent::Left(m.id.clone())
+        };
+        let mut unresponsive = Vec::new();
+        for (r, other) in &p.members {
+            if let Err(TrySendError::Full(_)) = other.tx.try_send(FromRegistry::Event(ev.clone())) {
+                unresponsive.push(*r);
+            }
+        }
+        if p.members.is_empty() {
+            self.pools.remove(pool);
+        }
+        for r in unresponsive {
+            self.remove(pool, r, true);
+        }
+    }
+
+    /// Members whose heartbeats stopped longer ago than their death timeout.
+    pub fn expired(&self) -> Vec<(String, u32)> {
+        let now = Instant::now();
+        self.pools
+            .iter()
+            .flat_map(|(name, p)| {
+                p.members
+                    .iter()
+                    .filter(move |(_, m)| now.duration_since(m.last_seen) > m.death_timeout)
+                    .map(move |(r, _)| (name.clone(), *r))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(rank: Option<u32>) -> JoinRequest {
+        JoinRequest {
+            pool: "p".into(),
+            size: Some(2),
+            rank,
+            host: "h".into(),
+            location: "l".into(),
+            address: "a".into(),
+            death_timeout: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn ranks_elections_and_closing() {
+        let mut s = RegistryState::default();
+        let (t0, r0) = crossbeam_channel::bounded(100);
+        let (t1, r1) = crossbeam_channel::bounded(100);
+        let a = s.join(req(Some(1)), t0).unwrap();
+        assert_eq!(a.rank(), 1);
+        assert!(s.join(req(Some(1)), t1.clone()).is_err());
+        assert!(s.join(req(Some(5)), t1.clone()).is_err());
+        let b = s.join(req(None), t1).unwrap();
+        assert_eq!(b.rank(), 0);
+        let closed: Vec<_> = r0
+            .try_iter()
+            .filter_map(|m| match m {
+                FromRegistry::Event(PoolEvent::Closed(v)) => Some(v),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(closed, vec![vec![b.clone(), a.clone()]]);
+        s.elect("p", 1, "master");
+        s.elect("p", 0, "master");
+        let won: Vec<_> = r1
+            .try_iter()
+            .filter_map(|m| match m {
+                FromRegistry::Elected { winner, .. } => Some(winner),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(won, vec![a.clone()]);
+        s.remove("p", 1, true);
+        s.elect("p", 0, "master");
+        let after: Vec<_> = r1.try_iter().collect();
+        assert!(after
+            .iter()
+            .any(|m| matches!(m, FromRegistry::Event(PoolEvent::Died(d)) if *d == a)));
+        assert!(after
+            .iter()
+            .any(|m| matches!(m, FromRegistry::Elected { winner, .. } if *winner == b)));
+    }
+}

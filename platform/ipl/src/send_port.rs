@@ -1,0 +1,234 @@
+//! Send ports: connect to receive ports and send messages to all of them.
+
+use crate::error::{Error, Result};
+use crate::ibis::IbisInner;
+use crate::message::WriteMessage;
+use crate::node::NodeId;
+use crate::port_type::PortType;
+use crate::transport::conn::{send_message, OutConn, WanShaper};
+use crate::transport::{self, Outcome};
+use crate::wire::{ConnectReply, ConnectRequest};
+use parking_lot::{Mutex, MutexGuard};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub(crate) struct SendState {
+    conns: Vec<OutConn>,
+    scratch: Vec<u8>,
+}
+
+pub(crate) struct SendShared {
+    id: u64,
+    ty: PortType,
+    ibis: Arc<IbisInner>,
+    state: Mutex<SendState>,
+}
+
+/// Exclusive use of a send port while one message is written.
+pub(crate) struct SendGuard<'a> {
+    guard: MutexGuard<'a, SendState>,
+    port: &'a SendShared,
+}
+
+impl SendGuard<'_> {
+    pub(crate) fn send(&mut self, parts: &[&[u8]], len: u64, big_endian: bool) -> Result<()> {
+        if self.guard.conns.is_empty() {
+            return Err(Error::NotConnected(self.port.id));
+        }
+        let pool = &self.port.ibis.pool;
+        match send_message(&mut self.guard.conns, parts, len, big_endian, &|n| {
+            pool.inner.is_gone(n)
+        }) {
+            Ok(()) => Ok(()),
+            Err((peer, reason)) => {
+                // A broken connection stays broken; drop it so later messages reach the others.
+                self.guard.conns.retain(|c| c.target != peer);
+                if !pool.is_alive(&peer) {
+                    return Err(pool.check_alive(&[peer]).expect_err("peer is gone"));
+                }
+                Err(Error::ConnectionLost {
+                    peer: peer.to_string(),
+                    reason,
+                })
+            }
+        }
+    }
+
+    pub(crate) fn recycle(&mut self, mut buf: Vec<u8>) {
+        // Keep a moderate buffer for the next message; let a huge one go.
+        if buf.capacity() <= 1 << 20 {
+            buf.clear();
+            self.guard.scratch = buf;
+        }
+    }
+}
+
+/// The sending end of connections; created by `Ibis::send_port`.
+pub struct SendPort {
+    shared: Arc<SendShared>,
+}
+
+impl SendPort {
+    pub(crate) fn new(ibis: Arc<IbisInner>, ty: PortType, id: u64) -> SendPort {
+        SendPort {
+            shared: Arc::new(SendShared {
+                id,
+                ty,
+                ibis,
+                state: Mutex::new(SendState {
+                    conns: Vec::new(),
+                    scratch: Vec::new(),
+                }),
+            }),
+        }
+    }
+
+    /// This port's identifier, unique on its node.
+    pub fn id(&self) -> u64 {
+        self.shared.id
+    }
+
+    /// The port's type.
+    pub fn port_type(&self) -> PortType {
+        self.shared.ty
+    }
+
+    /// Connects to the receive port `name` on `node`. A port that does not exist yet is retried
+    /// until the connect timeout; type mismatches and refusals fail at once.
+    pub fn connect(&self, node: &NodeId, name: &str) -> Result<()> {
+        let s = &self.shared;
+        {
+            let st = s.state.lock();
+            if !s.ty.connection.multicast() && !st.conns.is_empty() {
+                return Err(Error::NotAllowed {
+                    port_type: s.ty.to_string(),
+                    what: format!(
+                        "a second connection (to '{name}' on {node}); already connected to '{}' on {}",
+                        st.conns[0].port, st.conns[0].target
+                    ),
+                });
+            }
+            if st.conns.iter().any(|c| &c.target == node && c.port == name) {
+                return Err(Error::NotAllowed {
+                    port_type: s.ty.to_string(),
+                    what: format!("connecting twice to '{name}' on {node}"),
+                });
+            }
+        }
+        let ibis = &s.ibis;
+        let req = ConnectRequest {
+            from: ibis.id.clone(),
+            send_port: s.id,
+            port: name.to_owned(),
+            port_type: s.ty,
+        };
+        let timeout = ibis.cfg.connect_timeout;
+        let start = Instant::now();
+        let mut backoff = Duration::from_millis(2);
+        let stream = loop {
+            ibis.pool.check_alive(std::slice::from_ref(node))?;
+            match transport::connect_once(ibis, node, &req)? {
+                Outcome::Connected(stream) => break stream,
+                Outcome::Reply(ConnectReply::NoSuchPort) => {
+                    if start.elapsed() >= timeout {
+                        return Err(Error::UnknownPort {
+                            node: node.to_string(),
+                            port: name.to_owned(),
+                            waited: start.elapsed(),
+                        });
+                    }
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_millis(200));
+                }
+                Outcome::Reply(ConnectReply::TypeMismatch(theirs)) => {
+                    return Err(Error::TypeMismatch {
+                        node: node.to_string(),
+                        port: name.to_owned(),
+                        sender: s.ty.to_string(),
+                        receiver: theirs.to_string(),
+                    })
+                }
+                Outcome::Reply(ConnectReply::Refused(reason)) => {
+                    return Err(Error::Refused {
+                        node: node.to_string(),
+                        port: name.to_owned(),
+                        reason,
+                    })
+                }
+                Outcome::Reply(ConnectReply::Accepted) => {
+                    unreachable!("an accepted connection is returned as Connected")
+                }
+            }
+        };
+        let wan = &ibis.cfg.wan;
+        let shaped = (wan.latency > Duration::ZERO || wan.bandwidth.is_some())
+            && node.location() != ibis.id.location();
+        let mut st = s.state.lock();
+        if !s.ty.connection.multicast() && !st.conns.is_empty() {
+            return Err(Error::NotAllowed {
+                port_type: s.ty.to_string(),
+                what: "a second connection made concurrently".into(),
+            });
+        }
+        st.conns.push(OutConn {
+            target: node.clone(),
+            port: name.to_owned(),
+            stream,
+            wan: shaped.then(|| WanShaper::new(*wan)),
+        });
+        tracing::debug!(to = %node, port = name, "connected");
+        Ok(())
+    }
+
+    /// Closes the connection to port `name` on `node`.
+    pub fn disconnect(&self, node: &NodeId, name: &str) -> Result<()> {
+        let mut st = self.shared.state.lock();
+        match st
+            .conns
+            .iter()
+            .position(|c| &c.target == node && c.port == name)
+        {
+            Some(i) => {
+                st.conns.remove(i).close();
+                Ok(())
+            }
+            None => Err(Error::NotAllowed {
+                port_type: self.shared.ty.to_string(),
+                what: format!("disconnecting from '{name}' on {node}, which is not connected"),
+            }),
+        }
+    }
+
+    /// The receive ports this port is connected to.
+    pub fn connected_to(&self) -> Vec<(NodeId, String)> {
+        self.shared
+            .state
+            .lock()
+            .conns
+            .iter()
+            .map(|c| (c.target.clone(), c.port.clone()))
+            .collect()
+    }
+
+    /// Starts a message; the port sends nothing else until it is finished or dropped.
+    pub fn message(&self) -> WriteMessage<'_> {
+        let s = &*self.shared;
+        let mut guard = s.state.lock();
+        let buf = std::mem::take(&mut guard.scratch);
+        WriteMessage::for_port(
+            SendGuard { guard, port: s },
+            buf,
+            s.ibis.cfg.byte_order.is_swapped(),
+            s.ty.serialization,
+        )
+    }
+}
+
+impl Drop for SendPort {
+    fn drop(&mut self) {
+        let mut st = self.shared.state.lock();
+        for c in st.conns.drain(..) {
+            c.close();
+        }
+    }
+}

@@ -1,0 +1,393 @@
+//! Port semantics over both drivers: patterns, receive modes, upcalls, elections, errors.
+
+mod common;
+
+use common::{run_pool, run_pool_with, DRIVERS};
+use ipl::{ByteOrder, Connection, Error, PortType, Receive};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn ty(c: Connection) -> PortType {
+    PortType::builder().connection(c).build()
+}
+
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Payload {
+    name: String,
+    values: Vec<i64>,
+    nested: Option<Box<Payload>>,
+}
+
+#[test]
+fn one_to_one_carries_every_kind_of_item() {
+    for d in DRIVERS {
+        run_pool(d, 2, |ibis, all| {
+            let t = ty(Connection::OneToOne);
+            let rp = ibis.receive_port(&t, "in")?;
+            if ibis.id().rank() == 0 {
+                let sp = ibis.send_port(&t)?;
+                sp.connect(&all[1], "in")?;
+                let big: Vec<f64> = (0..100_000).map(|i| i as f64 / 3.0).collect();
+                let obj = Payload {
+                    name: "tree".into(),
+                    values: vec![-1, 2, -3],
+                    nested: Some(Box::new(Payload {
+                        name: "leaf".into(),
+                        values: vec![],
+                        nested: None,
+                    })),
+                };
+                let mut w = sp.message();
+                w.write_u32(7);
+                w.write_f64(0.5);
+                w.write_i8(-8);
+                w.write_bool(true);
+                w.write_slice(&big[..]);
+                w.write(&obj)?;
+                w.finish()?;
+            } else {
+                let mut r = rp.receive()?;
+                assert_eq!(r.origin(), &all[0]);
+                assert_eq!(r.read_u32()?, 7);
+                assert_eq!(r.read_f64()?, 0.5);
+                assert_eq!(r.read_i8()?, -8);
+                assert!(r.read_bool()?);
+                let mut big = vec![0f64; 100_000];
+                r.read_slice_into(&mut big)?;
+                assert!(big.iter().enumerate().all(|(i, v)| *v == i as f64 / 3.0));
+                let p: Payload = r.read()?;
+                assert_eq!(p.nested.unwrap().name, "leaf");
+                assert_eq!(r.remaining(), 0);
+                r.finish();
+            }
+            Ok(())
+        });
+    }
+}
+
+#[test]
+fn multicast_reaches_three_receivers() {
+    for d in DRIVERS {
+        let got = run_pool(d, 4, |ibis, all| {
+            let t = ty(Connection::OneToMany);
+            let rp = ibis.receive_port(&t, "mc")?;
+            if ibis.id().rank() == 0 {
+                let sp = ibis.send_port(&t)?;
+                for n in &all[1..] {
+                    sp.connect(n, "mc")?;
+                }
+                let data: Vec<i32> = (0..50_000).collect();
+                for round in 0..10u32 {
+                    let mut w = sp.message();
+                    w.write_u32(round);
+                    w.write_slice(&data[..]);
+                    w.finish()?;
+                }
+                Ok(0)
+            } else {
+                let mut sum = 0u64;
+                for round in 0..10u32 {
+                    let mut r = rp.receive()?;
+                    assert_eq!(r.read_u32()?, round);
+                    let v: Vec<i32> = r.read_slice()?;
+                    assert_eq!(v.len(), 50_000);
+                    sum += v.iter().map(|x| *x as u64).sum::<u64>();
+                }
+                Ok(sum)
+            }
+        });
+        let expect = 10 * (0..50_000u64).sum::<u64>();
+        assert_eq!(got, vec![0, expect, expect, expect], "{d:?}");
+    }
+}
+
+#[test]
+fn many_to_one_keeps_order_per_sender() {
+    for d in DRIVERS {
+        run_pool(d, 4, |ibis, all| {
+            let t = ty(Connection::ManyToOne);
+            if ibis.id().rank() == 0 {
+                let rp = ibis.receive_port(&t, "sink")?;
+                let mut next: HashMap<u32, u32> = HashMap::new();
+                for _ in 0..3 * 200 {
+                    let mut r = rp.receive()?;
+                    let from = r.read_u32()?;
+                    let seq = r.read_u32()?;
+                    assert_eq!(r.origin().rank(), from);
+                    let e = next.entry(from).or_default();
+                    assert_eq!(seq, *e, "out of order from {from}");
+                    *e += 1;
+                }
+                assert_eq!(next.len(), 3);
+            } else {
+                let sp = ibis.send_port(&t)?;
+                sp.connect(&all[0], "sink")?;
+                for seq in 0..200 {
+                    let mut w = sp.message();
+                    w.write_u32(ibis.id().rank());
+                    w.write_u32(seq);
+                    w.finish()?;
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+#[test]
+fn upcalls_run_one_at_a_time_in_order_per_connection() {
+    for d in DRIVERS {
+        run_pool(d, 4, |ibis, all| {
+            let t = PortType::builder()
+                .connection(Connection::ManyToOne)
+                .receive(Receive::Upcall)
+                .build();
+            if ibis.id().rank() == 0 {
+                let busy = Arc::new(AtomicBool::new(false));
+                let overlaps = Arc::new(AtomicUsize::new(0));
+                let (tx, rx) = crossbeam_channel::unbounded();
+                let mut next: HashMap<u32, u32> = HashMap::new();
+                let (b, o) = (busy.clone(), overlaps.clone());
+                let _rp = ibis.receive_port_with_upcall(&t, "up", move |mut m| {
+                    if b.swap(true, Ordering::SeqCst) {
+                        o.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let from = m.origin().rank();
+                    let seq = m.read_u32()?;
+                    let e = next.entry(from).or_default();
+                    let in_order = seq == *e;
+                    *e += 1;
+                    std::thread::yield_now();
+                    b.store(false, Ordering::SeqCst);
+                    let _ = tx.send(in_order);
+                    Ok(())
+                })?;
+                for _ in 0..150 {
+                    let ok = rx.recv_timeout(Duration::from_secs(30)).expect("upcall");
+                    assert!(ok, "message out of order");
+                }
+                assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+            } else {
+                let sp = ibis.send_port(&t)?;
+                sp.connect(&all[0], "up")?;
+                for seq in 0..50 {
+                    let mut w = sp.message();
+                    w.write_u32(seq);
+                    w.finish()?;
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+#[test]
+fn receive_timeout_and_poll() {
+    for d in DRIVERS {
+        run_pool(d, 2, |ibis, all| {
+            let t = ty(Connection::OneToOne);
+            let rp = ibis.receive_port(&t, "p")?;
+            let gate = ibis.receive_port(&t, "gate")?;
+            let peer = &all[1 - ibis.id().rank() as usize];
+            let sp = ibis.send_port(&t)?;
+            if ibis.id().rank() == 1 {
+                assert!(rp.poll()?.is_none());
+                let started = std::time::Instant::now();
+                match rp.receive_timeout(Duration::from_millis(100)) {
+                    Err(Error::Timeout { .. }) => {}
+                    Err(e) => panic!("wrong error {e}"),
+                    Ok(_) => panic!("nothing was sent"),
+                }
+                assert!(started.elapsed() >= Duration::from_millis(100));
+                // Tell the peer to send now.
+                sp.connect(peer, "gate")?;
+                let mut w = sp.message();
+                w.write_u8(1);
+                w.finish()?;
+                let mut m = loop {
+                    if let Some(m) = rp.poll()? {
+                        break m;
+                    }
+                    std::thread::yield_now();
+                };
+                assert_eq!(m.read_u64()?, 42);
+            } else {
+                gate.receive()?.finish();
+                sp.connect(peer, "p")?;
+                let mut w = sp.message();
+                w.write_u64(42);
+                w.finish()?;
+            }
+            Ok(())
+        });
+    }
+}
+
+#[test]
+fn elections_and_closed_pools_agree_everywhere() {
+    for d in DRIVERS {
+        let views = run_pool(d, 4, |ibis, all| {
+            let a = ibis.pool().elect("master")?;
+            let b = ibis.pool().elect("other")?;
+            assert_eq!(all.len(), 4);
+            assert!(all.windows(2).all(|w| w[0].rank() < w[1].rank()));
+            assert!(all.contains(&ibis.id()));
+            Ok((a, b, all))
+        });
+        for v in &views {
+            assert_eq!(v, &views[0]);
+        }
+    }
+}
+
+#[test]
+fn type_mismatch_and_unknown_port_are_named() {
+    for d in DRIVERS {
+        run_pool_with(
+            d,
+            2,
+            |mut c| {
+                c.connect_timeout = Duration::from_millis(500);
+                c
+            },
+            |ibis, all| {
+                let here = ty(Connection::ManyToOne);
+                let _rp = ibis.receive_port(&here, "typed")?;
+                let peer = &all[1 - ibis.id().rank() as usize];
+                let sp = ibis.send_port(&ty(Connection::OneToOne))?;
+                let e = sp.connect(peer, "typed").unwrap_err();
+                let s = e.to_string();
+                assert!(matches!(e, Error::TypeMismatch { .. }), "{s}");
+                assert!(
+                    s.contains("OneToOne") && s.contains("ManyToOne") && s.contains("typed"),
+                    "{s}"
+                );
+                let sp = ibis.send_port(&here)?;
+                let e = sp.connect(peer, "missing").unwrap_err();
+                let s = e.to_string();
+                assert!(matches!(e, Error::UnknownPort { .. }), "{s}");
+                assert!(
+                    s.contains("missing") && s.contains(&format!("node{}", peer.rank())),
+                    "{s}"
+                );
+                Ok(())
+            },
+        );
+    }
+}
+
+#[test]
+fn patterns_refuse_extra_connections_and_upcalls_can_refuse() {
+    for d in DRIVERS {
+        let ports_up = Arc::new(std::sync::Barrier::new(3));
+        let tried = Arc::new(std::sync::Barrier::new(3));
+        run_pool(d, 3, move |ibis, all| {
+            let one = PortType::builder()
+                .connection(Connection::OneToOne)
+                .connection_upcalls(true)
+                .build();
+            let _rp = ibis
+                .receive_port_builder(&one, "solo")
+                .on_connect(|from| {
+                    if from.rank() == 2 {
+                        Err("rank 2 is not welcome".into())
+                    } else {
+                        Ok(())
+                    }
+                })
+                .create()?;
+            ports_up.wait();
+            if ibis.id().rank() == 1 {
+                let sp = ibis.send_port(&one)?;
+                sp.connect(&all[0], "solo")?;
+                let e = sp.connect(&all[2], "solo").unwrap_err();
+                assert!(matches!(e, Error::NotAllowed { .. }), "{e}");
+            }
+            if ibis.id().rank() == 2 {
+                let sp = ibis.send_port(&one)?;
+                let e = sp.connect(&all[1], "solo").unwrap_err();
+                assert!(e.to_string().contains("not welcome"), "{e}");
+            }
+            tried.wait();
+            Ok(())
+        });
+    }
+}
+
+#[test]
+fn forced_byte_order_is_swapped_by_the_receiver() {
+    for d in DRIVERS {
+        run_pool_with(
+            d,
+            2,
+            |mut c| {
+                if c.rank == Some(0) {
+                    c.byte_order = if cfg!(target_endian = "little") {
+                        ByteOrder::Big
+                    } else {
+                        ByteOrder::Little
+                    };
+                }
+                c
+            },
+            |ibis, all| {
+                let t = ty(Connection::OneToOne);
+                let rp = ibis.receive_port(&t, "bo")?;
+                if ibis.id().rank() == 0 {
+                    let sp = ibis.send_port(&t)?;
+                    sp.connect(&all[1], "bo")?;
+                    let v: Vec<f64> = (0..10_000).map(|i| i as f64 * 1.25).collect();
+                    let mut w = sp.message();
+                    w.write_u64(0x0102_0304_0506_0708);
+                    w.write_slice(&v[..]);
+                    w.write(&vec![(1u16, -2i32, 3.5f32)])?;
+                    w.finish()?;
+                } else {
+                    let mut r = rp.receive()?;
+                    assert!(r.is_swapped());
+                    assert_eq!(r.read_u64()?, 0x0102_0304_0506_0708);
+                    let v: Vec<f64> = r.read_slice()?;
+                    assert!(v.iter().enumerate().all(|(i, x)| *x == i as f64 * 1.25));
+                    let o: Vec<(u16, i32, f32)> = r.read()?;
+                    assert_eq!(o, vec![(1, -2, 3.5)]);
+                }
+                Ok(())
+            },
+        );
+    }
+}
+
+#[test]
+fn disconnect_is_observed_by_the_receiver() {
+    for d in DRIVERS {
+        run_pool(d, 2, |ibis, all| {
+            let t = PortType::builder()
+                .connection(Connection::ManyToOne)
+                .connection_upcalls(true)
+                .build();
+            let (tx, rx) = crossbeam_channel::unbounded();
+            let rp = ibis
+                .receive_port_builder(&t, "obs")
+                .on_disconnect(move |n, err| {
+                    let _ = tx.send((n.rank(), err.is_none()));
+                })
+                .create()?;
+            if ibis.id().rank() == 0 {
+                let sp = ibis.send_port(&t)?;
+                sp.connect(&all[1], "obs")?;
+                let mut w = sp.message();
+                w.write_u8(9);
+                w.finish()?;
+                sp.disconnect(&all[1], "obs")?;
+            } else {
+                assert_eq!(rp.receive()?.read_u8()?, 9);
+                // The close frame is seen by the next receive.
+                assert!(rp.receive_timeout(Duration::from_millis(300)).is_err());
+                assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), (0, true));
+            }
+            Ok(())
+        });
+    }
+}

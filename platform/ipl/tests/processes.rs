@@ -1,0 +1,199 @@
+//! Real processes: a killed node is noticed by the others; `ipl-run` launches, prefixes and
+//! propagates failures. Child processes are this test binary re-run with a role in
+//! `IPL_TEST_ROLE`; every child is killed at the end of its test.
+
+use ipl::{Config, Connection, Ibis, PoolEvent, PortType, RegistryServer};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Kills the child when the test ends, however it ends.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn role() -> Option<String> {
+    std::env::var("IPL_TEST_ROLE").ok()
+}
+
+/// Entry point of the child processes; does nothing in a normal test run.
+#[test]
+fn child_process_entry() {
+    let Some(role) = role() else { return };
+    let ibis = Ibis::join(Config::from_env().unwrap()).unwrap();
+    let all = ibis.pool().wait_closed().unwrap();
+    let me = ibis.id().rank();
+    let ty = PortType::builder()
+        .connection(Connection::ManyToOne)
+        .build();
+    let rp = ibis.receive_port(&ty, "ring").unwrap();
+    match role.as_str() {
+        // Wait until killed, serving nothing.
+        "idle" => {
+            let _ = rp.receive_timeout(Duration::from_secs(120));
+        }
+        // Pass a token around the ring and print what was received.
+        "ring" => {
+            let sp = ibis.send_port(&ty).unwrap();
+            sp.connect(&all[(me as usize + 1) % all.len()], "ring")
+                .unwrap();
+            if me == 0 {
+                let mut w = sp.message();
+                w.write_u64(1);
+                w.finish().unwrap();
+            }
+            let mut m = rp.receive_timeout(Duration::from_secs(60)).unwrap();
+            let v = m.read_u64().unwrap();
+            m.finish();
+            println!("token {v} at {}", ibis.id().location());
+            if me != 0 {
+                let mut w = sp.message();
+                w.write_u64(v + 1);
+                w.finish().unwrap();
+            }
+            // Stay until everyone has passed the token on.
+            let _ = ibis.pool().elect("ring-done");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        // Rank 1 fails; the others would wait for a long time.
+        "fail" => {
+            if me == 1 {
+                std::process::exit(3);
+            }
+            let _ = rp.receive_timeout(Duration::from_secs(120));
+        }
+        r => panic!("unknown role {r}"),
+    }
+}
+
+fn child(role: &str, envs: &[(&str, String)]) -> Reaped {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.args([
+        "child_process_entry",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env("IPL_TEST_ROLE", role)
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    Reaped(c.spawn().unwrap())
+}
+
+#[test]
+fn a_killed_process_is_noticed_by_the_others_within_15s() {
+    if role().is_some() {
+        return;
+    }
+    let secret = "kill-test";
+    let registry = RegistryServer::start("127.0.0.1:0", secret).unwrap();
+    let pool = format!("kill-{}", std::process::id());
+    let envs = |rank: u32| {
+        vec![
+            ("IPL_SERVER", registry.address().to_string()),
+            ("IPL_POOL", pool.clone()),
+            ("IPL_POOL_SIZE", "3".to_string()),
+            ("IPL_RANK", rank.to_string()),
+            ("IPL_SECRET", secret.to_string()),
+        ]
+    };
+    let mut victim = child("idle", &envs(1));
+    let _other = child("idle", &envs(2));
+    let mut cfg = Config::tcp(&pool, 3, registry.address().to_string(), secret);
+    cfg.rank = Some(0);
+    let ibis = Ibis::join(cfg).unwrap();
+    let events = ibis.pool().subscribe();
+    let all = ibis.pool().wait_closed().unwrap();
+    assert_eq!(all.len(), 3);
+    // SIGKILL: no chance to say goodbye.
+    victim.0.kill().unwrap();
+    let killed = Instant::now();
+    let dead = loop {
+        match events.recv_timeout(Duration::from_secs(15).saturating_sub(killed.elapsed())) {
+            Ok(PoolEvent::Died(n)) => break n,
+            Ok(_) => continue,
+            Err(_) => panic!("death not noticed within 15 s"),
+        }
+    };
+    assert_eq!(dead.rank(), 1);
+    assert!(!ibis.pool().is_alive(&all[1]));
+    let e = ibis.pool().check_alive(&all).unwrap_err();
+    assert!(e.to_string().contains("node1"), "{e}");
+    // A send to the dead node fails with an error naming it rather than hanging.
+    let ty = PortType::builder()
+        .connection(Connection::ManyToOne)
+        .build();
+    let sp = ibis.send_port(&ty).unwrap();
+    let e = sp.connect(&all[1], "ring").unwrap_err();
+    assert!(e.to_string().contains("node1"), "{e}");
+}
+
+fn ipl_run(args: &[&str], role: &str) -> (i32, String, Duration) {
+    let exe = std::env::current_exe().unwrap();
+    let started = Instant::now();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ipl-run"));
+    cmd.args(args)
+        .arg("--")
+        .arg(exe)
+        .args([
+            "child_process_entry",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("IPL_TEST_ROLE", role)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let child = Reaped(cmd.spawn().unwrap());
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let mut child = child;
+    let mut out = child.0.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut out, &mut s);
+        let _ = tx.send(s);
+    });
+    let output = rx
+        .recv_timeout(Duration::from_secs(90))
+        .expect("ipl-run did not finish within 90 s");
+    let status = child.0.wait().unwrap();
+    (status.code().unwrap_or(-1), output, started.elapsed())
+}
+
+#[test]
+fn ipl_run_starts_a_pool_and_prefixes_output() {
+    if role().is_some() {
+        return;
+    }
+    let (code, out, _) = ipl_run(&["-n", "3", "--clusters", "3"], "ring");
+    assert_eq!(code, 0, "{out}");
+    for (rank, token) in [(0, 3), (1, 1), (2, 2)] {
+        let prefix = format!("[{rank}] ");
+        let text = format!("token {token} at cluster{rank}");
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(&prefix) && l.contains(&text)),
+            "missing '{prefix}...{text}' in:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn ipl_run_returns_the_first_failure_and_kills_the_rest() {
+    if role().is_some() {
+        return;
+    }
+    let (code, _, took) = ipl_run(&["-n", "3"], "fail");
+    assert_eq!(code, 3);
+    assert!(
+        took < Duration::from_secs(60),
+        "the others were not killed: {took:?}"
+    );
+}

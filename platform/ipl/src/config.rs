@@ -100,7 +100,7 @@ impl Config {
             death_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(30),
             join_timeout: Duration::from_secs(120),
-            spin: Duration::from_micros(50),
+            spin: Duration::from_micros(200),
             byte_order: ByteOrder::Native,
             max_message: 1 << 40,
         }

@@ -204,8 +204,8 @@ impl<'a> WriteMessage<'a> {
         self.len() == 0
     }
 
-    fn parts(&self) -> Vec<&[u8]> {
-        let mut parts: Vec<&[u8]> = Vec::with_capacity(self.segs.len() + 1);
+    fn parts(&self) -> smallvec::SmallVec<[&[u8]; 8]> {
+        let mut parts = smallvec::SmallVec::new();
         for s in &self.segs {
             parts.push(match s {
                 Seg::Own(r) => &self.buf[r.clone()],
@@ -242,6 +242,9 @@ impl<'a> WriteMessage<'a> {
     pub fn into_bytes(self) -> Result<Vec<u8>> {
         if let Some(e) = self.error {
             return Err(e);
+        }
+        if self.segs.is_empty() {
+            return Ok(self.buf);
         }
         let mut out = Vec::with_capacity(self.len() as usize);
         for p in self.parts() {
@@ -365,9 +368,8 @@ impl ReadMessage {
                 Ok(())
             }
             Source::Port { rx, conn } => {
-                let dead = rx.dead_check(*conn);
-                let stall = self.stall;
-                rx.conns[*conn].read_exact(dst, stall, &*dead)
+                let (c, dead) = rx.conn_and_liveness(*conn);
+                c.read_exact(dst, self.stall, &dead)
             }
         };
         r.map_err(|e| self.lost(e))
@@ -483,32 +485,29 @@ impl ReadMessage {
     pub fn read<T: DeserializeOwned>(&mut self) -> Result<T> {
         let n = self.read_len(TAG_OBJECT)?;
         self.take(n, "an object")?;
-        let swap = self.swap;
-        let decoded = match &mut self.src {
+        let (swap, stall) = (self.swap, self.stall);
+        let decoded: std::io::Result<_> = match &mut self.src {
             Source::Memory { data, pos } => {
                 let r = crate::serial::decode::<T>(&data[*pos..*pos + n as usize], swap);
                 *pos += n as usize;
-                r
+                Ok(r)
             }
             Source::Port { rx, conn } => {
-                let dead = rx.dead_check(*conn);
-                let c = &mut rx.conns[*conn];
+                let (c, dead) = rx.conn_and_liveness(*conn);
                 if n as usize <= crate::transport::conn::BUF_CAP {
-                    if let Err(e) = c.ensure(n as usize, self.stall, &*dead) {
-                        return Err(self.lost(e));
-                    }
-                    let r = crate::serial::decode::<T>(&c.buffered()[..n as usize], swap);
-                    c.consume(n as usize);
-                    r
+                    c.ensure(n as usize, stall, &dead).map(|()| {
+                        let r = crate::serial::decode::<T>(&c.buffered()[..n as usize], swap);
+                        c.consume(n as usize);
+                        r
+                    })
                 } else {
                     let mut tmp = vec![0u8; n as usize];
-                    if let Err(e) = c.read_exact(&mut tmp, self.stall, &*dead) {
-                        return Err(self.lost(e));
-                    }
-                    crate::serial::decode::<T>(&tmp, swap)
+                    c.read_exact(&mut tmp, stall, &dead)
+                        .map(|()| crate::serial::decode::<T>(&tmp, swap))
                 }
             }
         };
+        let decoded = decoded.map_err(|e| self.lost(e))?;
         decoded.map_err(|e| {
             self.decode_err(format!(
                 "object of type {}: {}",
@@ -526,8 +525,8 @@ impl ReadMessage {
         let r = match &mut self.src {
             Source::Memory { .. } => Ok(()),
             Source::Port { rx, conn } => {
-                let dead = rx.dead_check(*conn);
-                rx.conns[*conn].skip(n, self.stall, &*dead)
+                let (c, dead) = rx.conn_and_liveness(*conn);
+                c.skip(n, self.stall, &dead)
             }
         };
         r.map_err(|e| self.lost(e))

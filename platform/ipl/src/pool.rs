@@ -95,8 +95,12 @@ impl PoolInner {
     }
 
     pub(crate) fn is_gone(&self, n: &NodeId) -> bool {
+        self.is_gone_rank(n.rank())
+    }
+
+    pub(crate) fn is_gone_rank(&self, rank: u32) -> bool {
         let v = self.view.lock();
-        v.dead.contains_key(&n.rank()) || v.left.contains_key(&n.rank())
+        v.dead.contains_key(&rank) || v.left.contains_key(&rank)
     }
 }
 

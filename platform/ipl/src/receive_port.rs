@@ -43,11 +43,16 @@ pub(crate) struct PortRx {
 }
 
 impl PortRx {
-    /// A check the read path polls while it waits, so a dead sender ends the wait.
-    pub(crate) fn dead_check(&self, conn: usize) -> Box<dyn Fn() -> bool> {
-        let pool = self.pool.clone();
-        let origin = self.conns[conn].origin.clone();
-        Box::new(move || pool.inner.is_gone(&origin))
+    /// A connection together with a check the read path polls while it waits, so that a dead
+    /// sender ends the wait.
+    pub(crate) fn conn_and_liveness(
+        &mut self,
+        conn: usize,
+    ) -> (&mut InConn, impl Fn() -> bool + '_) {
+        let PortRx { conns, pool, .. } = self;
+        let c = &mut conns[conn];
+        let rank = c.origin.rank();
+        (c, move || pool.inner.is_gone_rank(rank))
     }
 }
 

@@ -520,7 +520,8 @@ pub(crate) fn send_message(
     let now = if wan { crate::wire::now_ns() } else { 0 };
     let mut chunks: Option<Vec<Bytes>> = None;
     // Per tcp connection: index, header, bytes written so far.
-    let mut pending: Vec<(usize, [u8; crate::wire::HEADER_LEN], u64)> = Vec::new();
+    let mut pending: smallvec::SmallVec<[(usize, [u8; crate::wire::HEADER_LEN], u64); 4]> =
+        smallvec::SmallVec::new();
     for (i, c) in conns.iter_mut().enumerate() {
         let header = Header {
             kind: FrameKind::Message,
@@ -588,7 +589,7 @@ pub(crate) fn send_message(
                 "receiver has not read for an hour".into(),
             ));
         }
-        let fds: Vec<i32> = pending
+        let fds: smallvec::SmallVec<[i32; 4]> = pending
             .iter()
             .map(|(i, _, _)| match &conns[*i].stream {
                 OutStream::Tcp(s) => s.as_raw_fd(),

@@ -1,0 +1,473 @@
+//! `ipl-bench`: the port library next to raw sockets and other serializers, in one run.
+//!
+//! Prints 1-byte round-trip latency (ipl over tcp, a raw busy-polling socket pair, a raw
+//! blocking socket pair), acknowledged one-way throughput of 100 KB messages (ipl `f64` slices,
+//! raw TCP byte buffers), and serialization throughput for a 100 KB `f64` slice and the 1023-node
+//! binary tree of four ints per node (ipl, postcard, bitcode with serde; for the slice also
+//! bitcode's derive mode, which cannot encode the recursive tree). Every
+//! figure is a median over repetitions; ratios against the reference measured in the same run
+//! are printed next to each target.
+
+use clap::Parser;
+use hdrhistogram::Histogram;
+use ipl::{Config, Connection, Ibis, PortType, ReadMessage, RegistryServer, WriteMessage};
+use serde::{Deserialize, Serialize};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::Instant;
+
+/// Measure the port library against raw sockets and other serializers.
+#[derive(Parser, Debug)]
+#[command(name = "ipl-bench", version)]
+struct Args {
+    /// Round trips per latency measurement.
+    #[arg(long, default_value_t = 20_000)]
+    round_trips: u32,
+    /// 100 KB messages per throughput round.
+    #[arg(long, default_value_t = 200)]
+    messages: u32,
+    /// Repetitions of each throughput and serialization measurement (the median is reported).
+    #[arg(long, default_value_t = 7)]
+    repeat: usize,
+    /// Also write the figures as JSON to this file.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+}
+
+const KB100: usize = 102_400;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 10_000_000_000, 3).expect("valid bounds")
+}
+
+/// Two ipl nodes (threads of this process) over tcp, each given its node handle and the pool.
+fn ipl_pair<A, B, RA, RB>(a: A, b: B) -> (RA, RB)
+where
+    A: FnOnce(Ibis, Vec<ipl::NodeId>) -> RA + Send,
+    B: FnOnce(Ibis, Vec<ipl::NodeId>) -> RB + Send,
+    RA: Send,
+    RB: Send,
+{
+    let reg = RegistryServer::start("127.0.0.1:0", "bench").expect("registry");
+    let pool = format!("bench-{}-{}", std::process::id(), rand_id());
+    let cfg = |rank| {
+        let mut c = Config::tcp(&pool, 2, reg.address().to_string(), "bench");
+        c.rank = Some(rank);
+        c
+    };
+    std::thread::scope(|s| {
+        let hb = s.spawn(|| {
+            let ibis = Ibis::join(cfg(1)).expect("join");
+            let all = ibis.pool().wait_closed().expect("pool");
+            b(ibis, all)
+        });
+        let ibis = Ibis::join(cfg(0)).expect("join");
+        let all = ibis.pool().wait_closed().expect("pool");
+        let ra = a(ibis, all);
+        (ra, hb.join().expect("node 1"))
+    })
+}
+
+fn rand_id() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+fn port_type() -> PortType {
+    PortType::builder().connection(Connection::OneToOne).build()
+}
+
+fn ipl_round_trip(n: u32) -> Histogram<u64> {
+    let (h, _) = ipl_pair(
+        |ibis, all| {
+            let rp = ibis.receive_port(&port_type(), "pong").expect("port");
+            let sp = ibis.send_port(&port_type()).expect("port");
+            sp.connect(&all[1], "ping").expect("connect");
+            let mut h = hist();
+            for i in 0..n + 1000 {
+                let t = Instant::now();
+                let mut w = sp.message();
+                w.write_u8(1);
+                w.finish().expect("send");
+                rp.receive().expect("receive").finish();
+                if i >= 1000 {
+                    h.record(t.elapsed().as_nanos() as u64).expect("in range");
+                }
+            }
+            h
+        },
+        |ibis, all| {
+            let rp = ibis.receive_port(&port_type(), "ping").expect("port");
+            let sp = ibis.send_port(&port_type()).expect("port");
+            sp.connect(&all[0], "pong").expect("connect");
+            for _ in 0..n + 1000 {
+                rp.receive().expect("receive").finish();
+                let mut w = sp.message();
+                w.write_u8(1);
+                w.finish().expect("send");
+            }
+        },
+    );
+    h
+}
+
+fn socket_pair() -> (TcpStream, TcpStream) {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let a = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+    let (b, _) = l.accept().expect("accept");
+    a.set_nodelay(true).expect("nodelay");
+    b.set_nodelay(true).expect("nodelay");
+    (a, b)
+}
+
+fn read_one(s: &mut TcpStream, busy: bool, buf: &mut [u8]) {
+    let mut got = 0;
+    while got < buf.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(0) => panic!("peer closed"),
+            Ok(k) => got += k,
+            Err(e) if busy && e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) => panic!("read: {e}"),
+        }
+    }
+}
+
+fn raw_round_trip(n: u32, busy: bool) -> Histogram<u64> {
+    let (mut a, mut b) = socket_pair();
+    a.set_nonblocking(busy).expect("mode");
+    b.set_nonblocking(busy).expect("mode");
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let mut x = [0u8; 1];
+            for _ in 0..n + 1000 {
+                read_one(&mut b, busy, &mut x);
+                b.write_all(&x).expect("write");
+            }
+        });
+        let mut h = hist();
+        let mut x = [1u8; 1];
+        for i in 0..n + 1000 {
+            let t = Instant::now();
+            a.write_all(&x).expect("write");
+            read_one(&mut a, busy, &mut x);
+            if i >= 1000 {
+                h.record(t.elapsed().as_nanos() as u64).expect("in range");
+            }
+        }
+        h
+    })
+}
+
+/// MB/s of `messages` acknowledged 100 KB `f64` slices over ipl, one value per round.
+fn ipl_throughput(messages: u32, rounds: usize) -> Vec<f64> {
+    let (v, _) = ipl_pair(
+        |ibis, all| {
+            let rp = ibis.receive_port(&port_type(), "ack").expect("port");
+            let sp = ibis.send_port(&port_type()).expect("port");
+            sp.connect(&all[1], "data").expect("connect");
+            let data: Vec<f64> = (0..KB100 / 8).map(|i| i as f64).collect();
+            let mut out = Vec::new();
+            for r in 0..rounds + 1 {
+                let t = Instant::now();
+                for _ in 0..messages {
+                    let mut w = sp.message();
+                    w.write_slice(&data[..]);
+                    w.finish().expect("send");
+                }
+                rp.receive().expect("ack").finish();
+                if r > 0 {
+                    out.push((messages as usize * KB100) as f64 / t.elapsed().as_secs_f64() / 1e6);
+                }
+            }
+            out
+        },
+        |ibis, all| {
+            let rp = ibis.receive_port(&port_type(), "data").expect("port");
+            let sp = ibis.send_port(&port_type()).expect("port");
+            sp.connect(&all[0], "ack").expect("connect");
+            let mut buf = vec![0f64; KB100 / 8];
+            for _ in 0..rounds + 1 {
+                for _ in 0..messages {
+                    let mut m = rp.receive().expect("receive");
+                    m.read_slice_into(&mut buf).expect("read");
+                }
+                let mut w = sp.message();
+                w.write_u8(1);
+                w.finish().expect("ack");
+            }
+        },
+    );
+    v
+}
+
+fn raw_throughput(messages: u32, rounds: usize) -> Vec<f64> {
+    let (mut a, mut b) = socket_pair();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let mut buf = vec![0u8; KB100];
+            for _ in 0..rounds + 1 {
+                for _ in 0..messages {
+                    b.read_exact(&mut buf).expect("read");
+                }
+                b.write_all(&[1]).expect("ack");
+            }
+        });
+        let data = vec![7u8; KB100];
+        let mut out = Vec::new();
+        for r in 0..rounds + 1 {
+            let t = Instant::now();
+            for _ in 0..messages {
+                a.write_all(&data).expect("write");
+            }
+            a.read_exact(&mut [0u8; 1]).expect("ack");
+            if r > 0 {
+                out.push((messages as usize * KB100) as f64 / t.elapsed().as_secs_f64() / 1e6);
+            }
+        }
+        out
+    })
+}
+
+/// The tree of seed 000 table 6.2: 1023 nodes of four ints.
+/// (bitcode's derive mode cannot encode recursive types, so the tree uses its serde mode.)
+#[derive(Serialize, Deserialize, PartialEq, Debug)]
+struct Tree {
+    a: i32,
+    b: i32,
+    c: i32,
+    d: i32,
+    left: Option<Box<Tree>>,
+    right: Option<Box<Tree>>,
+}
+
+fn tree(depth: u32, n: &mut i32) -> Option<Box<Tree>> {
+    if depth == 0 {
+        return None;
+    }
+    *n += 1;
+    let v = *n;
+    Some(Box::new(Tree {
+        a: v,
+        b: -v,
+        c: v * 3,
+        d: v ^ 0x55,
+        left: tree(depth - 1, n),
+        right: tree(depth - 1, n),
+    }))
+}
+
+/// Median MB/s of `payload` bytes for `write` (producing bytes) and `read` (consuming them).
+fn ser_bench<W, R>(payload: usize, repeat: usize, write: W, read: R) -> (f64, f64)
+where
+    W: Fn() -> Vec<u8>,
+    R: Fn(Vec<u8>),
+{
+    let iters = (20_000_000 / payload).max(50);
+    let mut w_rates = Vec::new();
+    let mut r_rates = Vec::new();
+    for _ in 0..repeat {
+        let t = Instant::now();
+        let mut encoded = Vec::with_capacity(iters);
+        for _ in 0..iters {
+            encoded.push(write());
+        }
+        w_rates.push((iters * payload) as f64 / t.elapsed().as_secs_f64() / 1e6);
+        let t = Instant::now();
+        for e in encoded {
+            read(e);
+        }
+        r_rates.push((iters * payload) as f64 / t.elapsed().as_secs_f64() / 1e6);
+    }
+    (median(w_rates), median(r_rates))
+}
+
+fn main() {
+    let args = Args::parse();
+    let mut json = serde_json::Map::new();
+    let us = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+
+    eprintln!("round trips ({} each)...", args.round_trips);
+    let ipl_rt = ipl_round_trip(args.round_trips);
+    let busy_rt = raw_round_trip(args.round_trips, true);
+    let block_rt = raw_round_trip(args.round_trips, false);
+    println!("1-byte round trip (us)           median      p99");
+    for (name, h) in [
+        ("ipl over tcp", &ipl_rt),
+        ("raw tcp, busy polling", &busy_rt),
+        ("raw tcp, blocking", &block_rt),
+    ] {
+        println!("  {name:<28} {:>8.2} {:>8.2}", us(h, 0.5), us(h, 0.99));
+        json.insert(
+            format!("rtt_us_{}", name.replace([' ', ','], "_")),
+            serde_json::json!({"median": us(h, 0.5), "p99": us(h, 0.99)}),
+        );
+    }
+    let rt_ratio = us(&ipl_rt, 0.5) / us(&busy_rt, 0.5);
+    println!("  ipl / busy-polling raw: {rt_ratio:.2}x (target <= 1.20x)");
+    json.insert("rtt_ratio_ipl_over_busy_raw".into(), rt_ratio.into());
+
+    eprintln!("throughput...");
+    let ipl_tp = median(ipl_throughput(args.messages, args.repeat));
+    let raw_tp = median(raw_throughput(args.messages, args.repeat));
+    let tp_ratio = ipl_tp / raw_tp;
+    println!("acked one-way throughput, 100 KB messages (MB/s)");
+    println!("  ipl f64 slices               {ipl_tp:>8.0}");
+    println!("  raw tcp byte buffers         {raw_tp:>8.0}");
+    println!("  ipl / raw: {tp_ratio:.2}x (target >= 0.90x)");
+    json.insert("throughput_mb_s_ipl_f64".into(), ipl_tp.into());
+    json.insert("throughput_mb_s_raw_tcp".into(), raw_tp.into());
+    json.insert("throughput_ratio".into(), tp_ratio.into());
+
+    eprintln!("serialization...");
+    let data: Vec<f64> = (0..KB100 / 8).map(|i| i as f64 * 0.5).collect();
+    let mut n = 0;
+    let t = tree(10, &mut n).expect("tree");
+    assert_eq!(n, 1023);
+    let tree_payload = 1023 * 16;
+    let mut rows: Vec<(&str, &str, (f64, f64))> = Vec::new();
+    let r = args.repeat;
+    rows.push((
+        "f64 100 KB",
+        "ipl",
+        ser_bench(
+            KB100,
+            r,
+            || {
+                let mut w = WriteMessage::detached();
+                w.write_slice(&data[..]);
+                w.into_bytes().expect("encode")
+            },
+            |b| {
+                let mut out = vec![0f64; KB100 / 8];
+                ReadMessage::from_bytes(b, false)
+                    .read_slice_into(&mut out)
+                    .expect("decode");
+                std::hint::black_box(&out);
+            },
+        ),
+    ));
+    rows.push((
+        "f64 100 KB",
+        "postcard",
+        ser_bench(
+            KB100,
+            r,
+            || postcard::to_allocvec(&data).expect("encode"),
+            |b| {
+                std::hint::black_box(postcard::from_bytes::<Vec<f64>>(&b).expect("decode"));
+            },
+        ),
+    ));
+    rows.push((
+        "f64 100 KB",
+        "bitcode serde",
+        ser_bench(
+            KB100,
+            r,
+            || bitcode::serialize(&data).expect("encode"),
+            |b| {
+                std::hint::black_box(bitcode::deserialize::<Vec<f64>>(&b).expect("decode"));
+            },
+        ),
+    ));
+    rows.push((
+        "f64 100 KB",
+        "bitcode derive",
+        ser_bench(
+            KB100,
+            r,
+            || bitcode::encode(&data),
+            |b| {
+                std::hint::black_box(bitcode::decode::<Vec<f64>>(&b).expect("decode"));
+            },
+        ),
+    ));
+    rows.push((
+        "tree 1023",
+        "ipl",
+        ser_bench(
+            tree_payload,
+            r,
+            || {
+                let mut w = WriteMessage::detached();
+                w.write(&t).expect("encode");
+                w.into_bytes().expect("encode")
+            },
+            |b| {
+                std::hint::black_box(
+                    ReadMessage::from_bytes(b, false)
+                        .read::<Tree>()
+                        .expect("decode"),
+                );
+            },
+        ),
+    ));
+    rows.push((
+        "tree 1023",
+        "postcard",
+        ser_bench(
+            tree_payload,
+            r,
+            || postcard::to_allocvec(&t).expect("encode"),
+            |b| {
+                std::hint::black_box(postcard::from_bytes::<Tree>(&b).expect("decode"));
+            },
+        ),
+    ));
+    rows.push((
+        "tree 1023",
+        "bitcode serde",
+        ser_bench(
+            tree_payload,
+            r,
+            || bitcode::serialize(&t).expect("encode"),
+            |b| {
+                std::hint::black_box(bitcode::deserialize::<Tree>(&b).expect("decode"));
+            },
+        ),
+    ));
+    println!("serialization throughput (MB/s of payload)   write       read");
+    for (data, lib, (w, rd)) in &rows {
+        println!("  {data:<12} {lib:<16}              {w:>8.0}   {rd:>8.0}");
+        json.insert(
+            format!("ser_{}_{}", data.replace(' ', "_"), lib.replace(' ', "_")),
+            serde_json::json!({"write": w, "read": rd}),
+        );
+    }
+    let best_other = |d: &str, f: fn(&(f64, f64)) -> f64| {
+        rows.iter()
+            .filter(|(x, l, _)| *x == d && *l != "ipl")
+            .map(|(_, _, v)| f(v))
+            .fold(0.0, f64::max)
+    };
+    let ipl_tree = rows
+        .iter()
+        .find(|(d, l, _)| *d == "tree 1023" && *l == "ipl")
+        .expect("row")
+        .2;
+    let (bw, br) = (
+        best_other("tree 1023", |v| v.0),
+        best_other("tree 1023", |v| v.1),
+    );
+    println!(
+        "  tree: ipl / fastest other: write {:.2}x, read {:.2}x (target >= 1.00x)",
+        ipl_tree.0 / bw,
+        ipl_tree.1 / br
+    );
+    json.insert("tree_ratio_write".into(), (ipl_tree.0 / bw).into());
+    json.insert("tree_ratio_read".into(), (ipl_tree.1 / br).into());
+    if let Some(path) = args.json {
+        let text = serde_json::to_string_pretty(&serde_json::Value::Object(json)).expect("json");
+        if let Err(e) = std::fs::write(&path, text) {
+            eprintln!("ipl-bench: cannot write {}: {e}", path.display());
+            std::process::exit(1);
+        }
+    }
+}

@@ -50,8 +50,9 @@ struct Node {
 /// Deepest a traversal stack can grow. The builder falls back to median
 /// splits below [`FORCE_MEDIAN_DEPTH`], which halves the primitive count per
 /// level, so no tree over fewer than 2^32 primitives gets deeper than this.
-const STACK_SIZE: usize = 128;
-const FORCE_MEDIAN_DEPTH: usize = 64;
+/// Kept small because the stack is zeroed for every ray.
+const STACK_SIZE: usize = 64;
+const FORCE_MEDIAN_DEPTH: usize = 32;
 const BINS: usize = 16;
 const MAX_LEAF: usize = 4;
 
@@ -62,24 +63,42 @@ pub struct Bvh {
     prims: Vec<Prim>,
 }
 
-/// Result of a box test: the entry distance, or `None` for a miss.
+// Plain comparisons compile to single min/max instructions, unlike
+// `f64::min`/`max`, whose NaN handling costs several more in the hottest
+// loop. A NaN (0 * inf, from a ray lying in a slab's plane) is mostly
+// dropped by the operand order below, treating that slab as unbounded; the
+// outcome is deterministic either way.
 #[inline(always)]
-fn box_entry(min: Vec3, max: Vec3, ray: &Ray, tmin: f64, tmax: f64) -> Option<f64> {
-    let tx1 = (min.x - ray.origin.x) * ray.inv_dir.x;
-    let tx2 = (max.x - ray.origin.x) * ray.inv_dir.x;
-    let ty1 = (min.y - ray.origin.y) * ray.inv_dir.y;
-    let ty2 = (max.y - ray.origin.y) * ray.inv_dir.y;
-    let tz1 = (min.z - ray.origin.z) * ray.inv_dir.z;
-    let tz2 = (max.z - ray.origin.z) * ray.inv_dir.z;
-    // `f64::min`/`max` drop a NaN operand (0 * inf for a ray lying in a
-    // slab plane), which treats that slab as unbounded: conservative.
-    let lo = tmin.max(tx1.min(tx2)).max(ty1.min(ty2)).max(tz1.min(tz2));
-    let hi = tmax.min(tx1.max(tx2)).min(ty1.max(ty2)).min(tz1.max(tz2));
-    if lo <= hi {
-        Some(lo)
+fn min(a: f64, b: f64) -> f64 {
+    if a < b {
+        a
     } else {
-        None
+        b
     }
+}
+
+#[inline(always)]
+fn max(a: f64, b: f64) -> f64 {
+    if a > b {
+        a
+    } else {
+        b
+    }
+}
+
+/// Result of a box test: whether the ray enters the box within
+/// `(tmin, tmax)`.
+#[inline(always)]
+fn box_hit(min_corner: Vec3, max_corner: Vec3, ray: &Ray, tmin: f64, tmax: f64) -> bool {
+    let tx1 = (min_corner.x - ray.origin.x) * ray.inv_dir.x;
+    let tx2 = (max_corner.x - ray.origin.x) * ray.inv_dir.x;
+    let ty1 = (min_corner.y - ray.origin.y) * ray.inv_dir.y;
+    let ty2 = (max_corner.y - ray.origin.y) * ray.inv_dir.y;
+    let tz1 = (min_corner.z - ray.origin.z) * ray.inv_dir.z;
+    let tz2 = (max_corner.z - ray.origin.z) * ray.inv_dir.z;
+    let lo = max(max(max(min(tx1, tx2), tmin), min(ty1, ty2)), min(tz1, tz2));
+    let hi = min(min(min(max(tx1, tx2), tmax), max(ty1, ty2)), max(tz1, tz2));
+    lo <= hi
 }
 
 fn surface_area(min: Vec3, max: Vec3) -> f64 {
@@ -210,10 +229,10 @@ impl Bvh {
     {
         let mut limit = tmax;
         let root = &self.nodes[0];
-        if box_entry(root.min, root.max, ray, tmin, limit).is_none() {
+        if !box_hit(root.min, root.max, ray, tmin, limit) {
             return;
         }
-        let mut stack = [(0u32, 0.0f64); STACK_SIZE];
+        let mut stack = [0u32; STACK_SIZE];
         let mut sp = 0usize;
         let mut current = 0usize;
         loop {
@@ -236,38 +255,26 @@ impl Bvh {
                 };
                 let a = &self.nodes[first];
                 let b = &self.nodes[second];
-                let ta = box_entry(a.min, a.max, ray, tmin, limit);
-                let tb = box_entry(b.min, b.max, ray, tmin, limit);
-                match (ta, tb) {
-                    (Some(_), Some(t2)) => {
-                        stack[sp] = (second as u32, t2);
+                let hit_a = box_hit(a.min, a.max, ray, tmin, limit);
+                let hit_b = box_hit(b.min, b.max, ray, tmin, limit);
+                if hit_a {
+                    if hit_b {
+                        stack[sp] = second as u32;
                         sp += 1;
-                        current = first;
-                        continue;
                     }
-                    (Some(_), None) => {
-                        current = first;
-                        continue;
-                    }
-                    (None, Some(_)) => {
-                        current = second;
-                        continue;
-                    }
-                    (None, None) => {}
+                    current = first;
+                    continue;
+                }
+                if hit_b {
+                    current = second;
+                    continue;
                 }
             }
-            // Pop the next subtree that can still hold a closer hit.
-            loop {
-                if sp == 0 {
-                    return;
-                }
-                sp -= 1;
-                let (node, entry) = stack[sp];
-                if entry <= limit {
-                    current = node as usize;
-                    break;
-                }
+            if sp == 0 {
+                return;
             }
+            sp -= 1;
+            current = stack[sp] as usize;
         }
     }
 }

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::camera::Camera;
 use crate::canvas::Canvas;
-use crate::shade::trace;
+use crate::shade::{trace, ShadowCache};
 use crate::vec3::Vec3;
 use crate::world::Scene;
 
@@ -135,6 +135,17 @@ pub fn pixel_color(
     x: u32,
     y: u32,
 ) -> Vec3 {
+    pixel_color_cached(scene, camera, settings, x, y, &mut ShadowCache::new(scene))
+}
+
+fn pixel_color_cached(
+    scene: &Scene,
+    camera: &Camera,
+    settings: &RenderSettings,
+    x: u32,
+    y: u32,
+    cache: &mut ShadowCache,
+) -> Vec3 {
     let k = settings.aa.max(1);
     let max_depth = settings.max_depth.max(1);
     let step = 1.0 / k as f64;
@@ -144,7 +155,7 @@ pub fn pixel_color(
         for sx in 0..k {
             let fx = x as f64 + (sx as f64 + 0.5) * step;
             let ray = camera.ray(fx, fy);
-            let c = trace(scene, &ray, camera.near_limit(&ray), 1, max_depth);
+            let c = trace(scene, &ray, camera.near_limit(&ray), 1, max_depth, cache);
             sum += c.max(Vec3::ZERO).min(Vec3::splat(1.0));
         }
     }
@@ -166,9 +177,12 @@ pub fn render_tile(
     tile: Tile,
 ) -> Canvas {
     let mut pixels = Vec::with_capacity(tile.area());
+    let mut cache = ShadowCache::new(scene);
     for y in tile.y0..tile.y0 + tile.height {
         for x in tile.x0..tile.x0 + tile.width {
-            pixels.push(quantize(pixel_color(scene, camera, settings, x, y)));
+            pixels.push(quantize(pixel_color_cached(
+                scene, camera, settings, x, y, &mut cache,
+            )));
         }
     }
     Canvas::from_pixels(tile, pixels)

@@ -16,6 +16,7 @@
 //! surface, and the eye ray has depth 1. Transmittance and index of
 //! refraction are ignored (no refraction rays).
 
+use crate::bvh::Prim;
 use crate::ray::Ray;
 use crate::vec3::Vec3;
 use crate::world::Scene;
@@ -26,9 +27,34 @@ use crate::world::Scene;
 /// the scene's scale.
 pub const SELF_HIT_EPSILON: f64 = 1e-7;
 
+/// The primitive that last blocked a shadow ray, per light: a hint that
+/// spares most shadow rays in shadowed regions their traversal. It changes
+/// only the speed of [`trace`], never its result, so one cache may serve
+/// any sequence of rays.
+#[derive(Clone, Debug)]
+pub struct ShadowCache {
+    last: Vec<Option<Prim>>,
+}
+
+impl ShadowCache {
+    /// An empty cache for the lights of `scene`.
+    pub fn new(scene: &Scene) -> ShadowCache {
+        ShadowCache {
+            last: vec![None; scene.lights().len()],
+        }
+    }
+}
+
 /// Traces `ray` (at recursion depth `depth`, the eye ray being depth 1) and
 /// returns its linear, unclamped colour.
-pub fn trace(scene: &Scene, ray: &Ray, tmin: f64, depth: u32, max_depth: u32) -> Vec3 {
+pub fn trace(
+    scene: &Scene,
+    ray: &Ray,
+    tmin: f64,
+    depth: u32,
+    max_depth: u32,
+    cache: &mut ShadowCache,
+) -> Vec3 {
     let Some(hit) = scene.intersect(ray, tmin, f64::INFINITY) else {
         return scene.background();
     };
@@ -37,7 +63,7 @@ pub fn trace(scene: &Scene, ray: &Ray, tmin: f64, depth: u32, max_depth: u32) ->
     let n = hit.normal;
     let view = -ray.dir;
     let mut color = m.color * (intensity * m.kd);
-    for light in scene.lights() {
+    for (light, last) in scene.lights().iter().zip(cache.last.iter_mut()) {
         let to_light = light.position - hit.point;
         let dist = to_light.length();
         let l = to_light * (1.0 / dist);
@@ -45,7 +71,9 @@ pub fn trace(scene: &Scene, ray: &Ray, tmin: f64, depth: u32, max_depth: u32) ->
         if n_dot_l <= 0.0 || n_dot_l.is_nan() {
             continue;
         }
-        if scene.occluded(&Ray::new(hit.point, l), SELF_HIT_EPSILON, dist) {
+        let shadow = Ray::new(hit.point, l);
+        if let Some(blocker) = scene.occluder(&shadow, SELF_HIT_EPSILON, dist, *last) {
+            *last = Some(blocker);
             continue;
         }
         let mut local = m.color * (m.kd * n_dot_l);
@@ -66,6 +94,7 @@ pub fn trace(scene: &Scene, ray: &Ray, tmin: f64, depth: u32, max_depth: u32) ->
             SELF_HIT_EPSILON,
             depth + 1,
             max_depth,
+            cache,
         );
         color += reflected * m.ks;
     }

@@ -304,11 +304,7 @@ impl Scene {
     pub fn intersect(&self, ray: &Ray, tmin: f64, tmax: f64) -> Option<Hit> {
         let mut best: Option<(f64, Prim)> = None;
         self.bvh.traverse(ray, tmin, tmax, |prim, limit| {
-            let t = match prim {
-                Prim::Sphere(i) => self.hit_sphere(i, ray, tmin, limit),
-                Prim::Polygon(i) => self.hit_polygon(i, ray, tmin, limit),
-            };
-            match t {
+            match self.hit_prim(prim, ray, tmin, limit) {
                 Some(t) => {
                     best = Some((t, prim));
                     Some(t)
@@ -344,19 +340,37 @@ impl Scene {
 
     /// Whether any surface blocks the ray within `tmin < t < tmax`.
     pub fn occluded(&self, ray: &Ray, tmin: f64, tmax: f64) -> bool {
-        let mut blocked = false;
+        self.occluder(ray, tmin, tmax, None).is_some()
+    }
+
+    /// A primitive that blocks the ray within `tmin < t < tmax`, if any.
+    /// `hint` is tried first: neighbouring shadow rays towards one light are
+    /// usually blocked by the same primitive, which then saves the
+    /// traversal. Whether a primitive is returned does not depend on the
+    /// hint; which one may.
+    pub fn occluder(&self, ray: &Ray, tmin: f64, tmax: f64, hint: Option<Prim>) -> Option<Prim> {
+        if let Some(prim) = hint {
+            if self.hit_prim(prim, ray, tmin, tmax).is_some() {
+                return Some(prim);
+            }
+        }
+        let mut blocker = None;
         self.bvh.traverse(ray, tmin, tmax, |prim, limit| {
-            let t = match prim {
-                Prim::Sphere(i) => self.hit_sphere(i, ray, tmin, limit),
-                Prim::Polygon(i) => self.hit_polygon(i, ray, tmin, limit),
-            };
-            if t.is_some() {
-                blocked = true;
+            if self.hit_prim(prim, ray, tmin, limit).is_some() {
+                blocker = Some(prim);
                 None
             } else {
                 Some(limit)
             }
         });
-        blocked
+        blocker
+    }
+
+    #[inline]
+    fn hit_prim(&self, prim: Prim, ray: &Ray, tmin: f64, tmax: f64) -> Option<f64> {
+        match prim {
+            Prim::Sphere(i) => self.hit_sphere(i, ray, tmin, tmax),
+            Prim::Polygon(i) => self.hit_polygon(i, ray, tmin, tmax),
+        }
     }
 }

@@ -22,6 +22,8 @@
 //! assert_eq!(image.pixels().len(), 32 * 32);
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod balls;
 pub mod bvh;
 pub mod camera;

@@ -157,7 +157,6 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             tracing::error!("{message}");
-            eprintln!("raytracer: {message}");
             ExitCode::FAILURE
         }
     }

@@ -42,6 +42,8 @@
 //! assert_eq!(gathered.checksum(), grid.checksum());
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod block;
 pub mod grid;
 pub mod params;

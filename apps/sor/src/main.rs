@@ -97,7 +97,6 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             tracing::error!("{message}");
-            eprintln!("sor: {message}");
             ExitCode::FAILURE
         }
     }

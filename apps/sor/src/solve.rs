@@ -42,8 +42,11 @@ pub enum SolveError {
 
 /// Runs whole iterations until `stop` says so. `iteration` performs one
 /// iteration (both colours, including any exchange and reduction) and
-/// returns its largest change over the whole grid; every version of the
-/// solver uses this loop, so all stop after the same iteration.
+/// returns its largest change over the whole grid and both colours; every
+/// version of the solver uses this loop, so all stop after the same
+/// iteration. (The Ibis code's synchronous mode tested only the second
+/// colour's change; taking both is what "the largest change of an
+/// iteration" says.)
 pub fn iterate(stop: Stop, tolerance: f64, mut iteration: impl FnMut() -> f64) -> Outcome {
     let mut outcome = Outcome {
         iterations: 0,

@@ -4,7 +4,7 @@
 //!
 //! The building block is [`relax_rows`]: one half-iteration (one colour) on
 //! a block of rows, given the row above and the row below. The sequential
-//! solver ([`solve`]) applies it to the whole interior with the border rows
+//! solver ([`solve()`]) applies it to the whole interior with the border rows
 //! as neighbours; the threaded solver ([`solve_threaded`]) to one block per
 //! thread; a row-distributed solver gives each process a [`Block`] from
 //! [`row_blocks`], exchanges ghost rows before every half-iteration and

@@ -1,0 +1,190 @@
+//! Rendered pixels of a tile or a whole image: pasting, checksums, PNG.
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::render::Tile;
+
+/// Why an image could not be written.
+#[derive(Debug, Error)]
+pub enum ImageError {
+    /// The file could not be created.
+    #[error("cannot create image file {path}: {source}")]
+    Create {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// PNG encoding or writing failed.
+    #[error("cannot write PNG {path}: {source}")]
+    Encode {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: png::EncodingError,
+    },
+}
+
+/// The 8-bit RGB pixels of a [`Tile`], row-major.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Canvas {
+    tile: Tile,
+    pixels: Vec<[u8; 3]>,
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+impl Canvas {
+    /// A black canvas covering `tile`.
+    pub fn new(tile: Tile) -> Canvas {
+        Canvas {
+            tile,
+            pixels: vec![[0; 3]; tile.area()],
+        }
+    }
+
+    /// Wraps rendered pixels.
+    ///
+    /// # Panics
+    /// If `pixels` does not hold exactly one entry per pixel of `tile`.
+    pub fn from_pixels(tile: Tile, pixels: Vec<[u8; 3]>) -> Canvas {
+        assert_eq!(
+            pixels.len(),
+            tile.area(),
+            "pixel count does not match tile {tile:?}"
+        );
+        Canvas { tile, pixels }
+    }
+
+    /// The tile this canvas covers.
+    pub fn tile(&self) -> Tile {
+        self.tile
+    }
+
+    /// The pixels, row-major.
+    pub fn pixels(&self) -> &[[u8; 3]] {
+        &self.pixels
+    }
+
+    /// Pixel at image coordinates `(x, y)`, if the canvas covers it.
+    pub fn pixel(&self, x: u32, y: u32) -> Option<[u8; 3]> {
+        let t = &self.tile;
+        if x < t.x0 || y < t.y0 || x - t.x0 >= t.width || y - t.y0 >= t.height {
+            return None;
+        }
+        let i = (y - t.y0) as usize * t.width as usize + (x - t.x0) as usize;
+        Some(self.pixels[i])
+    }
+
+    /// Copies `part` into this canvas at its position.
+    ///
+    /// # Panics
+    /// If `part`'s tile does not lie inside this canvas's tile.
+    pub fn paste(&mut self, part: &Canvas) {
+        let (outer, inner) = (self.tile, part.tile);
+        assert!(outer.contains(&inner), "{inner:?} lies outside {outer:?}");
+        let w = inner.width as usize;
+        for row in 0..inner.height as usize {
+            let dst_y = inner.y0 as usize - outer.y0 as usize + row;
+            let dst = dst_y * outer.width as usize + (inner.x0 - outer.x0) as usize;
+            self.pixels[dst..dst + w].copy_from_slice(&part.pixels[row * w..(row + 1) * w]);
+        }
+    }
+
+    /// The pixels as packed RGB bytes, row-major.
+    pub fn rgb_bytes(&self) -> Vec<u8> {
+        self.pixels.iter().flatten().copied().collect()
+    }
+
+    /// 64-bit FNV-1a hash of the packed RGB bytes: equal images, equal sums.
+    pub fn checksum(&self) -> u64 {
+        self.pixels
+            .iter()
+            .flatten()
+            .fold(FNV_OFFSET, |h, &b| (h ^ b as u64).wrapping_mul(FNV_PRIME))
+    }
+
+    /// Writes the canvas as an 8-bit RGB PNG.
+    pub fn write_png(&self, path: &Path) -> Result<(), ImageError> {
+        let file = File::create(path).map_err(|source| ImageError::Create {
+            path: path.to_owned(),
+            source,
+        })?;
+        let encode_err = |source| ImageError::Encode {
+            path: path.to_owned(),
+            source,
+        };
+        let mut encoder =
+            png::Encoder::new(BufWriter::new(file), self.tile.width, self.tile.height);
+        encoder.set_color(png::ColorType::Rgb);
+        encoder.set_depth(png::BitDepth::Eight);
+        let mut writer = encoder.write_header().map_err(encode_err)?;
+        writer
+            .write_image_data(&self.rgb_bytes())
+            .map_err(encode_err)?;
+        writer.finish().map_err(encode_err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paste_places_parts_at_their_offsets() {
+        let mut full = Canvas::new(Tile::full(3, 2));
+        let part = Canvas::from_pixels(
+            Tile {
+                x0: 1,
+                y0: 1,
+                width: 2,
+                height: 1,
+            },
+            vec![[1, 2, 3], [4, 5, 6]],
+        );
+        full.paste(&part);
+        assert_eq!(full.pixel(0, 1), Some([0, 0, 0]));
+        assert_eq!(full.pixel(1, 1), Some([1, 2, 3]));
+        assert_eq!(full.pixel(2, 1), Some([4, 5, 6]));
+        assert_eq!(full.pixel(3, 1), None);
+    }
+
+    #[test]
+    fn checksum_is_fnv1a_of_the_bytes() {
+        // FNV-1a of the empty string is the offset basis; of "a" it is the
+        // published test vector 0xaf63dc4c8601ec8c.
+        assert_eq!(Canvas::new(Tile::full(0, 0)).checksum(), FNV_OFFSET);
+        let c = Canvas::from_pixels(Tile::full(1, 1), vec![[b'a', b'b', b'c']]);
+        let mut h = FNV_OFFSET;
+        for b in b"abc" {
+            h = (h ^ *b as u64).wrapping_mul(FNV_PRIME);
+        }
+        assert_eq!(c.checksum(), h);
+        assert_eq!(
+            (FNV_OFFSET ^ b'a' as u64).wrapping_mul(FNV_PRIME),
+            0xaf63dc4c8601ec8c
+        );
+    }
+
+    #[test]
+    fn png_round_trips() {
+        let dir = std::env::temp_dir().join(format!("raytracer-canvas-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.png");
+        let c = Canvas::from_pixels(Tile::full(2, 1), vec![[10, 20, 30], [40, 50, 60]]);
+        c.write_png(&path).unwrap();
+        let decoder = png::Decoder::new(File::open(&path).unwrap());
+        let mut reader = decoder.read_info().unwrap();
+        let mut buf = vec![0; reader.output_buffer_size()];
+        let info = reader.next_frame(&mut buf).unwrap();
+        assert_eq!((info.width, info.height), (2, 1));
+        assert_eq!(&buf[..info.buffer_size()], &c.rgb_bytes()[..]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -227,18 +227,11 @@ impl Aabb {
     /// Squared distance from `p` to the nearest point of the box (zero inside).
     #[inline]
     pub fn distance2_to(&self, p: Vec3) -> f64 {
-        let mut d2 = 0.0;
-        for a in 0..3 {
-            let d = if p[a] < self.min[a] {
-                self.min[a] - p[a]
-            } else if p[a] > self.max[a] {
-                p[a] - self.max[a]
-            } else {
-                0.0
-            };
-            d2 += d * d;
-        }
-        d2
+        // Per axis, at most one of the two differences is positive; max() keeps it branch-free.
+        let dx = (self.min.x - p.x).max(p.x - self.max.x).max(0.0);
+        let dy = (self.min.y - p.y).max(p.y - self.max.y).max(0.0);
+        let dz = (self.min.z - p.z).max(p.z - self.max.z).max(0.0);
+        dx * dx + dy * dy + dz * dz
     }
 }
 

@@ -17,8 +17,15 @@ use serde::{Deserialize, Serialize};
 use std::time::Instant;
 use thiserror::Error;
 
-/// Parameters of a run. The defaults are those of the reference runs of the Suel/Blackston
-/// code: `-M10 -tstop 1.0 -dtime 0.025 -eps 0.000000625` (40 steps), with opening angle 0.5.
+/// Parameters of a run.
+///
+/// The defaults follow the reference runs of the Suel/Blackston code, `-M10 -tstop 1.0
+/// -dtime 0.025` (40 steps), with opening angle 0.5 (the reference does not state its own),
+/// except for the softening: the reference runs used `-eps 0.000000625`, next to none, with
+/// which close encounters of unsoftened bodies make the energy drift by several percent at
+/// this time step (7% for 1,000 bodies). The default 0.025 is the usual softening of
+/// Barnes' treecode for these units and keeps the drift near 1e-4; pass the reference value
+/// to reproduce its workload (the cost per step is the same).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SimParams {
     /// Largest number of bodies in a leaf cell (`-M`).

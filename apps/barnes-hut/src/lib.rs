@@ -39,6 +39,8 @@
 //! # Ok::<(), barnes_hut::integrate::ParamError>(())
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod balance;
 pub mod body;
 pub mod essential;

@@ -550,6 +550,34 @@ mod tests {
     }
 
     #[test]
+    fn bodies_outside_the_tree_feel_all_of_it() {
+        // Probes that are not sources: every tree point attracts them, none is skipped.
+        let sources = plummer::generate(800, 6);
+        let pts: Vec<PointMass> = sources.iter().map(Body::point_mass).collect();
+        let mut tree = Tree::build(&pts, 10);
+        tree.compute_centres_of_mass();
+        let params = ForceParams {
+            theta: 0.5,
+            eps: 0.01,
+        };
+        let mut probes: Vec<Body> = plummer::generate(50, 99);
+        compute_forces(&tree, &mut probes, |_| u32::MAX, &params, None);
+        let eps2 = params.eps * params.eps;
+        for p in &probes {
+            let mut exact = Vec3::ZERO;
+            for s in &sources {
+                let d = s.pos - p.pos;
+                let r2 = d.norm2() + eps2;
+                exact += d * (s.mass / (r2 * r2.sqrt()));
+            }
+            let err = (p.acc - exact).norm() / exact.norm();
+            assert!(err < 0.02, "relative error {err}");
+            assert!(p.cost > 0 && p.cost < 800);
+            assert_eq!(walk(&tree, p.pos, u32::MAX, &params).acc, p.acc);
+        }
+    }
+
+    #[test]
     fn direct_potential_energy_of_two_bodies() {
         let bodies = [
             Body::new(0, 2.0, Vec3::new(0.0, 0.0, 0.0), Vec3::ZERO),

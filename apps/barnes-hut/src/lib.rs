@@ -1,0 +1,58 @@
+//! Barnes-Hut N-body simulation, sequential, with the building blocks of the parallel
+//! algorithm of Suel and Blackston.
+//!
+//! A step of the sequential method has four phases: build the oct-tree ([`tree`]), compute
+//! the centres of mass, compute forces by walking the tree with an opening criterion
+//! ([`force`]), and update positions and velocities ([`integrate`]). Initial conditions come
+//! from a seeded Plummer-model generator ([`plummer`]) or a text file ([`io`]).
+//!
+//! The parallel method gives each process a region of space and the bodies in it. The pieces
+//! that need no communication are here, each callable by one process on its own data:
+//! - [`orb`]: orthogonal recursive bisection for any number of processes, with cost-weighted
+//!   planes found from histograms that processes compute locally and sum;
+//! - [`migrate`]: which bodies leave for which process;
+//! - [`balance`]: when the loads call for rebalancing, and which ORB subtrees to re-split;
+//! - [`tree::build_body_tree`]: the local tree over a region's bodies;
+//! - [`essential`]: the essential tree one process sends another, and the tree over local
+//!   bodies plus received items on which local forces are computed.
+//!
+//! A parallel step is then: exchange bounding boxes and [`orb::Orb::set_bounds`]; migrate;
+//! check loads and, if needed, rebuild the ORB with [`orb::OrbBuilder`]; build the local
+//! tree; send [`essential::essential_tree`] to every other process; build a
+//! [`essential::LocalEssentialTree`]; compute forces; update.
+//!
+//! # Example
+//!
+//! Simulate 500 Plummer bodies for four steps and check that energy is conserved:
+//!
+//! ```
+//! use barnes_hut::integrate::{EnergyMethod, SimParams, Simulation};
+//!
+//! let bodies = barnes_hut::plummer::generate(500, 42);
+//! let params = SimParams { tstop: 0.1, ..SimParams::default() };
+//! let mut sim = Simulation::new(bodies, params)?;
+//! let e0 = sim.energy(EnergyMethod::Direct).total();
+//! sim.run();
+//! let e1 = sim.energy(EnergyMethod::Direct).total();
+//! assert_eq!(sim.steps_done(), 4);
+//! assert!(((e1 - e0) / e0).abs() < 1e-3);
+//! # Ok::<(), barnes_hut::integrate::ParamError>(())
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod balance;
+pub mod body;
+pub mod essential;
+pub mod force;
+pub mod geom;
+pub mod integrate;
+pub mod io;
+pub mod migrate;
+pub mod orb;
+pub mod plummer;
+mod rng;
+pub mod tree;
+
+pub use body::Body;
+pub use geom::{Aabb, Vec3};

@@ -178,7 +178,7 @@ impl<'a> WriteMessage<'a> {
         self.buf.extend_from_slice(&[0; 8]);
         if let Err(e) = crate::serial::encode_into(v, &mut self.buf, self.swap) {
             self.buf.truncate(at - 1);
-            return Err(Error::Serialize(e.0));
+            return Err(Error::Serialize(e.message().to_owned()));
         }
         let n = (self.buf.len() - at - 8) as u64;
         let n = if self.swap { n.swap_bytes() } else { n };
@@ -512,7 +512,7 @@ impl ReadMessage {
             self.decode_err(format!(
                 "object of type {}: {}",
                 std::any::type_name::<T>(),
-                e.0
+                e.message()
             ))
         })
     }

@@ -9,13 +9,27 @@ use serde::de::{self, DeserializeSeed, IntoDeserializer, SeqAccess, Visitor};
 use serde::ser::{self, Serialize};
 use std::fmt::Display;
 
-/// Error raised by the object format.
+/// Error raised by the object format. Boxed so that results stay one word wider than their
+/// value: decoding returns through many nested calls, and a wide error slows every one of them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FormatError(pub String);
+pub struct FormatError {
+    msg: Box<String>,
+}
+
+fn fmt_err(msg: String) -> FormatError {
+    FormatError { msg: Box::new(msg) }
+}
+
+impl FormatError {
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.msg
+    }
+}
 
 impl Display for FormatError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.msg)
     }
 }
 
@@ -23,13 +37,13 @@ impl std::error::Error for FormatError {}
 
 impl ser::Error for FormatError {
     fn custom<T: Display>(msg: T) -> Self {
-        FormatError(msg.to_string())
+        fmt_err(msg.to_string())
     }
 }
 
 impl de::Error for FormatError {
     fn custom<T: Display>(msg: T) -> Self {
-        FormatError(msg.to_string())
+        fmt_err(msg.to_string())
     }
 }
 
@@ -52,7 +66,7 @@ pub fn decode<'de, T: serde::Deserialize<'de>>(bytes: &'de [u8], swap: bool) -> 
     let mut d = Decoder { input: bytes, swap };
     let v = T::deserialize(&mut d)?;
     if !d.input.is_empty() {
-        return Err(FormatError(format!(
+        return Err(fmt_err(format!(
             "{} trailing bytes after the object",
             d.input.len()
         )));
@@ -303,7 +317,7 @@ macro_rules! get {
     ($self:ident, $t:ty) => {{
         const N: usize = std::mem::size_of::<$t>();
         if $self.input.len() < N {
-            return Err(FormatError(format!(
+            return Err(fmt_err(format!(
                 "object truncated: needed {} bytes, {} left",
                 N,
                 $self.input.len()
@@ -321,12 +335,13 @@ macro_rules! get {
 }
 
 impl<'de> Decoder<'de> {
+    #[inline]
     fn len(&mut self) -> Res<usize> {
         let n = get!(self, u64);
         // Each element takes at least one byte except for zero-sized ones; a length beyond the
         // remaining input is corrupt for everything but unit sequences, which nobody sends large.
         if n > self.input.len() as u64 && n > (1 << 20) {
-            return Err(FormatError(format!(
+            return Err(fmt_err(format!(
                 "length {n} exceeds the {} bytes left",
                 self.input.len()
             )));
@@ -336,7 +351,7 @@ impl<'de> Decoder<'de> {
     fn bytes(&mut self) -> Res<&'de [u8]> {
         let n = self.len()?;
         if n > self.input.len() {
-            return Err(FormatError(format!(
+            return Err(fmt_err(format!(
                 "byte string of {n} bytes but {} left",
                 self.input.len()
             )));
@@ -345,6 +360,7 @@ impl<'de> Decoder<'de> {
         self.input = rest;
         Ok(head)
     }
+    #[inline]
     fn byte(&mut self) -> Res<u8> {
         Ok(get!(self, u8))
     }
@@ -434,7 +450,7 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
     type Error = FormatError;
 
     fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Res<V::Value> {
-        Err(FormatError(
+        Err(fmt_err(
             "the object format is not self-describing; read the type that was written".into(),
         ))
     }
@@ -442,7 +458,7 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
         match self.byte()? {
             0 => visitor.visit_bool(false),
             1 => visitor.visit_bool(true),
-            b => Err(FormatError(format!("invalid bool byte {b}"))),
+            b => Err(fmt_err(format!("invalid bool byte {b}"))),
         }
     }
     fn deserialize_i8<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
@@ -467,14 +483,13 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
     }
     fn deserialize_char<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
         let c = get!(self, u32);
-        visitor.visit_char(
-            char::from_u32(c).ok_or_else(|| FormatError(format!("invalid char {c:#x}")))?,
-        )
+        visitor
+            .visit_char(char::from_u32(c).ok_or_else(|| fmt_err(format!("invalid char {c:#x}")))?)
     }
     fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
         let b = self.bytes()?;
         visitor.visit_borrowed_str(
-            std::str::from_utf8(b).map_err(|e| FormatError(format!("invalid UTF-8: {e}")))?,
+            std::str::from_utf8(b).map_err(|e| fmt_err(format!("invalid UTF-8: {e}")))?,
         )
     }
     fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
@@ -490,7 +505,7 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
         match self.byte()? {
             0 => visitor.visit_none(),
             1 => visitor.visit_some(self),
-            b => Err(FormatError(format!("invalid option tag {b}"))),
+            b => Err(fmt_err(format!("invalid option tag {b}"))),
         }
     }
     fn deserialize_unit<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
@@ -544,7 +559,7 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
         visitor.visit_u32(get!(self, u32))
     }
     fn deserialize_ignored_any<V: Visitor<'de>>(self, _: V) -> Res<V::Value> {
-        Err(FormatError(
+        Err(fmt_err(
             "the object format cannot skip unknown values".into(),
         ))
     }

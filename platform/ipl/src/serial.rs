@@ -13,11 +13,13 @@ use std::fmt::Display;
 /// value: decoding returns through many nested calls, and a wide error slows every one of them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FormatError {
-    msg: Box<String>,
+    msg: Box<str>,
 }
 
 fn fmt_err(msg: String) -> FormatError {
-    FormatError { msg: Box::new(msg) }
+    FormatError {
+        msg: msg.into_boxed_str(),
+    }
 }
 
 impl FormatError {

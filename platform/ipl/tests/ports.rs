@@ -391,3 +391,37 @@ fn disconnect_is_observed_by_the_receiver() {
         });
     }
 }
+
+#[test]
+fn a_new_winner_is_elected_when_the_winner_leaves() {
+    for d in DRIVERS {
+        let net = common::Net::new(d, 2);
+        let join = |rank| {
+            let mut c = net.config();
+            c.rank = Some(rank);
+            ipl::Ibis::join(c).unwrap()
+        };
+        let (a, b) = std::thread::scope(|s| {
+            let h = s.spawn(|| join(1));
+            (join(0), h.join().unwrap())
+        });
+        a.pool().wait_closed().unwrap();
+        b.pool().wait_closed().unwrap();
+        let first = a.pool().elect("leader").unwrap();
+        assert_eq!(first, a.id());
+        assert_eq!(b.pool().elect("leader").unwrap(), a.id());
+        let events = b.pool().subscribe();
+        let gone = a.id();
+        a.end().unwrap();
+        loop {
+            match events
+                .recv_timeout(Duration::from_secs(15))
+                .expect("leave noticed")
+            {
+                ipl::PoolEvent::Left(n) if n == gone => break,
+                _ => continue,
+            }
+        }
+        assert_eq!(b.pool().elect("leader").unwrap(), b.id(), "{d:?}");
+    }
+}

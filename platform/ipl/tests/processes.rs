@@ -135,6 +135,49 @@ fn a_killed_process_is_noticed_by_the_others_within_15s() {
     assert!(e.to_string().contains("node1"), "{e}");
 }
 
+#[test]
+fn a_hung_process_is_declared_dead_after_the_death_timeout() {
+    if role().is_some() {
+        return;
+    }
+    let secret = "hang-test";
+    let registry = RegistryServer::start("127.0.0.1:0", secret).unwrap();
+    let pool = format!("hang-{}", std::process::id());
+    let envs = vec![
+        ("IPL_SERVER", registry.address().to_string()),
+        ("IPL_POOL", pool.clone()),
+        ("IPL_POOL_SIZE", "2".to_string()),
+        ("IPL_RANK", "1".to_string()),
+        ("IPL_SECRET", secret.to_string()),
+        ("IPL_HEARTBEAT", "200ms".to_string()),
+        ("IPL_DEATH_TIMEOUT", "1s".to_string()),
+    ];
+    let hung = child("idle", &envs);
+    let mut cfg = Config::tcp(&pool, 2, registry.address().to_string(), secret);
+    cfg.rank = Some(0);
+    let ibis = Ibis::join(cfg).unwrap();
+    let events = ibis.pool().subscribe();
+    ibis.pool().wait_closed().unwrap();
+    // SIGSTOP keeps the connection open but stops the heartbeats.
+    // SAFETY: plain kill(2) on our own child.
+    unsafe {
+        libc::kill(hung.0.id() as i32, libc::SIGSTOP);
+    }
+    let stopped = Instant::now();
+    loop {
+        match events.recv_timeout(Duration::from_secs(15).saturating_sub(stopped.elapsed())) {
+            Ok(PoolEvent::Died(n)) => {
+                assert_eq!(n.rank(), 1);
+                break;
+            }
+            Ok(_) => continue,
+            Err(_) => panic!("hung node not declared dead within 15 s"),
+        }
+    }
+    // Not before its death timeout: the heartbeats had to stop for a full second.
+    assert!(stopped.elapsed() >= Duration::from_millis(900));
+}
+
 fn ipl_run(args: &[&str], role: &str) -> (i32, String, Duration) {
     let exe = std::env::current_exe().unwrap();
     let started = Instant::now();

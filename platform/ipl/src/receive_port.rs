@@ -11,16 +11,14 @@ use crate::message::ReadMessage;
 use crate::node::NodeId;
 use crate::pool::Pool;
 use crate::port_type::{PortType, Receive};
-use crate::transport::conn::{Fill, InConn, InStream, PortWaker, WAIT_SLICE};
+use crate::transport::conn::{Fill, InConn, PortWaker, WAIT_SLICE};
 use crate::wire::{ConnectReply, ConnectRequest, FrameKind, Header, HEADER_LEN};
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-const WAKER: mio::Token = mio::Token(usize::MAX);
 
 /// Decides whether a sender may connect: `Err(reason)` refuses it.
 pub type ConnectUpcall = Box<dyn Fn(&NodeId) -> std::result::Result<(), String> + Send + Sync>;
@@ -36,8 +34,7 @@ pub(crate) type PortTable = Mutex<HashMap<String, Arc<PortShared>>>;
 /// The part of a port only the receiving thread touches.
 pub(crate) struct PortRx {
     pub(crate) conns: Vec<InConn>,
-    poll: mio::Poll,
-    events: mio::Events,
+    fds: Vec<libc::pollfd>,
     rr: usize,
     pool: Pool,
 }
@@ -62,9 +59,7 @@ pub(crate) struct PortShared {
     owner: NodeId,
     rx: Arc<Mutex<PortRx>>,
     pending: Mutex<Vec<InConn>>,
-    pub(crate) registry: mio::Registry,
     pub(crate) waker: Arc<PortWaker>,
-    next_token: AtomicUsize,
     closed: AtomicBool,
     senders: Mutex<Vec<(NodeId, u64)>>,
     on_connect: Option<ConnectUpcall>,
@@ -104,22 +99,8 @@ impl PortShared {
         ConnectReply::Accepted
     }
 
-    /// A new token for a connection's registration with this port's poller.
-    pub(crate) fn token(&self) -> mio::Token {
-        mio::Token(self.next_token.fetch_add(1, Ordering::Relaxed))
-    }
-
     /// Hands an accepted connection to the receiving side.
-    pub(crate) fn attach(&self, mut conn: InConn) {
-        if let InStream::Tcp(s) = &mut conn.stream {
-            if let Err(e) = self
-                .registry
-                .register(s, conn.token, mio::Interest::READABLE)
-            {
-                tracing::warn!(port = %self.name, "cannot watch connection from {}: {e}", conn.origin);
-                return;
-            }
-        }
+    pub(crate) fn attach(&self, conn: InConn) {
         self.pending.lock().push(conn);
         self.waker.force();
     }
@@ -132,10 +113,7 @@ impl PortShared {
     }
 
     fn drop_conn(&self, rx: &mut PortRx, i: usize, why: Option<Error>) {
-        let mut c = rx.conns.swap_remove(i);
-        if let InStream::Tcp(s) = &mut c.stream {
-            let _ = self.registry.deregister(s);
-        }
+        let c = rx.conns.swap_remove(i);
         c.shutdown();
         self.senders
             .lock()
@@ -283,7 +261,10 @@ impl PortShared {
                 }
             }
             if now < spin_until {
-                std::hint::spin_loop();
+                // Yield rather than only spin: when the sender shares this core (oversubscribed
+                // or placed together by the scheduler) it gets to run at once, instead of both
+                // threads taking turns spinning out their whole budget.
+                std::thread::yield_now();
                 continue;
             }
             self.waker.set_parked(true);
@@ -301,14 +282,38 @@ impl PortShared {
                     w.saturating_sub(crate::wire::now_ns()),
                 ));
             }
-            let PortRx { poll, events, .. } = &mut *rx;
-            if let Err(e) = poll.poll(events, Some(wait)) {
+            // Level-triggered poll(2) over the sockets and the waker: unlike an epoll set, it
+            // adds no work to every arriving packet while the receiver is spinning instead.
+            let PortRx { conns, fds, .. } = &mut *rx;
+            fds.clear();
+            fds.push(libc::pollfd {
+                fd: self.waker.raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+            fds.extend(
+                conns
+                    .iter()
+                    .filter_map(|c| c.stream.raw_fd())
+                    .map(|fd| libc::pollfd {
+                        fd,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    }),
+            );
+            let ms = wait.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+            // SAFETY: `fds` is a valid array of pollfd for the duration of the call.
+            let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+            self.waker.set_parked(false);
+            if r < 0 {
+                let e = std::io::Error::last_os_error();
                 if e.kind() != std::io::ErrorKind::Interrupted {
-                    self.waker.set_parked(false);
                     return Err(Error::io(format!("waiting on port '{}'", self.name), e));
                 }
             }
-            self.waker.set_parked(false);
+            if fds[0].revents != 0 {
+                self.waker.drain();
+            }
         }
     }
 
@@ -403,13 +408,7 @@ impl<'a> ReceivePortBuilder<'a> {
             return Err(Error::config("port name", "must be 1 to 1024 bytes"));
         }
         let inner = &self.ibis.inner;
-        let poll = mio::Poll::new().map_err(|e| Error::io("create poller", e))?;
-        let registry = poll
-            .registry()
-            .try_clone()
-            .map_err(|e| Error::io("create poller", e))?;
-        let waker =
-            Arc::new(PortWaker::new(&registry, WAKER).map_err(|e| Error::io("create waker", e))?);
+        let waker = Arc::new(PortWaker::new().map_err(|e| Error::io("create waker", e))?);
         let cfg = &inner.cfg;
         let shared = Arc::new(PortShared {
             name: self.name.clone(),
@@ -417,15 +416,12 @@ impl<'a> ReceivePortBuilder<'a> {
             owner: inner.id.clone(),
             rx: Arc::new(Mutex::new(PortRx {
                 conns: Vec::new(),
-                poll,
-                events: mio::Events::with_capacity(64),
+                fds: Vec::new(),
                 rr: 0,
                 pool: inner.pool.clone(),
             })),
             pending: Mutex::new(Vec::new()),
-            registry,
             waker,
-            next_token: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
             senders: Mutex::new(Vec::new()),
             on_connect: self.on_connect,

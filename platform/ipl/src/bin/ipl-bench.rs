@@ -29,12 +29,26 @@ struct Args {
     /// Repetitions of each throughput and serialization measurement (the median is reported).
     #[arg(long, default_value_t = 7)]
     repeat: usize,
+    /// Which parts to run: any of latency, throughput, serialization (comma-separated).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "latency,throughput,serialization"
+    )]
+    only: Vec<Part>,
     /// Also write the figures as JSON to this file.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
 }
 
 const KB100: usize = 102_400;
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Part {
+    Latency,
+    Throughput,
+    Serialization,
+}
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
@@ -293,176 +307,180 @@ fn main() {
     let mut json = serde_json::Map::new();
     let us = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
 
-    eprintln!("round trips ({} each)...", args.round_trips);
-    let ipl_rt = ipl_round_trip(args.round_trips);
-    let busy_rt = raw_round_trip(args.round_trips, true);
-    let block_rt = raw_round_trip(args.round_trips, false);
-    println!("1-byte round trip (us)           median      p99");
-    for (name, h) in [
-        ("ipl over tcp", &ipl_rt),
-        ("raw tcp, busy polling", &busy_rt),
-        ("raw tcp, blocking", &block_rt),
-    ] {
-        println!("  {name:<28} {:>8.2} {:>8.2}", us(h, 0.5), us(h, 0.99));
-        json.insert(
-            format!("rtt_us_{}", name.replace([' ', ','], "_")),
-            serde_json::json!({"median": us(h, 0.5), "p99": us(h, 0.99)}),
-        );
+    if args.only.contains(&Part::Latency) {
+        eprintln!("round trips ({} each)...", args.round_trips);
+        let ipl_rt = ipl_round_trip(args.round_trips);
+        let busy_rt = raw_round_trip(args.round_trips, true);
+        let block_rt = raw_round_trip(args.round_trips, false);
+        println!("1-byte round trip (us)           median      p99");
+        for (name, h) in [
+            ("ipl over tcp", &ipl_rt),
+            ("raw tcp, busy polling", &busy_rt),
+            ("raw tcp, blocking", &block_rt),
+        ] {
+            println!("  {name:<28} {:>8.2} {:>8.2}", us(h, 0.5), us(h, 0.99));
+            json.insert(
+                format!("rtt_us_{}", name.replace([' ', ','], "_")),
+                serde_json::json!({"median": us(h, 0.5), "p99": us(h, 0.99)}),
+            );
+        }
+        let rt_ratio = us(&ipl_rt, 0.5) / us(&busy_rt, 0.5);
+        println!("  ipl / busy-polling raw: {rt_ratio:.2}x (target <= 1.20x)");
+        json.insert("rtt_ratio_ipl_over_busy_raw".into(), rt_ratio.into());
     }
-    let rt_ratio = us(&ipl_rt, 0.5) / us(&busy_rt, 0.5);
-    println!("  ipl / busy-polling raw: {rt_ratio:.2}x (target <= 1.20x)");
-    json.insert("rtt_ratio_ipl_over_busy_raw".into(), rt_ratio.into());
-
-    eprintln!("throughput...");
-    let ipl_tp = median(ipl_throughput(args.messages, args.repeat));
-    let raw_tp = median(raw_throughput(args.messages, args.repeat));
-    let tp_ratio = ipl_tp / raw_tp;
-    println!("acked one-way throughput, 100 KB messages (MB/s)");
-    println!("  ipl f64 slices               {ipl_tp:>8.0}");
-    println!("  raw tcp byte buffers         {raw_tp:>8.0}");
-    println!("  ipl / raw: {tp_ratio:.2}x (target >= 0.90x)");
-    json.insert("throughput_mb_s_ipl_f64".into(), ipl_tp.into());
-    json.insert("throughput_mb_s_raw_tcp".into(), raw_tp.into());
-    json.insert("throughput_ratio".into(), tp_ratio.into());
-
-    eprintln!("serialization...");
-    let data: Vec<f64> = (0..KB100 / 8).map(|i| i as f64 * 0.5).collect();
-    let mut n = 0;
-    let t = tree(10, &mut n).expect("tree");
-    assert_eq!(n, 1023);
-    let tree_payload = 1023 * 16;
-    let mut rows: Vec<(&str, &str, (f64, f64))> = Vec::new();
-    let r = args.repeat;
-    rows.push((
-        "f64 100 KB",
-        "ipl",
-        ser_bench(
-            KB100,
-            r,
-            || {
-                let mut w = WriteMessage::detached();
-                w.write_slice(&data[..]);
-                w.into_bytes().expect("encode")
-            },
-            |b| {
-                let mut out = vec![0f64; KB100 / 8];
-                ReadMessage::from_bytes(b, false)
-                    .read_slice_into(&mut out)
-                    .expect("decode");
-                std::hint::black_box(&out);
-            },
-        ),
-    ));
-    rows.push((
-        "f64 100 KB",
-        "postcard",
-        ser_bench(
-            KB100,
-            r,
-            || postcard::to_allocvec(&data).expect("encode"),
-            |b| {
-                std::hint::black_box(postcard::from_bytes::<Vec<f64>>(&b).expect("decode"));
-            },
-        ),
-    ));
-    rows.push((
-        "f64 100 KB",
-        "bitcode serde",
-        ser_bench(
-            KB100,
-            r,
-            || bitcode::serialize(&data).expect("encode"),
-            |b| {
-                std::hint::black_box(bitcode::deserialize::<Vec<f64>>(&b).expect("decode"));
-            },
-        ),
-    ));
-    rows.push((
-        "f64 100 KB",
-        "bitcode derive",
-        ser_bench(
-            KB100,
-            r,
-            || bitcode::encode(&data),
-            |b| {
-                std::hint::black_box(bitcode::decode::<Vec<f64>>(&b).expect("decode"));
-            },
-        ),
-    ));
-    rows.push((
-        "tree 1023",
-        "ipl",
-        ser_bench(
-            tree_payload,
-            r,
-            || {
-                let mut w = WriteMessage::detached();
-                w.write(&t).expect("encode");
-                w.into_bytes().expect("encode")
-            },
-            |b| {
-                std::hint::black_box(
+    if args.only.contains(&Part::Throughput) {
+        eprintln!("throughput...");
+        let ipl_tp = median(ipl_throughput(args.messages, args.repeat));
+        let raw_tp = median(raw_throughput(args.messages, args.repeat));
+        let tp_ratio = ipl_tp / raw_tp;
+        println!("acked one-way throughput, 100 KB messages (MB/s)");
+        println!("  ipl f64 slices               {ipl_tp:>8.0}");
+        println!("  raw tcp byte buffers         {raw_tp:>8.0}");
+        println!("  ipl / raw: {tp_ratio:.2}x (target >= 0.90x)");
+        json.insert("throughput_mb_s_ipl_f64".into(), ipl_tp.into());
+        json.insert("throughput_mb_s_raw_tcp".into(), raw_tp.into());
+        json.insert("throughput_ratio".into(), tp_ratio.into());
+    }
+    if args.only.contains(&Part::Serialization) {
+        eprintln!("serialization...");
+        let data: Vec<f64> = (0..KB100 / 8).map(|i| i as f64 * 0.5).collect();
+        let mut n = 0;
+        let t = tree(10, &mut n).expect("tree");
+        assert_eq!(n, 1023);
+        let tree_payload = 1023 * 16;
+        let mut rows: Vec<(&str, &str, (f64, f64))> = Vec::new();
+        let r = args.repeat;
+        rows.push((
+            "f64 100 KB",
+            "ipl",
+            ser_bench(
+                KB100,
+                r,
+                || {
+                    let mut w = WriteMessage::detached();
+                    w.write_slice(&data[..]);
+                    w.into_bytes().expect("encode")
+                },
+                |b| {
+                    let mut out = vec![0f64; KB100 / 8];
                     ReadMessage::from_bytes(b, false)
-                        .read::<Tree>()
-                        .expect("decode"),
-                );
-            },
-        ),
-    ));
-    rows.push((
-        "tree 1023",
-        "postcard",
-        ser_bench(
-            tree_payload,
-            r,
-            || postcard::to_allocvec(&t).expect("encode"),
-            |b| {
-                std::hint::black_box(postcard::from_bytes::<Tree>(&b).expect("decode"));
-            },
-        ),
-    ));
-    rows.push((
-        "tree 1023",
-        "bitcode serde",
-        ser_bench(
-            tree_payload,
-            r,
-            || bitcode::serialize(&t).expect("encode"),
-            |b| {
-                std::hint::black_box(bitcode::deserialize::<Tree>(&b).expect("decode"));
-            },
-        ),
-    ));
-    println!("serialization throughput (MB/s of payload)   write       read");
-    for (data, lib, (w, rd)) in &rows {
-        println!("  {data:<12} {lib:<16}              {w:>8.0}   {rd:>8.0}");
-        json.insert(
-            format!("ser_{}_{}", data.replace(' ', "_"), lib.replace(' ', "_")),
-            serde_json::json!({"write": w, "read": rd}),
+                        .read_slice_into(&mut out)
+                        .expect("decode");
+                    std::hint::black_box(&out);
+                },
+            ),
+        ));
+        rows.push((
+            "f64 100 KB",
+            "postcard",
+            ser_bench(
+                KB100,
+                r,
+                || postcard::to_allocvec(&data).expect("encode"),
+                |b| {
+                    std::hint::black_box(postcard::from_bytes::<Vec<f64>>(&b).expect("decode"));
+                },
+            ),
+        ));
+        rows.push((
+            "f64 100 KB",
+            "bitcode serde",
+            ser_bench(
+                KB100,
+                r,
+                || bitcode::serialize(&data).expect("encode"),
+                |b| {
+                    std::hint::black_box(bitcode::deserialize::<Vec<f64>>(&b).expect("decode"));
+                },
+            ),
+        ));
+        rows.push((
+            "f64 100 KB",
+            "bitcode derive",
+            ser_bench(
+                KB100,
+                r,
+                || bitcode::encode(&data),
+                |b| {
+                    std::hint::black_box(bitcode::decode::<Vec<f64>>(&b).expect("decode"));
+                },
+            ),
+        ));
+        rows.push((
+            "tree 1023",
+            "ipl",
+            ser_bench(
+                tree_payload,
+                r,
+                || {
+                    let mut w = WriteMessage::detached();
+                    w.write(&t).expect("encode");
+                    w.into_bytes().expect("encode")
+                },
+                |b| {
+                    std::hint::black_box(
+                        ReadMessage::from_bytes(b, false)
+                            .read::<Tree>()
+                            .expect("decode"),
+                    );
+                },
+            ),
+        ));
+        rows.push((
+            "tree 1023",
+            "postcard",
+            ser_bench(
+                tree_payload,
+                r,
+                || postcard::to_allocvec(&t).expect("encode"),
+                |b| {
+                    std::hint::black_box(postcard::from_bytes::<Tree>(&b).expect("decode"));
+                },
+            ),
+        ));
+        rows.push((
+            "tree 1023",
+            "bitcode serde",
+            ser_bench(
+                tree_payload,
+                r,
+                || bitcode::serialize(&t).expect("encode"),
+                |b| {
+                    std::hint::black_box(bitcode::deserialize::<Tree>(&b).expect("decode"));
+                },
+            ),
+        ));
+        println!("serialization throughput (MB/s of payload)   write       read");
+        for (data, lib, (w, rd)) in &rows {
+            println!("  {data:<12} {lib:<16}              {w:>8.0}   {rd:>8.0}");
+            json.insert(
+                format!("ser_{}_{}", data.replace(' ', "_"), lib.replace(' ', "_")),
+                serde_json::json!({"write": w, "read": rd}),
+            );
+        }
+        let best_other = |d: &str, f: fn(&(f64, f64)) -> f64| {
+            rows.iter()
+                .filter(|(x, l, _)| *x == d && *l != "ipl")
+                .map(|(_, _, v)| f(v))
+                .fold(0.0, f64::max)
+        };
+        let ipl_tree = rows
+            .iter()
+            .find(|(d, l, _)| *d == "tree 1023" && *l == "ipl")
+            .expect("row")
+            .2;
+        let (bw, br) = (
+            best_other("tree 1023", |v| v.0),
+            best_other("tree 1023", |v| v.1),
         );
+        println!(
+            "  tree: ipl / fastest other: write {:.2}x, read {:.2}x (target >= 1.00x)",
+            ipl_tree.0 / bw,
+            ipl_tree.1 / br
+        );
+        json.insert("tree_ratio_write".into(), (ipl_tree.0 / bw).into());
+        json.insert("tree_ratio_read".into(), (ipl_tree.1 / br).into());
     }
-    let best_other = |d: &str, f: fn(&(f64, f64)) -> f64| {
-        rows.iter()
-            .filter(|(x, l, _)| *x == d && *l != "ipl")
-            .map(|(_, _, v)| f(v))
-            .fold(0.0, f64::max)
-    };
-    let ipl_tree = rows
-        .iter()
-        .find(|(d, l, _)| *d == "tree 1023" && *l == "ipl")
-        .expect("row")
-        .2;
-    let (bw, br) = (
-        best_other("tree 1023", |v| v.0),
-        best_other("tree 1023", |v| v.1),
-    );
-    println!(
-        "  tree: ipl / fastest other: write {:.2}x, read {:.2}x (target >= 1.00x)",
-        ipl_tree.0 / bw,
-        ipl_tree.1 / br
-    );
-    json.insert("tree_ratio_write".into(), (ipl_tree.0 / bw).into());
-    json.insert("tree_ratio_read".into(), (ipl_tree.1 / br).into());
     if let Some(path) = args.json {
         let text = serde_json::to_string_pretty(&serde_json::Value::Object(json)).expect("json");
         if let Err(e) = std::fs::write(&path, text) {

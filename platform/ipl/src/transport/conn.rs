@@ -30,19 +30,30 @@ const PIPE_CHUNK: usize = 256 * 1024;
 /// Longest single wait before re-checking for failures.
 pub(crate) const WAIT_SLICE: Duration = Duration::from_millis(100);
 
-/// Wakes a receiver parked on its port's poller, but only when it is actually parked, so that
-/// in-process senders pay no system call while the receiver is spinning.
+/// Wakes a receiver parked in `poll(2)` (an eventfd in its poll set), but only when it is
+/// actually parked, so that in-process senders pay no system call while the receiver spins.
 pub(crate) struct PortWaker {
-    waker: mio::Waker,
+    fd: std::os::fd::OwnedFd,
     parked: AtomicBool,
 }
 
 impl PortWaker {
-    pub(crate) fn new(registry: &mio::Registry, token: mio::Token) -> io::Result<Self> {
+    pub(crate) fn new() -> io::Result<Self> {
+        // SAFETY: eventfd(2) returns a new descriptor or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
         Ok(PortWaker {
-            waker: mio::Waker::new(registry, token)?,
+            fd,
             parked: AtomicBool::new(false),
         })
+    }
+
+    pub(crate) fn raw_fd(&self) -> i32 {
+        self.fd.as_raw_fd()
     }
 
     pub(crate) fn set_parked(&self, parked: bool) {
@@ -52,13 +63,26 @@ impl PortWaker {
     /// Wakes the receiver if it is parked (or about to park).
     pub(crate) fn notify(&self) {
         if self.parked.load(Ordering::SeqCst) {
-            let _ = self.waker.wake();
+            self.force();
         }
     }
 
     /// Wakes the receiver unconditionally (port closing, new connection).
     pub(crate) fn force(&self) {
-        let _ = self.waker.wake();
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid u64 to our eventfd.
+        unsafe {
+            libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8);
+        }
+    }
+
+    /// Clears pending wake-ups after the receiver woke.
+    pub(crate) fn drain(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads at most 8 bytes into a valid u64; the fd is non-blocking.
+        unsafe {
+            libc::read(self.fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8);
+        }
     }
 }
 
@@ -180,6 +204,14 @@ impl InStream {
         }
     }
 
+    /// The descriptor to wait on, for socket streams.
+    pub(crate) fn raw_fd(&self) -> Option<i32> {
+        match self {
+            InStream::Tcp(s) => Some(s.as_raw_fd()),
+            InStream::Pipe(_) => None,
+        }
+    }
+
     fn wait_readable(&self, d: Duration) {
         match self {
             InStream::Tcp(s) => {
@@ -208,7 +240,6 @@ pub(crate) struct InConn {
     pub stream: InStream,
     pub origin: NodeId,
     pub send_port: u64,
-    pub token: mio::Token,
     buf: Box<[u8]>,
     start: usize,
     end: usize,
@@ -216,20 +247,13 @@ pub(crate) struct InConn {
 }
 
 impl InConn {
-    pub(crate) fn new(
-        stream: InStream,
-        origin: NodeId,
-        send_port: u64,
-        token: mio::Token,
-        leftover: &[u8],
-    ) -> Self {
+    pub(crate) fn new(stream: InStream, origin: NodeId, send_port: u64, leftover: &[u8]) -> Self {
         let mut buf = vec![0u8; BUF_CAP.max(leftover.len())].into_boxed_slice();
         buf[..leftover.len()].copy_from_slice(leftover);
         InConn {
             stream,
             origin,
             send_port,
-            token,
             buf,
             start: 0,
             end: leftover.len(),

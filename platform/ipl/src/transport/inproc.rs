@@ -44,7 +44,6 @@ pub(crate) fn connect_once(node: &NodeId, req: &ConnectRequest) -> Result<Outcom
                 InStream::Pipe(pipe.clone()),
                 req.from.clone(),
                 req.send_port,
-                port.token(),
                 &[],
             ));
             Ok(Outcome::Connected(OutStream::Pipe(pipe)))

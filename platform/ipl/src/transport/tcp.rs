@@ -175,7 +175,6 @@ fn event_loop(
                                     InStream::Tcp(p.stream),
                                     req.from,
                                     req.send_port,
-                                    port.token(),
                                     &p.inbuf,
                                 ));
                             }

@@ -17,6 +17,7 @@ pub(crate) struct IbisInner {
     pub(crate) cfg: Config,
     pub(crate) pool: Pool,
     pub(crate) ports: Arc<PortTable>,
+    pub(crate) links: Arc<crate::transport::links::Links>,
     next_send_port: AtomicU64,
     _server: Option<NodeServer>,
     ended: AtomicBool,
@@ -57,10 +58,11 @@ impl Ibis {
             ));
         }
         let ports: Arc<PortTable> = Arc::default();
+        let links: Arc<crate::transport::links::Links> = Arc::default();
         let (server, address) = match cfg.driver {
             Driver::Inproc => (None, "inproc".to_string()),
             Driver::Tcp | Driver::Wan => {
-                let s = NodeServer::start(&cfg.host, &cfg.secret, ports.clone())?;
+                let s = NodeServer::start(&cfg.host, &cfg.secret, ports.clone(), links.clone())?;
                 let a = s.address().to_string();
                 (Some(s), a)
             }
@@ -77,6 +79,7 @@ impl Ibis {
                 cfg,
                 pool,
                 ports,
+                links,
                 next_send_port: AtomicU64::new(0),
                 _server: server,
                 ended: AtomicBool::new(false),

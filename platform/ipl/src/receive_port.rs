@@ -232,7 +232,10 @@ impl PortShared {
                 .try_lock_arc_until(d)
                 .ok_or_else(|| self.timeout(d))?,
         };
-        let spin_until = Instant::now() + self.spin;
+        let started = Instant::now();
+        let spin_until = started + self.spin;
+        // A reply to a request usually arrives within this; spin flat out until then.
+        let yield_after = started + self.spin.min(Duration::from_micros(20));
         loop {
             if self.closed.load(Ordering::SeqCst) {
                 return Err(Error::Closed(format!("receive port '{}'", self.name)));
@@ -261,10 +264,14 @@ impl PortShared {
                 }
             }
             if now < spin_until {
-                // Yield rather than only spin: when the sender shares this core (oversubscribed
+                // Then yield while spinning: when the sender shares this core (oversubscribed,
                 // or placed together by the scheduler) it gets to run at once, instead of both
                 // threads taking turns spinning out their whole budget.
-                std::thread::yield_now();
+                if now >= yield_after {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
                 continue;
             }
             self.waker.set_parked(true);

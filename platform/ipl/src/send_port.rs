@@ -121,14 +121,15 @@ impl SendPort {
             send_port: s.id,
             port: name.to_owned(),
             port_type: s.ty,
+            back_link: None,
         };
         let timeout = ibis.cfg.connect_timeout;
         let start = Instant::now();
         let mut backoff = Duration::from_millis(2);
-        let stream = loop {
+        let (stream, link) = loop {
             ibis.pool.check_alive(std::slice::from_ref(node))?;
             match transport::connect_once(ibis, node, &req)? {
-                Outcome::Connected(stream) => break stream,
+                Outcome::Connected(stream, link) => break (stream, link),
                 Outcome::Reply(ConnectReply::NoSuchPort) => {
                     if start.elapsed() >= timeout {
                         return Err(Error::UnknownPort {
@@ -155,7 +156,7 @@ impl SendPort {
                         reason,
                     })
                 }
-                Outcome::Reply(ConnectReply::Accepted) => {
+                Outcome::Reply(ConnectReply::Accepted | ConnectReply::AcceptedOnBackLink) => {
                     unreachable!("an accepted connection is returned as Connected")
                 }
             }
@@ -175,6 +176,7 @@ impl SendPort {
             port: name.to_owned(),
             stream,
             wan: shaped.then(|| WanShaper::new(*wan)),
+            _link: link,
         });
         tracing::debug!(to = %node, port = name, "connected");
         Ok(())

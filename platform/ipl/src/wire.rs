@@ -135,13 +135,18 @@ pub struct ConnectRequest {
     pub port: String,
     /// The send port's type.
     pub port_type: PortType,
+    /// Channel pairing: the local port of a socket the receiving node connected to us, whose
+    /// free reverse direction may carry this channel instead of the new socket.
+    pub back_link: Option<u16>,
 }
 
 /// The receive side's answer to a [`ConnectRequest`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum ConnectReply {
-    /// Connected; messages may follow.
+    /// Connected; messages may follow on this socket.
     Accepted,
+    /// Connected on the offered back link; this socket closes.
+    AcceptedOnBackLink,
     /// No receive port of that name (yet): the sender retries until its timeout.
     NoSuchPort,
     /// The types differ; carries the receive port's type.

@@ -112,6 +112,7 @@ fn wrong_secret_and_garbage_are_dropped_and_the_node_keeps_serving() {
         send_port: 999,
         port: "in".into(),
         port_type: ty(),
+        back_link: None,
     };
     s.write_all(&ipl::wire::encode_setup(&req)).unwrap();
     let mut reply = [0u8; 64];

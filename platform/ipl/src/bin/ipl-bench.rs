@@ -120,9 +120,15 @@ fn ipl_round_trip(n: u32) -> Histogram<u64> {
         |ibis, all| {
             let rp = ibis.receive_port(&port_type(), "ping").expect("port");
             let sp = ibis.send_port(&port_type()).expect("port");
+            // Like a server: answer the first request by connecting back, so the reply channel
+            // pairs with the request channel's socket.
+            let mut first = Some(rp.receive().expect("receive"));
             sp.connect(&all[0], "pong").expect("connect");
             for _ in 0..n + 1000 {
-                rp.receive().expect("receive").finish();
+                match first.take() {
+                    Some(m) => m.finish(),
+                    None => rp.receive().expect("receive").finish(),
+                }
                 let mut w = sp.message();
                 w.write_u8(1);
                 w.finish().expect("send");
@@ -171,6 +177,36 @@ fn raw_round_trip(n: u32, busy: bool) -> Histogram<u64> {
             let t = Instant::now();
             a.write_all(&x).expect("write");
             read_one(&mut a, busy, &mut x);
+            if i >= 1000 {
+                h.record(t.elapsed().as_nanos() as u64).expect("in range");
+            }
+        }
+        h
+    })
+}
+
+/// Busy-polling round trips over two one-way connections (ping on one, pong on the other), the
+/// shape of two ipl port connections: replies cannot carry the acknowledgements of requests.
+fn raw_round_trip_one_way_pair(n: u32) -> Histogram<u64> {
+    let (mut a_out, mut b_in) = socket_pair();
+    let (mut b_out, mut a_in) = socket_pair();
+    for s in [&a_out, &b_in, &b_out, &a_in] {
+        s.set_nonblocking(true).expect("mode");
+    }
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let mut x = [0u8; 1];
+            for _ in 0..n + 1000 {
+                read_one(&mut b_in, true, &mut x);
+                b_out.write_all(&x).expect("write");
+            }
+        });
+        let mut h = hist();
+        let mut x = [1u8; 1];
+        for i in 0..n + 1000 {
+            let t = Instant::now();
+            a_out.write_all(&x).expect("write");
+            read_one(&mut a_in, true, &mut x);
             if i >= 1000 {
                 h.record(t.elapsed().as_nanos() as u64).expect("in range");
             }
@@ -312,11 +348,13 @@ fn main() {
         let ipl_rt = ipl_round_trip(args.round_trips);
         let busy_rt = raw_round_trip(args.round_trips, true);
         let block_rt = raw_round_trip(args.round_trips, false);
+        let pair_rt = raw_round_trip_one_way_pair(args.round_trips);
         println!("1-byte round trip (us)           median      p99");
         for (name, h) in [
             ("ipl over tcp", &ipl_rt),
             ("raw tcp, busy polling", &busy_rt),
             ("raw tcp, blocking", &block_rt),
+            ("raw tcp, busy, 2 one-way", &pair_rt),
         ] {
             println!("  {name:<28} {:>8.2} {:>8.2}", us(h, 0.5), us(h, 0.99));
             json.insert(

@@ -240,6 +240,8 @@ pub(crate) struct InConn {
     pub stream: InStream,
     pub origin: NodeId,
     pub send_port: u64,
+    /// Keeps the socket offerable for channel pairing while this channel lives.
+    pub link: Option<super::links::LinkHandle>,
     buf: Box<[u8]>,
     start: usize,
     end: usize,
@@ -254,6 +256,7 @@ impl InConn {
             stream,
             origin,
             send_port,
+            link: None,
             buf,
             start: 0,
             end: leftover.len(),
@@ -429,11 +432,12 @@ impl InConn {
         }
     }
 
-    /// Tells an in-process sender that nobody will read any more.
+    /// Stops reading. Only this direction: the other may carry a paired channel. The sender
+    /// learns that nobody reads once the socket's last handle closes.
     pub(crate) fn shutdown(&self) {
         match &self.stream {
             InStream::Tcp(s) => {
-                let _ = s.shutdown(std::net::Shutdown::Both);
+                let _ = s.shutdown(std::net::Shutdown::Read);
             }
             InStream::Pipe(p) => p.close_receiver(),
         }
@@ -479,6 +483,9 @@ pub(crate) struct OutConn {
     pub port: String,
     pub stream: OutStream,
     pub wan: Option<WanShaper>,
+    /// Keeps the socket's reverse direction claimable while this channel lives (held for its
+    /// drop).
+    pub _link: Option<super::links::LinkHandle>,
 }
 
 impl OutConn {

@@ -46,7 +46,7 @@ pub(crate) fn connect_once(node: &NodeId, req: &ConnectRequest) -> Result<Outcom
                 req.send_port,
                 &[],
             ));
-            Ok(Outcome::Connected(OutStream::Pipe(pipe)))
+            Ok(Outcome::Connected(OutStream::Pipe(pipe), None))
         }
         other => Ok(Outcome::Reply(other)),
     }

@@ -2,6 +2,7 @@
 
 pub(crate) mod conn;
 pub(crate) mod inproc;
+pub(crate) mod links;
 pub(crate) mod tcp;
 
 use crate::config::Driver;
@@ -13,7 +14,7 @@ use conn::OutStream;
 
 /// Result of one connection attempt.
 pub(crate) enum Outcome {
-    Connected(OutStream),
+    Connected(OutStream, Option<links::LinkHandle>),
     Reply(ConnectReply),
 }
 
@@ -25,6 +26,6 @@ pub(crate) fn connect_once(
 ) -> Result<Outcome> {
     match ibis.cfg.driver {
         Driver::Inproc => inproc::connect_once(node, req),
-        Driver::Tcp | Driver::Wan => tcp::connect_once(&ibis.cfg, node, req),
+        Driver::Tcp | Driver::Wan => tcp::connect_once(&ibis.cfg, &ibis.links, node, req),
     }
 }

@@ -2,6 +2,7 @@
 //! without blocking; established connections go to their receive port's poller.
 
 use super::conn::{InConn, InStream, OutStream};
+use super::links::{dup, Links};
 use super::Outcome;
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -53,7 +54,12 @@ struct Pending {
 
 impl NodeServer {
     /// Listens on `host` (any free port) and serves connection requests for `ports`.
-    pub(crate) fn start(host: &str, secret: &str, ports: Arc<PortTable>) -> Result<NodeServer> {
+    pub(crate) fn start(
+        host: &str,
+        secret: &str,
+        ports: Arc<PortTable>,
+        links: Arc<Links>,
+    ) -> Result<NodeServer> {
         let bind: SocketAddr = std::net::ToSocketAddrs::to_socket_addrs(&(host, 0))
             .map_err(|e| Error::io(format!("resolve {host}"), e))?
             .next()
@@ -74,7 +80,7 @@ impl NodeServer {
         let stop2 = stop.clone();
         let thread = std::thread::Builder::new()
             .name("ipl-event-loop".into())
-            .spawn(move || event_loop(poll, listener, secret, ports, stop2))
+            .spawn(move || event_loop(poll, listener, secret, ports, links, stop2))
             .map_err(|e| Error::io("spawn event loop", e))?;
         Ok(NodeServer {
             addr,
@@ -107,6 +113,7 @@ fn event_loop(
     listener: TcpListener,
     secret: Vec<u8>,
     ports: Arc<PortTable>,
+    links: Arc<Links>,
     stop: Arc<AtomicBool>,
 ) {
     let mut events = Events::with_capacity(256);
@@ -165,18 +172,23 @@ fn event_loop(
                     let Some(p) = pending.get_mut(&token) else {
                         continue;
                     };
-                    match advance(p, &secret, &ports) {
+                    match advance(p, &secret, &ports, &links) {
                         Ok(false) => {}
                         Ok(true) => {
                             let mut p = pending.remove(&token).expect("present");
                             let _ = poll.registry().deregister(&mut p.stream);
                             if let Stage::Replying(Some((port, req))) = p.stage {
-                                port.attach(InConn::new(
+                                let link = dup(&p.stream).ok().map(|d| {
+                                    links.add_accepted(req.from.address(), p.peer.port(), d)
+                                });
+                                let mut conn = InConn::new(
                                     InStream::Tcp(p.stream),
                                     req.from,
                                     req.send_port,
                                     &p.inbuf,
-                                ));
+                                );
+                                conn.link = link;
+                                port.attach(conn);
                             }
                         }
                         Err(why) => {
@@ -205,6 +217,7 @@ fn advance(
     p: &mut Pending,
     secret: &[u8],
     ports: &Arc<PortTable>,
+    links: &Links,
 ) -> std::result::Result<bool, String> {
     // Read everything available.
     let mut tmp = [0u8; 4096];
@@ -252,7 +265,25 @@ fn advance(
                     let (reply, handoff) = match port {
                         None => (ConnectReply::NoSuchPort, None),
                         Some(port) => match port.admit(&req) {
-                            ConnectReply::Accepted => (ConnectReply::Accepted, Some((port, req))),
+                            ConnectReply::Accepted => {
+                                let paired = req
+                                    .back_link
+                                    .and_then(|bl| links.claim_connected(bl, req.from.address()));
+                                match paired {
+                                    // The channel arrives on our own socket's reverse direction;
+                                    // reading starts before the sender hears the answer.
+                                    Some(read) => {
+                                        port.attach(InConn::new(
+                                            InStream::Tcp(TcpStream::from_std(read)),
+                                            req.from.clone(),
+                                            req.send_port,
+                                            &[],
+                                        ));
+                                        (ConnectReply::AcceptedOnBackLink, None)
+                                    }
+                                    None => (ConnectReply::Accepted, Some((port, req))),
+                                }
+                            }
                             other => (other, None),
                         },
                     };
@@ -276,8 +307,51 @@ fn advance(
     Ok(matches!(p.stage, Stage::Replying(_)))
 }
 
-/// Connects, authenticates and sends the connect request; blocking, with timeouts.
-pub(crate) fn connect_once(cfg: &Config, node: &NodeId, req: &ConnectRequest) -> Result<Outcome> {
+/// Connects, authenticates and sends the connect request; blocking, with timeouts. Offers the
+/// reverse direction of a socket `node` connected to us, if there is one (channel pairing).
+pub(crate) fn connect_once(
+    cfg: &Config,
+    links: &Arc<Links>,
+    node: &NodeId,
+    req: &ConnectRequest,
+) -> Result<Outcome> {
+    let offer = links.take_accepted(node.address());
+    let mut req = req.clone();
+    req.back_link = offer.as_ref().map(|(port, _)| *port);
+    let r = connect_offering(cfg, node, &req);
+    match (r, offer) {
+        (Ok((s, ConnectReply::Accepted)), offer) => {
+            if let Some((port, back)) = offer {
+                links.restore_accepted(node.address(), port, back);
+            }
+            s.set_nonblocking(true)
+                .map_err(|e| Error::io(format!("configure socket to {node}"), e))?;
+            let link = links.add_connected(node.address(), &s);
+            Ok(Outcome::Connected(OutStream::Tcp(s), link))
+        }
+        (Ok((_, ConnectReply::AcceptedOnBackLink)), Some((_, back))) => {
+            tracing::debug!(to = %node, port = req.port, "channel paired with a back link");
+            Ok(Outcome::Connected(OutStream::Tcp(back), None))
+        }
+        (Ok((_, ConnectReply::AcceptedOnBackLink)), None) => Err(Error::Decode {
+            origin: node.to_string(),
+            reason: "accepted on a back link that was not offered".into(),
+        }),
+        (Ok((_, other)), offer) => {
+            if let Some((port, back)) = offer {
+                links.restore_accepted(node.address(), port, back);
+            }
+            Ok(Outcome::Reply(other))
+        }
+        (Err(e), _) => Err(e),
+    }
+}
+
+fn connect_offering(
+    cfg: &Config,
+    node: &NodeId,
+    req: &ConnectRequest,
+) -> Result<(std::net::TcpStream, ConnectReply)> {
     let addr: SocketAddr = node.address().parse().map_err(|_| Error::ConnectionLost {
         peer: node.to_string(),
         reason: format!("'{}' is not a socket address", node.address()),
@@ -335,14 +409,7 @@ pub(crate) fn connect_once(cfg: &Config, node: &NodeId, req: &ConnectRequest) ->
             }
         }
     };
-    match reply {
-        ConnectReply::Accepted => {
-            s.set_read_timeout(None)
-                .map_err(|e| io_err("configure socket to", e))?;
-            s.set_nonblocking(true)
-                .map_err(|e| io_err("configure socket to", e))?;
-            Ok(Outcome::Connected(OutStream::Tcp(s)))
-        }
-        other => Ok(Outcome::Reply(other)),
-    }
+    s.set_read_timeout(None)
+        .map_err(|e| io_err("configure socket to", e))?;
+    Ok((s, reply))
 }

@@ -241,12 +241,15 @@ fn ipl_throughput(messages: u32, rounds: usize) -> Vec<f64> {
         |ibis, all| {
             let rp = ibis.receive_port(&port_type(), "data").expect("port");
             let sp = ibis.send_port(&port_type()).expect("port");
-            sp.connect(&all[0], "ack").expect("connect");
             let mut buf = vec![0f64; KB100 / 8];
-            for _ in 0..rounds + 1 {
-                for _ in 0..messages {
+            for round in 0..rounds + 1 {
+                for i in 0..messages {
                     let mut m = rp.receive().expect("receive");
                     m.read_slice_into(&mut buf).expect("read");
+                    if round == 0 && i == 0 {
+                        // Connect back once data flows, so the acks pair with the data socket.
+                        sp.connect(&all[0], "ack").expect("connect");
+                    }
                 }
                 let mut w = sp.message();
                 w.write_u8(1);

@@ -2,7 +2,7 @@
 
 use clap::Parser;
 
-/// Run a registry that nodes reach through IPL_SERVER=<address>.
+/// Run a registry that nodes reach through `IPL_SERVER=host:port`.
 #[derive(Parser, Debug)]
 #[command(name = "ipl-server", version)]
 struct Args {

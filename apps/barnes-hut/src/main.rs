@@ -177,13 +177,13 @@ fn run(cli: Cli) -> Result<serde_json::Value, AppError> {
         },
         "nodes": 1,
         "threads": params.threads,
-        "phases": {
+        "seconds": {
             "tree_construction": times.tree_construction,
             "center_of_mass": times.center_of_mass,
             "force_computation": times.force_computation,
             "position_update": times.position_update,
         },
-        "seconds": seconds,
+        "total_seconds": seconds,
         "seconds_per_step": if steps > 0 { seconds / steps as f64 } else { 0.0 },
         "energy_method": match method { EnergyMethod::Tree => "tree", EnergyMethod::Direct => "direct" },
         "energy_start": e0.total(),
@@ -251,7 +251,7 @@ mod tests {
         assert_eq!(v["energy_method"], "direct");
         let e0 = v["energy_start"].as_f64().unwrap();
         assert!((e0 + 0.25).abs() < 0.05, "energy {e0}");
-        assert!(v["phases"]["force_computation"].as_f64().unwrap() > 0.0);
+        assert!(v["seconds"]["force_computation"].as_f64().unwrap() > 0.0);
         assert!(v["checksum"].as_f64().unwrap().is_finite());
     }
 }

@@ -117,6 +117,7 @@ fn run(args: Args) -> Result<(), String> {
     let png_seconds = png_start.elapsed().as_secs_f64();
 
     let line = json!({
+        "version": "sequential",
         "app": "raytracer",
         "parameters": {
             "scene": scene_name,

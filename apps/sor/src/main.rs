@@ -62,6 +62,7 @@ fn run(args: Args) -> Result<(), String> {
     let checksum_seconds = checksum_start.elapsed().as_secs_f64();
 
     let line = json!({
+        "version": "sequential",
         "app": "sor",
         "parameters": {
             "n": n,

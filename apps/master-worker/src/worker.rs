@@ -98,7 +98,11 @@ impl Client {
             match self.replies.receive_timeout(MASTER_CHECK) {
                 Ok(m) => break m,
                 Err(ipl::Error::Timeout { .. }) => {
-                    if let Err(e) = self.ibis.pool().check_alive(std::slice::from_ref(&self.master)) {
+                    if let Err(e) = self
+                        .ibis
+                        .pool()
+                        .check_alive(std::slice::from_ref(&self.master))
+                    {
                         return Err(Error::MasterGone {
                             worker: self.rank,
                             master: self.master.clone(),

@@ -60,6 +60,8 @@
 //! `ipl-run -n N -- master-worker ...`, or, when started on its own, as an in-process pool of
 //! threads; `--sweep 1,2,4,8,16` measures the request rate over worker counts with `ipl-run`.
 
+#![warn(missing_docs)]
+
 pub mod error;
 pub mod local;
 mod master;

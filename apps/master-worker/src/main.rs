@@ -49,8 +49,9 @@ struct Args {
           value_parser = clap::value_parser!(u32).range(1..=4096))]
     workers: u32,
 
-    /// How long a receiver spins before it parks (e.g. 0, 20us, 200us). Overrides IPL_SPIN;
-    /// without either the port library's default applies.
+    /// How long a receiver spins before it parks (e.g. 0, 20us, 200us). Overrides IPL_SPIN.
+    /// Without either: 0 when the pool has more nodes than this machine has cores (spinning
+    /// workers would take the cores the master needs), else the port library's default.
     #[arg(long, value_parser = parse_duration)]
     spin: Option<Duration>,
 
@@ -91,6 +92,19 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         return Ok(Duration::ZERO);
     }
     ipl::config::parse_duration("--spin", s).map_err(|e| e.to_string())
+}
+
+/// The receivers' spin for a pool of `nodes`: --spin, else IPL_SPIN (already in `configured`),
+/// else 0 when the pool has more nodes than this machine has cores, else `configured` (the
+/// port library's default).
+fn choose_spin(a: &Args, nodes: Option<u32>, configured: Duration) -> Duration {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    match (a.spin, nodes) {
+        (Some(s), _) => s,
+        _ if std::env::var_os("IPL_SPIN").is_some() => configured,
+        (None, Some(n)) if n as usize > cores => Duration::ZERO,
+        _ => configured,
+    }
 }
 
 fn seconds(name: &'static str, v: f64) -> Result<Duration, Error> {
@@ -246,7 +260,7 @@ fn run_sweep(a: &Args, counts: &[u32], started: Instant) -> Result<Value, Error>
             "seconds": a.seconds,
             "workers": counts,
             "driver": "tcp",
-            "spin_us": a.spin.map(|s| s.as_micros() as u64),
+            "spin_us": a.spin.map_or(Value::from("default"), |s| Value::from(s.as_micros() as u64)),
             "launcher": launcher.display().to_string(),
         },
         "nodes": counts.iter().max().map(|w| w + 1),
@@ -263,7 +277,13 @@ fn run_pool(a: &Args, started: Instant) -> Result<Option<Value>, Error> {
     let opts = options(a)?;
     let mut progress = print_progress(a.quiet);
     if std::env::var_os("IPL_SERVER").is_none() {
-        let spin = a.spin.unwrap_or(ipl::Config::inproc("defaults", 1).spin);
+        let configured = ipl::Config::from_env()
+            .map_err(|source| Error::Ipl {
+                context: "read IPL_* settings".into(),
+                source,
+            })?
+            .spin;
+        let spin = choose_spin(a, Some(a.workers + 1), configured);
         let r = run_in_process(a.workers, spin, &opts, &mut progress)?;
         let phases = json!({ "join": r.join_seconds, "run": r.master.seconds });
         let total = started.elapsed().as_secs_f64();
@@ -277,9 +297,7 @@ fn run_pool(a: &Args, started: Instant) -> Result<Option<Value>, Error> {
         context: "read the pool configuration (IPL_*)".into(),
         source,
     })?;
-    if let Some(s) = a.spin {
-        cfg.spin = s;
-    }
+    cfg.spin = choose_spin(a, cfg.size, cfg.spin);
     let driver = format!("{:?}", cfg.driver).to_lowercase();
     let spin = cfg.spin;
     let ibis = ipl::Ibis::join(cfg).map_err(|source| Error::Ipl {

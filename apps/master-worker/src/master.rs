@@ -125,7 +125,8 @@ pub struct MasterReport {
     pub seconds: f64,
     /// `requests / seconds`.
     pub requests_per_second: f64,
-    /// Requests per second in each report interval.
+    /// Requests per second in each report interval (and in the last, partial interval when it
+    /// lasted at least half an interval).
     pub rates: Vec<f64>,
     /// Requests answered with work, per worker rank.
     pub requests_per_worker: BTreeMap<u32, u64>,
@@ -274,7 +275,10 @@ pub fn run_master(
                 });
                 m.window = 0;
                 window_start = now;
-                next_report = now + opts.report_every;
+                // On a fixed schedule (no drift), skipping intervals that were missed.
+                while next_report <= now {
+                    next_report += opts.report_every;
+                }
             }
             let over = match (&m.farm, opts.mode) {
                 (Some(f), _) => f.left == 0,
@@ -282,6 +286,10 @@ pub fn run_master(
                 (None, Mode::Farm { .. }) => unreachable!("a farm has its state"),
             };
             if over {
+                let tail = now.duration_since(window_start);
+                if tail >= opts.report_every / 2 {
+                    rates.push(m.window as f64 / tail.as_secs_f64());
+                }
                 m.work_over = true;
                 work_end = Some(now);
                 m.stop_parked();

@@ -74,6 +74,12 @@ struct Args {
     #[arg(long, value_delimiter = ',', num_args = 1..)]
     sweep: Option<Vec<u32>>,
 
+    /// --sweep: measure every worker count this many times, in interleaved rounds (so that
+    /// changing load on the machine affects every count alike), and report the medians.
+    #[arg(long, default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=100))]
+    repeat: u32,
+
     /// The ipl-run launcher for --sweep (default: $IPL_RUN, or ipl-run next to this binary;
     /// build it with `cargo build -p ipl --bin ipl-run`).
     #[arg(long)]
@@ -238,7 +244,8 @@ fn run_sweep(a: &Args, counts: &[u32], started: Instant) -> Result<Value, Error>
     }
     let limit = seconds("--seconds", a.seconds)? + Duration::from_secs(120);
     let quiet = a.quiet;
-    let points = sweep(&launcher, &program, counts, &args, &[], limit, |p| {
+    let rounds: Vec<u32> = (0..a.repeat).flat_map(|_| counts.iter().copied()).collect();
+    let points = sweep(&launcher, &program, &rounds, &args, &[], limit, |p| {
         if !quiet {
             eprintln!(
                 "master-worker sweep: {:3} workers: {:10.0} requests/s",
@@ -246,12 +253,22 @@ fn run_sweep(a: &Args, counts: &[u32], started: Instant) -> Result<Value, Error>
             );
         }
     })?;
-    let rate_at = |w: u32| {
-        points
+    let mut medians = serde_json::Map::new();
+    for &w in counts {
+        let mut r: Vec<f64> = points
             .iter()
-            .find(|p| p.workers == w)
+            .filter(|p| p.workers == w)
             .map(|p| p.requests_per_second)
-    };
+            .collect();
+        r.sort_by(f64::total_cmp);
+        let median = if r.len() % 2 == 1 {
+            r[r.len() / 2]
+        } else {
+            (r[r.len() / 2 - 1] + r[r.len() / 2]) / 2.0
+        };
+        medians.insert(w.to_string(), json!(median));
+    }
+    let rate_at = |w: u32| medians.get(&w.to_string()).and_then(Value::as_f64);
     let ratio_16_8 = rate_at(16).zip(rate_at(8)).map(|(a, b)| a / b);
     Ok(json!({
         "app": "master-worker",
@@ -259,6 +276,7 @@ fn run_sweep(a: &Args, counts: &[u32], started: Instant) -> Result<Value, Error>
         "parameters": {
             "seconds": a.seconds,
             "workers": counts,
+            "repeat": a.repeat,
             "driver": "tcp",
             "spin_us": a.spin.map_or(Value::from("default"), |s| Value::from(s.as_micros() as u64)),
             "launcher": launcher.display().to_string(),
@@ -266,6 +284,7 @@ fn run_sweep(a: &Args, counts: &[u32], started: Instant) -> Result<Value, Error>
         "nodes": counts.iter().max().map(|w| w + 1),
         "threads": 1,
         "points": points,
+        "median_requests_per_second": medians,
         "ratio_16_to_8": ratio_16_8,
         "seconds": { "sweep": started.elapsed().as_secs_f64() },
         "total_seconds": started.elapsed().as_secs_f64(),

@@ -89,7 +89,9 @@ fn bench(driver: Driver) {
     }
     assert_eq!(r.seconds, 0.4);
     assert!((r.requests_per_second - r.requests as f64 / 0.4).abs() < 1e-6);
-    assert!(progress.len() >= 3, "{progress:?}");
+    // Reports every 100 ms over 400 ms (fewer when the master is descheduled for longer).
+    assert!(progress.len() >= 2, "{progress:?}");
+    assert!(progress.windows(2).all(|p| p[0].requests <= p[1].requests));
     // One rate per report, plus possibly the last partial interval.
     assert!(r.rates.len() == progress.len() || r.rates.len() == progress.len() + 1);
     assert_eq!(r.rates[0], progress[0].requests_per_second);

@@ -235,7 +235,7 @@ fn the_sweep_measures_each_worker_count_under_ipl_run() {
             (p.requests_per_second - p.requests as f64 / 0.4).abs() < 1e-6,
             "{p:?}"
         );
-        assert!(p.rates.len() >= 3, "{p:?}");
+        assert!(p.rates.len() >= 2, "{p:?}");
     }
 }
 

@@ -29,6 +29,8 @@ struct View {
     left: BTreeMap<u32, NodeId>,
     closed: Option<Vec<NodeId>>,
     elections: HashMap<String, NodeId>,
+    /// Elections a lookup found without a winner, until the next lookup.
+    vacant: std::collections::HashSet<String>,
     subscribers: Vec<Sender<PoolEvent>>,
     registry_lost: Option<String>,
 }
@@ -54,7 +56,14 @@ impl PoolInner {
         let mut v = self.view.lock();
         let ev = match msg {
             FromRegistry::Welcome { .. } | FromRegistry::Refused(_) => return,
+            FromRegistry::NoWinner(name) => {
+                v.vacant.insert(name);
+                drop(v);
+                self.changed.notify_all();
+                return;
+            }
             FromRegistry::Elected { name, winner } => {
+                v.vacant.remove(&name);
                 v.elections.insert(name, winner);
                 drop(v);
                 self.changed.notify_all();
@@ -65,6 +74,8 @@ impl PoolInner {
         match &ev {
             PoolEvent::Joined(n) => {
                 v.members.insert(n.rank(), n.clone());
+                v.dead.remove(&n.rank());
+                v.left.remove(&n.rank());
             }
             PoolEvent::Left(n) | PoolEvent::Died(n) => {
                 v.members.remove(&n.rank());
@@ -214,6 +225,38 @@ impl Pool {
         }
     }
 
+    /// The current winner of election `name`, without standing as a candidate; `None` when
+    /// nobody holds it (never elected, or the winner has gone).
+    pub fn election(&self, name: &str) -> Result<Option<NodeId>> {
+        {
+            let mut v = self.inner.view.lock();
+            if let Some(w) = v.elections.get(name) {
+                return Ok(Some(w.clone()));
+            }
+            v.vacant.remove(name);
+        }
+        self.link()?.send(ToRegistry::Lookup(name.to_owned()))?;
+        let deadline = Instant::now() + self.inner.request_timeout;
+        let mut v = self.inner.view.lock();
+        loop {
+            if let Some(w) = v.elections.get(name) {
+                return Ok(Some(w.clone()));
+            }
+            if v.vacant.remove(name) {
+                return Ok(None);
+            }
+            if let Some(why) = &v.registry_lost {
+                return Err(Error::Registry(why.clone()));
+            }
+            if self.inner.changed.wait_until(&mut v, deadline).timed_out() {
+                return Err(Error::Timeout {
+                    what: format!("looking up election '{name}'"),
+                    waited: self.inner.request_timeout,
+                });
+            }
+        }
+    }
+
     fn link(&self) -> Result<&dyn Link> {
         self.inner
             .link
@@ -282,6 +325,7 @@ impl Link for InprocLink {
         let mut s = self.state.lock();
         match m {
             ToRegistry::Elect(name) => s.elect(&self.pool, self.rank, &name),
+            ToRegistry::Lookup(name) => s.lookup(&self.pool, self.rank, &name),
             ToRegistry::Leave => s.remove(&self.pool, self.rank, false),
             ToRegistry::Heartbeat | ToRegistry::Join { .. } => {}
         }

@@ -407,7 +407,9 @@ fn a_new_winner_is_elected_when_the_winner_leaves() {
         });
         a.pool().wait_closed().unwrap();
         b.pool().wait_closed().unwrap();
+        assert_eq!(b.pool().election("leader").unwrap(), None);
         let first = a.pool().elect("leader").unwrap();
+        assert_eq!(b.pool().election("leader").unwrap(), Some(a.id()));
         assert_eq!(first, a.id());
         assert_eq!(b.pool().elect("leader").unwrap(), a.id());
         let events = b.pool().subscribe();
@@ -422,6 +424,7 @@ fn a_new_winner_is_elected_when_the_winner_leaves() {
                 _ => continue,
             }
         }
+        assert_eq!(b.pool().election("leader").unwrap(), None, "{d:?}");
         assert_eq!(b.pool().elect("leader").unwrap(), b.id(), "{d:?}");
     }
 }

@@ -38,6 +38,8 @@ pub enum ToRegistry {
     },
     /// Run (or look up) the election `name`; the caller wins if nobody holds it.
     Elect(String),
+    /// Look up the winner of election `name` without standing.
+    Lookup(String),
     /// Still alive.
     Heartbeat,
     /// Leaving the pool on purpose.
@@ -58,7 +60,9 @@ pub enum FromRegistry {
     Refused(String),
     /// A membership change.
     Event(PoolEvent),
-    /// Answer to `Elect`.
+    /// Answer to `Lookup` when the election has no winner.
+    NoWinner(String),
+    /// Answer to `Elect` and `Lookup`.
     Elected {
         /// The election.
         name: String,

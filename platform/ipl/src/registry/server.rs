@@ -226,6 +226,11 @@ fn serve_client(mut stream: TcpStream, shared: Arc<Shared>) {
                 st.heartbeat(&pool, rank);
                 st.elect(&pool, rank, &name);
             }
+            Ok(ToRegistry::Lookup(name)) => {
+                let mut st = shared.state.lock();
+                st.heartbeat(&pool, rank);
+                st.lookup(&pool, rank, &name);
+            }
             Ok(ToRegistry::Leave) => {
                 died = false;
                 break;

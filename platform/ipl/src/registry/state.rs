@@ -23,6 +23,11 @@ struct PoolState {
     gone: usize,
     elections: HashMap<String, u32>,
     closed: bool,
+    /// Every rank given out so far.
+    used: std::collections::HashSet<u32>,
+    /// One more than the highest rank ever given out: ranks are never reused, so a rank that
+    /// died or left can never be mistaken for a newcomer.
+    next_rank: u32,
 }
 
 /// What a join asks for.
@@ -72,6 +77,12 @@ impl RegistryState {
                 if p.members.contains_key(&r) {
                     return Err(format!("rank {r} of pool '{}' is taken", req.pool));
                 }
+                if p.used.contains(&r) {
+                    return Err(format!(
+                        "rank {r} of pool '{}' belonged to a node that has gone",
+                        req.pool
+                    ));
+                }
                 if p.size.is_some_and(|s| r >= s) {
                     return Err(format!(
                         "rank {r} is outside pool '{}' of size {}",
@@ -81,10 +92,16 @@ impl RegistryState {
                 }
                 r
             }
-            None => (0..)
-                .find(|r| !p.members.contains_key(r))
-                .expect("ranks are unbounded"),
+            None => match p.size {
+                // A closed pool fills the ranks its launcher did not ask for.
+                Some(_) => (0..)
+                    .find(|r| !p.members.contains_key(r) && !p.used.contains(r))
+                    .expect("ranks are unbounded"),
+                None => p.next_rank,
+            },
         };
+        p.used.insert(rank);
+        p.next_rank = p.next_rank.max(rank + 1);
         let id = NodeId::new(&req.pool, rank, &req.host, &req.location, &req.address);
         let mut members: Vec<NodeId> = p.members.values().map(|m| m.id.clone()).collect();
         members.push(id.clone());
@@ -137,6 +154,27 @@ impl RegistryState {
             let _ = m.tx.try_send(FromRegistry::Elected {
                 name: name.to_owned(),
                 winner,
+            });
+        }
+    }
+
+    /// Answers member `rank` with the current winner of election `name`, without standing.
+    pub fn lookup(&mut self, pool: &str, rank: u32, name: &str) {
+        let Some(p) = self.pools.get(pool) else {
+            return;
+        };
+        let winner = p
+            .elections
+            .get(name)
+            .and_then(|w| p.members.get(w))
+            .map(|m| m.id.clone());
+        if let Some(m) = p.members.get(&rank) {
+            let _ = m.tx.try_send(match winner {
+                Some(winner) => FromRegistry::Elected {
+                    name: name.to_owned(),
+                    winner,
+                },
+                None => FromRegistry::NoWinner(name.to_owned()),
             });
         }
     }
@@ -256,5 +294,38 @@ mod tests {
         assert!(after
             .iter()
             .any(|m| matches!(m, FromRegistry::Elected { winner, .. } if *winner == b)));
+    }
+}
+
+#[cfg(test)]
+mod open_pool_tests {
+    use super::*;
+
+    #[test]
+    fn open_pools_never_reuse_ranks() {
+        let mut s = RegistryState::default();
+        let join = |s: &mut RegistryState, rank| {
+            let (tx, rx) = crossbeam_channel::bounded(100);
+            std::mem::forget(rx);
+            s.join(
+                JoinRequest {
+                    pool: "open".into(),
+                    size: None,
+                    rank,
+                    host: "h".into(),
+                    location: "l".into(),
+                    address: "a".into(),
+                    death_timeout: Duration::from_secs(1),
+                },
+                tx,
+            )
+        };
+        let a = join(&mut s, None).unwrap();
+        let b = join(&mut s, None).unwrap();
+        assert_eq!((a.rank(), b.rank()), (0, 1));
+        s.remove("open", 0, false);
+        let c = join(&mut s, None).unwrap();
+        assert_eq!(c.rank(), 2);
+        assert!(join(&mut s, Some(0)).is_err());
     }
 }

@@ -220,7 +220,9 @@ impl Context {
     /// at their next `spawn` or `sync` (long-running leaves may poll
     /// [`is_aborted`](Context::is_aborted)). Their outputs are never delivered; a later `sync`
     /// returns as soon as the running ones have stopped. Children spawned after the call are
-    /// not affected.
+    /// not affected. A child that had already finished keeps its output, which
+    /// [`Handle::take`] still returns, but [`next_completed`](Context::next_completed) ignores
+    /// every child spawned before the abort.
     pub fn abort(&mut self) {
         let w = self.worker();
         let frame = self.frame();

@@ -3,7 +3,7 @@
 use std::any::Any;
 use std::cell::Cell;
 use std::panic;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::handle::Handle;
 use crate::job::{Job, JobHeader, JobRef, ABORTED, DONE, FAILED, PENDING};
@@ -22,6 +22,8 @@ pub(crate) struct AbortUnwind;
 pub struct Context {
     worker: *const Worker,
     frame: JobRef,
+    /// The scheduler's abort generation, kept here to make the check one load shorter.
+    abort_gen: *const AtomicU64,
     /// Abort generation at which this frame was last found not aborted.
     seen_gen: Cell<u64>,
 }
@@ -31,6 +33,7 @@ impl Context {
         Context {
             worker,
             frame,
+            abort_gen: worker.abort_gen(),
             seen_gen: Cell::new(seen_gen),
         }
     }
@@ -150,7 +153,7 @@ impl Context {
         );
         let job = JobRef::from_record(&record);
         // SAFETY: the record is new and this thread is its only executor.
-        unsafe { crate::worker::execute::<T>(job, w, Mode::Called, self.seen_gen.get()) };
+        unsafe { crate::worker::run_called::<T>(job, w, self.seen_gen.get()) };
         if record.header.state.load(Ordering::Relaxed) != DONE {
             // The task was cancelled or failed, which cancels the run and so this task too.
             abort_unwind();
@@ -243,7 +246,8 @@ impl Context {
     /// ignored, so a long computation may stop early.
     #[inline(always)]
     pub fn is_aborted(&self) -> bool {
-        let gen = self.worker().abort_gen().load(Ordering::Acquire);
+        // SAFETY: the generation lives in the scheduler, which outlives every task.
+        let gen = unsafe { (*self.abort_gen).load(Ordering::Acquire) };
         if gen == self.seen_gen.get() {
             return false;
         }
@@ -278,21 +282,10 @@ impl Context {
         }
     }
 
-    /// Cleans up after `run` unwound: records a panic as the run's failure, cancels the
-    /// children and waits for the ones that were stolen (they point at this frame). Returns
-    /// the job's final state.
-    pub(crate) fn recover(&mut self, payload: Box<dyn Any + Send>, task: &'static str) -> u8 {
-        let aborted = payload.is::<AbortUnwind>();
+    /// Cancels this frame's children after its task unwound: drops the ones still on this
+    /// worker's deque, and waits for the stolen ones, which point at this frame.
+    fn drain(&self) {
         let w = self.worker();
-        if !aborted {
-            let message = panic_message(&*payload);
-            tracing::debug!(task, %message, "task panicked; cancelling the run");
-            // SAFETY: the root state outlives every job of its tree.
-            let root = unsafe { &*self.frame().root };
-            root.fail(&w.sched, Error::TaskPanicked { task, message });
-        }
-        // A payload whose destructor panics would abort the process; contain it.
-        let _ = panic::catch_unwind(panic::AssertUnwindSafe(move || drop(payload)));
         let frame = self.frame();
         while let Some(child) = w.pop_child(frame) {
             w.discard(child, Mode::Inline);
@@ -300,6 +293,31 @@ impl Context {
         w.wait_children(frame);
         frame.pending.set(0);
         frame.stolen_done.store(0, Ordering::Relaxed);
+    }
+
+    /// Cleans up after `run` unwound to the executor of a stolen job or root: records a panic
+    /// as the run's failure and cancels the children. Returns the job's final state.
+    pub(crate) fn recover(&mut self, payload: Box<dyn Any + Send>, task: &'static str) -> u8 {
+        let aborted = payload.is::<AbortUnwind>();
+        ABORT_UNWINDING.with(|a| a.set(false));
+        // The innermost task the panic passed through, if it ran inline; else this one.
+        let culprit = PANICKED_TASK.with(|p| p.take()).unwrap_or(task);
+        if !aborted {
+            let message = panic_message(&*payload);
+            tracing::debug!(task = culprit, %message, "task panicked; cancelling the run");
+            // SAFETY: the root state outlives every job of its tree.
+            let root = unsafe { &*self.frame().root };
+            root.fail(
+                &self.worker().sched,
+                Error::TaskPanicked {
+                    task: culprit,
+                    message,
+                },
+            );
+        }
+        // A payload whose destructor panics would abort the process; contain it.
+        let _ = panic::catch_unwind(panic::AssertUnwindSafe(move || drop(payload)));
+        self.drain();
         if aborted {
             ABORTED
         } else {
@@ -308,8 +326,49 @@ impl Context {
     }
 }
 
+thread_local! {
+    /// Set while an abort unwinds, so frames it passes through know it is no panic.
+    static ABORT_UNWINDING: Cell<bool> = const { Cell::new(false) };
+    /// The task a panic started in, noted by the first inline frame it unwinds.
+    static PANICKED_TASK: Cell<Option<&'static str>> = const { Cell::new(None) };
+}
+
+/// Finishes the job of a frame that runs without `catch_unwind` (children run inline, and
+/// `Context::call`) when its task unwinds; forgotten on the normal path, so it costs nothing
+/// there. The unwinding goes on to the nearest executor of a stolen job or root.
+pub(crate) struct UnwindGuard {
+    pub(crate) cx: *const Context,
+    pub(crate) task: &'static str,
+    pub(crate) mode: Mode,
+}
+
+impl Drop for UnwindGuard {
+    fn drop(&mut self) {
+        // SAFETY: the guard is declared after the context it points to, so it is dropped first.
+        let cx = unsafe { &*self.cx };
+        let w = cx.worker();
+        let state = if ABORT_UNWINDING.with(|a| a.get()) {
+            ABORTED
+        } else {
+            PANICKED_TASK.with(|p| {
+                if p.get().is_none() {
+                    p.set(Some(self.task));
+                }
+            });
+            // Cancel the run now, so that the stolen children waited for below stop soon.
+            // SAFETY: the root state outlives every job of its tree.
+            unsafe { &*cx.frame().root }.kill(&w.sched);
+            FAILED
+        };
+        cx.drain();
+        // SAFETY: this thread runs the job, and its task is gone.
+        unsafe { w.finish(cx.frame, state, self.mode) };
+    }
+}
+
 /// Leaves an aborted task by unwinding to its executor.
 pub(crate) fn abort_unwind() -> ! {
+    ABORT_UNWINDING.with(|a| a.set(true));
     panic::resume_unwind(Box::new(AbortUnwind))
 }
 

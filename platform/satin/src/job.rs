@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
 use crate::recycle;
 use crate::root::RootState;
-use crate::worker::{Mode, Worker};
+use crate::worker::Worker;
 use crate::{Error, Task};
 
 /// The job waits to run, or runs.
@@ -50,7 +50,8 @@ pub(crate) struct JobHeader {
 
 /// Operations that depend on the task type, one static table per type.
 pub(crate) struct JobVTable {
-    pub(crate) execute: unsafe fn(JobRef, &Worker, Mode, u64),
+    pub(crate) run_inline: unsafe fn(JobRef, &Worker, u64),
+    pub(crate) run_taken: unsafe fn(JobRef, &Worker, u64),
     /// Drops a task that never ran.
     pub(crate) discard: unsafe fn(JobRef),
     pub(crate) drop_output: unsafe fn(JobRef),
@@ -149,7 +150,8 @@ impl<T: Task> Job<T> {
     );
 
     pub(crate) const VTABLE: JobVTable = JobVTable {
-        execute: crate::worker::execute::<T>,
+        run_inline: crate::worker::run_inline::<T>,
+        run_taken: crate::worker::run_taken::<T>,
         discard: discard::<T>,
         drop_output: drop_output::<T>,
         encode_task: encode_task::<T>,

@@ -137,6 +137,23 @@ impl Remote {
         latch.wait()
     }
 
+    /// Installs `hook`, called by a worker (with its index) when it has found no job in this
+    /// process for a while: once when it starts to back off and again before each time it
+    /// parks, so the layer can send a steal request elsewhere. Work obtained that way is run
+    /// with [`submit`](Remote::submit). The hook runs on the idle worker, which may block in it
+    /// (a synchronous steal), but is then unavailable for local work. Replaces any earlier hook.
+    pub fn set_idle_hook<F>(&self, hook: F)
+    where
+        F: Fn(usize) + Send + Sync + 'static,
+    {
+        *self.sched.idle_hook.write() = Some(Arc::new(hook));
+    }
+
+    /// Removes the hook installed by [`set_idle_hook`](Remote::set_idle_hook).
+    pub fn clear_idle_hook(&self) {
+        *self.sched.idle_hook.write() = None;
+    }
+
     /// Number of workers currently parked for lack of work: a hint to ask other processes.
     pub fn idle_workers(&self) -> usize {
         self.sched.sleepers.load(Ordering::Relaxed)

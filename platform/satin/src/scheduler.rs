@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crossbeam_deque::{Injector, Stealer, Worker as Public};
 use crossbeam_utils::CachePadded;
+use parking_lot::RwLock;
 
 use crate::job::JobRef;
 use crate::stats::{SharedCounters, Stats, WorkerCounters};
@@ -46,7 +47,12 @@ pub(crate) struct Scheduler {
     pub(crate) next_remote_id: AtomicU64,
     /// Round-robin start for the remote hook's search of a job to give away.
     pub(crate) remote_cursor: AtomicUsize,
+    /// Told when a worker finds no local work; see `Remote::set_idle_hook`.
+    pub(crate) idle_hook: RwLock<Option<IdleHook>>,
 }
+
+/// See `Remote::set_idle_hook`.
+pub(crate) type IdleHook = Arc<dyn Fn(usize) + Send + Sync>;
 
 impl Scheduler {
     /// Starts `threads` workers.
@@ -75,6 +81,7 @@ impl Scheduler {
             shared_counters: SharedCounters::default(),
             next_remote_id: AtomicU64::new(1),
             remote_cursor: AtomicUsize::new(0),
+            idle_hook: RwLock::new(None),
         });
         let mut handles = Vec::with_capacity(threads);
         for (index, public) in publics.into_iter().enumerate() {
@@ -185,6 +192,15 @@ impl Scheduler {
         }
         self.shared_counters.add_to(&mut s);
         s
+    }
+
+    /// Tells the distributed layer, if one listens, that worker `index` found no local work.
+    #[cold]
+    pub(crate) fn call_idle_hook(&self, index: usize) {
+        let hook = self.idle_hook.read().clone();
+        if let Some(hook) = hook {
+            hook(index);
+        }
     }
 
     /// Queues a job for any worker and wakes one.

@@ -15,7 +15,7 @@ use crossbeam_deque::{Steal, Worker as Public};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::context::Context;
+use crate::context::{Context, UnwindGuard};
 use crate::deque::Deque;
 use crate::job::{Job, JobHeader, JobRef, DONE, ORPHANED, PENDING};
 use crate::recycle::Recycler;
@@ -185,7 +185,7 @@ impl Worker {
         // popped here can only be aborted from further up, which shows in the generation.
         if gen == seen_gen {
             // SAFETY: the job was just taken off the deque, so this thread is its only executor.
-            unsafe { (h.vtable.execute)(job, self, Mode::Inline, seen_gen) }
+            unsafe { (h.vtable.run_inline)(job, self, seen_gen) }
         } else {
             self.run_checked(job, Mode::Inline, gen);
         }
@@ -193,16 +193,16 @@ impl Worker {
 
     /// Runs a job taken from the injector, from another worker, or from an outer frame.
     pub(crate) fn run_taken(&self, job: JobRef) {
-        let mode = if job.header().parent.is_null() {
-            Mode::Root
-        } else {
-            Mode::Stolen
-        };
         let gen = self.abort_gen().load(Ordering::Acquire);
         if gen == 0 {
             // SAFETY: taking the job off a deque made this thread its only executor.
-            unsafe { (job.header().vtable.execute)(job, self, mode, gen) }
+            unsafe { (job.header().vtable.run_taken)(job, self, gen) }
         } else {
+            let mode = if job.header().parent.is_null() {
+                Mode::Root
+            } else {
+                Mode::Stolen
+            };
             self.run_checked(job, mode, gen);
         }
     }
@@ -211,9 +211,15 @@ impl Worker {
     fn run_checked(&self, job: JobRef, mode: Mode, gen: u64) {
         if job.is_aborted() {
             self.discard(job, mode);
-        } else {
-            // SAFETY: as in the callers, this thread is the job's only executor.
-            unsafe { (job.header().vtable.execute)(job, self, mode, gen) }
+            return;
+        }
+        let vt = job.header().vtable;
+        // SAFETY: as in the callers, this thread is the job's only executor.
+        unsafe {
+            match mode {
+                Mode::Inline => (vt.run_inline)(job, self, gen),
+                _ => (vt.run_taken)(job, self, gen),
+            }
         }
     }
 
@@ -402,26 +408,72 @@ unsafe fn free_unclaimed(job: JobRef, state: u8) {
     job.free();
 }
 
-/// Runs a job of type `T`: the entry in every `Job<T>`'s vtable.
+/// Runs a child popped by the frame that spawned it: `run_inline` of `Job<T>`'s vtable.
 ///
 /// # Safety
 /// `job` must be a pending `Job<T>` whose only executor is the calling thread on `worker`.
-pub(crate) unsafe fn execute<T: Task>(job: JobRef, worker: &Worker, mode: Mode, seen_gen: u64) {
+pub(crate) unsafe fn run_inline<T: Task>(job: JobRef, worker: &Worker, seen_gen: u64) {
+    execute::<T>(job, worker, Mode::Inline, seen_gen)
+}
+
+/// Runs a stolen job or a root: `run_taken` of `Job<T>`'s vtable.
+///
+/// # Safety
+/// As for [`run_inline`].
+pub(crate) unsafe fn run_taken<T: Task>(job: JobRef, worker: &Worker, seen_gen: u64) {
+    let mode = if job.header().parent.is_null() {
+        Mode::Root
+    } else {
+        Mode::Stolen
+    };
+    execute::<T>(job, worker, mode, seen_gen)
+}
+
+/// Runs a task for `Context::call`.
+///
+/// # Safety
+/// As for [`run_inline`].
+pub(crate) unsafe fn run_called<T: Task>(job: JobRef, worker: &Worker, seen_gen: u64) {
+    execute::<T>(job, worker, Mode::Called, seen_gen)
+}
+
+/// Runs a job of type `T` and publishes its completion. Inlined into one entry point per mode
+/// so that the mode is a constant there and costs no branch.
+///
+/// # Safety
+/// As for [`run_inline`].
+#[inline(always)]
+unsafe fn execute<T: Task>(job: JobRef, worker: &Worker, mode: Mode, seen_gen: u64) {
     let slot = Job::<T>::slot(job);
     let task = ManuallyDrop::take(&mut (*slot).task);
     bump(&worker.local.executed);
     let mut cx = Context::new(worker, job, seen_gen);
-    let result = panic::catch_unwind(AssertUnwindSafe(|| {
+    let state = if matches!(mode, Mode::Inline | Mode::Called) {
+        // A panic here unwinds on into the parent's frame, which runs on this thread too;
+        // the guard finishes this job on the way.
+        let guard = UnwindGuard {
+            cx: &cx,
+            task: std::any::type_name::<T>(),
+            mode,
+        };
         let output = task.run(&mut cx);
         cx.implicit_sync();
-        output
-    }));
-    let state = match result {
-        Ok(output) => {
-            (*slot).output = ManuallyDrop::new(output);
-            DONE
+        std::mem::forget(guard);
+        (*slot).output = ManuallyDrop::new(output);
+        DONE
+    } else {
+        let result = panic::catch_unwind(AssertUnwindSafe(|| {
+            let output = task.run(&mut cx);
+            cx.implicit_sync();
+            output
+        }));
+        match result {
+            Ok(output) => {
+                (*slot).output = ManuallyDrop::new(output);
+                DONE
+            }
+            Err(payload) => cx.recover(payload, std::any::type_name::<T>()),
         }
-        Err(payload) => cx.recover(payload, std::any::type_name::<T>()),
     };
     if matches!(mode, Mode::Stolen | Mode::Root) {
         worker.flush_counters();
@@ -455,6 +507,11 @@ impl Idle {
             // Account as we go, so an idle stretch shows up in statistics read meanwhile.
             self.flush(worker.counters());
             worker.flush_counters();
+            // Local stealing has failed for a while: let a distributed layer look elsewhere,
+            // once when the worker starts yielding and again before every sleep.
+            if self.rounds == SPIN_ROUNDS || self.rounds >= SPIN_ROUNDS + YIELD_ROUNDS {
+                worker.sched.call_idle_hook(worker.index);
+            }
             if self.rounds < SPIN_ROUNDS + YIELD_ROUNDS {
                 thread::yield_now();
             } else {

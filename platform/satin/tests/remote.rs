@@ -263,3 +263,30 @@ fn a_serialized_root_can_be_aborted() {
     });
     assert!(matches!(result, Err(Error::Aborted)), "{result:?}");
 }
+
+#[test]
+fn idle_workers_call_the_idle_hook() {
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+    let calls = bounded("idle hook", || {
+        let rt = Runtime::local().threads(2);
+        let remote = rt.remote().unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (tx, rx) = mpsc::channel();
+        let counter = Arc::clone(&calls);
+        remote.set_idle_hook(move |worker| {
+            assert!(worker < 2);
+            if counter.fetch_add(1, Ordering::SeqCst) == 0 {
+                let _ = tx.send(());
+            }
+        });
+        // Both workers are idle now; waiting for the first call needs no timing guess.
+        rx.recv_timeout(Duration::from_secs(30))
+            .expect("hook called");
+        remote.clear_idle_hook();
+        // The runtime works as before once the hook is gone.
+        assert_eq!(rt.run(Fib(15)).unwrap(), fib(15));
+        calls.load(Ordering::SeqCst)
+    });
+    assert!(calls >= 1);
+}

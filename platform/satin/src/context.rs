@@ -66,8 +66,6 @@ impl Context {
             Some(w.recycler()),
             task,
             frame,
-            frame.root,
-            w.index as u32,
             frame.abort_epoch.load(Ordering::Relaxed),
         );
         frame.pending.set(frame.pending.get() + 1);
@@ -144,13 +142,7 @@ impl Context {
         let frame = self.frame();
         // The record lives on this stack frame: the call does not return before the task's
         // own children, the only ones that refer to it, have finished.
-        let record = Job::<T>::new(
-            task,
-            frame,
-            frame.root,
-            w.index as u32,
-            frame.abort_epoch.load(Ordering::Relaxed),
-        );
+        let record = Job::<T>::new(task, frame, frame.abort_epoch.load(Ordering::Relaxed));
         let job = JobRef::from_record(&record);
         // SAFETY: the record is new and this thread is its only executor.
         unsafe { crate::worker::run_called::<T>(job, w, self.seen_gen.get()) };
@@ -305,9 +297,7 @@ impl Context {
         if !aborted {
             let message = panic_message(&*payload);
             tracing::debug!(task = culprit, %message, "task panicked; cancelling the run");
-            // SAFETY: the root state outlives every job of its tree.
-            let root = unsafe { &*self.frame().root };
-            root.fail(
+            self.frame.root_state().fail(
                 &self.worker().sched,
                 Error::TaskPanicked {
                     task: culprit,
@@ -336,13 +326,12 @@ thread_local! {
 /// Finishes the job of a frame that runs without `catch_unwind` (children run inline, and
 /// `Context::call`) when its task unwinds; forgotten on the normal path, so it costs nothing
 /// there. The unwinding goes on to the nearest executor of a stolen job or root.
-pub(crate) struct UnwindGuard {
+/// `CALLED` tells a job of `Context::call` from a child run inline.
+pub(crate) struct UnwindGuard<const CALLED: bool> {
     pub(crate) cx: *const Context,
-    pub(crate) task: &'static str,
-    pub(crate) mode: Mode,
 }
 
-impl Drop for UnwindGuard {
+impl<const CALLED: bool> Drop for UnwindGuard<CALLED> {
     fn drop(&mut self) {
         // SAFETY: the guard is declared after the context it points to, so it is dropped first.
         let cx = unsafe { &*self.cx };
@@ -352,17 +341,17 @@ impl Drop for UnwindGuard {
         } else {
             PANICKED_TASK.with(|p| {
                 if p.get().is_none() {
-                    p.set(Some(self.task));
+                    p.set(Some((cx.frame().vtable.task_name)()));
                 }
             });
             // Cancel the run now, so that the stolen children waited for below stop soon.
-            // SAFETY: the root state outlives every job of its tree.
-            unsafe { &*cx.frame().root }.kill(&w.sched);
+            cx.frame.root_state().kill(&w.sched);
             FAILED
         };
         cx.drain();
+        let mode = if CALLED { Mode::Called } else { Mode::Inline };
         // SAFETY: this thread runs the job, and its task is gone.
-        unsafe { w.finish(cx.frame, state, self.mode) };
+        unsafe { w.finish(cx.frame, state, mode) };
     }
 }
 

@@ -4,7 +4,7 @@
 use std::alloc::Layout;
 use std::any::TypeId;
 use std::cell::{Cell, UnsafeCell};
-use std::mem::ManuallyDrop;
+use std::mem::{ManuallyDrop, MaybeUninit};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
@@ -32,13 +32,14 @@ pub(crate) struct JobHeader {
     /// Record of the task that spawned this one; null for a root. The parent cannot finish
     /// before all its children have, so the pointer stays valid while this job exists.
     pub(crate) parent: *const JobHeader,
-    /// The run this job belongs to; shared by all records of one tree.
-    pub(crate) root: *const RootState,
     pub(crate) state: AtomicU8,
-    /// Worker whose deque the job was pushed on; it waits for the job, so it is the one to wake.
-    pub(crate) owner: u32,
+    /// Size class of the record's block, for freeing it.
+    pub(crate) class: u8,
     /// The parent's `abort_epoch` when this job was spawned; the job is aborted once they differ.
     pub(crate) spawn_epoch: u32,
+    /// Worker the job was taken from, written by whoever takes it from another worker (or the
+    /// injector) before running it: that worker waits for the job, so it is the one to wake.
+    pub(crate) owner: Cell<u32>,
     /// Children spawned by this task that this task's thread has not yet seen finish.
     /// Only the thread running the task touches it.
     pub(crate) pending: Cell<u32>,
@@ -46,6 +47,8 @@ pub(crate) struct JobHeader {
     pub(crate) stolen_done: AtomicU32,
     /// Bumped by `Context::abort`, which cancels every child spawned before.
     pub(crate) abort_epoch: AtomicU32,
+    /// The run's shared state; written in roots only, the others find it through their root.
+    pub(crate) root: MaybeUninit<*const RootState>,
 }
 
 /// Operations that depend on the task type, one static table per type.
@@ -61,7 +64,7 @@ pub(crate) struct JobVTable {
     pub(crate) decode_output: unsafe fn(JobRef, &[u8]) -> Result<(), Error>,
     pub(crate) type_id: fn() -> TypeId,
     pub(crate) task_name: fn() -> &'static str,
-    pub(crate) class: u8,
+    /// Layout of the record's block.
     pub(crate) layout: Layout,
 }
 
@@ -102,10 +105,14 @@ impl JobRef {
     ///
     /// # Safety
     /// Nothing may use the record afterwards; its task and output must already be gone.
-    #[inline]
+    #[inline(always)]
     pub(crate) unsafe fn free(self) {
-        let vt = self.header().vtable;
-        recycle::release(self.0.cast(), vt.class, vt.layout);
+        let class = self.header().class;
+        if class == recycle::UNPOOLED {
+            std::alloc::dealloc(self.0.as_ptr().cast(), self.header().vtable.layout);
+        } else {
+            recycle::release(self.0.cast(), class);
+        }
     }
 
     /// True if this job, or any ancestor, has been aborted, or its run was cancelled.
@@ -113,19 +120,29 @@ impl JobRef {
         let mut node = self.as_ptr();
         // SAFETY: ancestors outlive their descendants, and the root state outlives the tree.
         unsafe {
-            if (*(*node).root).is_killed() {
-                return true;
-            }
             loop {
                 let parent = (*node).parent;
                 if parent.is_null() {
-                    return false;
+                    return (*(*node).root.assume_init()).is_killed();
                 }
                 if (*node).spawn_epoch != (*parent).abort_epoch.load(Ordering::Acquire) {
                     return true;
                 }
                 node = parent;
             }
+        }
+    }
+
+    /// The shared state of the run this job belongs to.
+    pub(crate) fn root_state<'a>(&self) -> &'a RootState {
+        let mut node = self.as_ptr();
+        // SAFETY: ancestors outlive their descendants; a root's `root` field is always written,
+        // and the root state outlives the tree.
+        unsafe {
+            while !(*node).parent.is_null() {
+                node = (*node).parent;
+            }
+            &*(*node).root.assume_init()
         }
     }
 }
@@ -158,30 +175,24 @@ impl<T: Task> Job<T> {
         decode_output: decode_output::<T>,
         type_id: TypeId::of::<T>,
         task_name: std::any::type_name::<T>,
-        class: Self::BLOCK.0,
         layout: Self::BLOCK.1,
     };
 
     /// A pending record, not yet placed anywhere.
     #[inline(always)]
-    pub(crate) fn new(
-        task: T,
-        parent: *const JobHeader,
-        root: *const RootState,
-        owner: u32,
-        spawn_epoch: u32,
-    ) -> Self {
+    pub(crate) fn new(task: T, parent: *const JobHeader, spawn_epoch: u32) -> Self {
         Job {
             header: JobHeader {
                 vtable: &Self::VTABLE,
                 parent,
-                root,
                 state: AtomicU8::new(PENDING),
-                owner,
+                class: Self::BLOCK.0,
                 spawn_epoch,
+                owner: Cell::new(0),
                 pending: Cell::new(0),
                 stolen_done: AtomicU32::new(0),
                 abort_epoch: AtomicU32::new(0),
+                root: MaybeUninit::uninit(),
             },
             slot: UnsafeCell::new(Slot {
                 task: ManuallyDrop::new(task),
@@ -195,8 +206,6 @@ impl<T: Task> Job<T> {
         recycler: Option<&mut recycle::Recycler>,
         task: T,
         parent: *const JobHeader,
-        root: *const RootState,
-        owner: u32,
         spawn_epoch: u32,
     ) -> JobRef {
         let (class, layout) = Self::BLOCK;
@@ -206,11 +215,7 @@ impl<T: Task> Job<T> {
         };
         let record = block.cast::<Job<T>>();
         // SAFETY: the block is large and aligned enough for a Job<T> and not in use.
-        unsafe {
-            record
-                .as_ptr()
-                .write(Self::new(task, parent, root, owner, spawn_epoch))
-        };
+        unsafe { record.as_ptr().write(Self::new(task, parent, spawn_epoch)) };
         JobRef(record.cast())
     }
 

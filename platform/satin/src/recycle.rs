@@ -15,9 +15,6 @@ const CLASS_SIZES: [usize; 6] = [64, 128, 256, 512, 1024, 2048];
 const BLOCK_ALIGN: usize = 64;
 /// Marks a record that is not pooled.
 pub(crate) const UNPOOLED: u8 = u8::MAX;
-/// Free blocks kept per class per thread; more are returned to the global allocator, so a thread
-/// that frees many records allocated elsewhere does not hoard memory.
-const MAX_FREE: usize = 4096;
 
 /// The class and allocation layout for a record of the given size and alignment.
 pub(crate) const fn block_for(size: usize, align: usize) -> (u8, Layout) {
@@ -39,9 +36,16 @@ pub(crate) const fn block_for(size: usize, align: usize) -> (u8, Layout) {
     }
 }
 
-/// Free lists of one thread.
+/// Free lists of one thread, one intrusive singly linked list per class: taking and returning
+/// a block is two loads and a store, with no length to keep. A list grows to the largest number
+/// of records that were alive at once on this thread, and no further.
 pub(crate) struct Recycler {
-    free: [Vec<NonNull<u8>>; CLASS_SIZES.len()],
+    heads: [*mut FreeBlock; CLASS_SIZES.len()],
+}
+
+/// A free block's first word links to the next free block of its class.
+struct FreeBlock {
+    next: *mut FreeBlock,
 }
 
 thread_local! {
@@ -53,7 +57,7 @@ thread_local! {
 impl Recycler {
     pub(crate) fn new() -> Self {
         Recycler {
-            free: Default::default(),
+            heads: [ptr::null_mut(); CLASS_SIZES.len()],
         }
     }
 
@@ -69,36 +73,49 @@ impl Recycler {
         CURRENT.with(|c| c.set(ptr::null_mut()));
     }
 
-    #[inline]
+    /// A block of `class` (allocated with `layout` if the list is empty).
+    #[inline(always)]
     pub(crate) fn alloc(&mut self, class: u8, layout: Layout) -> NonNull<u8> {
-        if let Some(list) = self.free.get_mut(class as usize) {
-            if let Some(block) = list.pop() {
-                return block;
+        if let Some(head) = self.heads.get_mut(class as usize) {
+            if let Some(block) = NonNull::new(*head) {
+                // SAFETY: blocks on the list are free and start with their link.
+                *head = unsafe { block.as_ref().next };
+                return block.cast();
             }
         }
         fresh(layout)
     }
 
-    #[inline]
-    fn put(&mut self, block: NonNull<u8>, class: u8, layout: Layout) {
-        match self.free.get_mut(class as usize) {
-            Some(list) if list.len() < MAX_FREE => list.push(block),
-            // SAFETY: blocks of a class (and unpooled records) were allocated with `layout`.
-            _ => unsafe { dealloc(block.as_ptr(), layout) },
-        }
+    /// # Safety
+    /// `block` must be a free block of the pooled `class`.
+    #[inline(always)]
+    unsafe fn put(&mut self, block: NonNull<u8>, class: u8) {
+        let head = self.heads.get_unchecked_mut(class as usize);
+        let block = block.cast::<FreeBlock>().as_ptr();
+        (*block).next = *head;
+        *head = block;
     }
 }
 
 impl Drop for Recycler {
     fn drop(&mut self) {
-        for (class, list) in self.free.iter_mut().enumerate() {
-            let (_, layout) = block_for(CLASS_SIZES[class], BLOCK_ALIGN);
-            for block in list.drain(..) {
-                // SAFETY: every block in list `class` was allocated with that class's layout.
-                unsafe { dealloc(block.as_ptr(), layout) };
+        for (class, head) in self.heads.iter().enumerate() {
+            let layout = class_layout(class as u8);
+            let mut block = *head;
+            while !block.is_null() {
+                // SAFETY: every block on list `class` is free and was allocated with its layout.
+                unsafe {
+                    let next = (*block).next;
+                    dealloc(block.cast(), layout);
+                    block = next;
+                }
             }
         }
     }
+}
+
+fn class_layout(class: u8) -> Layout {
+    block_for(CLASS_SIZES[class as usize], BLOCK_ALIGN).1
 }
 
 /// A block from the global allocator.
@@ -108,16 +125,17 @@ pub(crate) fn fresh(layout: Layout) -> NonNull<u8> {
     NonNull::new(p).unwrap_or_else(|| handle_alloc_error(layout))
 }
 
-/// Returns a block to this thread's recycler, or to the global allocator on a thread without one.
+/// Returns a block of a pooled class to this thread's recycler, or to the global allocator on
+/// a thread without one.
 ///
 /// # Safety
-/// `block` must have been allocated for `class` with `layout` and must not be used afterwards.
-#[inline]
-pub(crate) unsafe fn release(block: NonNull<u8>, class: u8, layout: Layout) {
+/// `block` must have been allocated for the pooled `class` and must not be used afterwards.
+#[inline(always)]
+pub(crate) unsafe fn release(block: NonNull<u8>, class: u8) {
     let current = CURRENT.with(|c| c.get());
     if current.is_null() {
-        dealloc(block.as_ptr(), layout);
+        dealloc(block.as_ptr(), class_layout(class));
     } else {
-        (*current).put(block, class, layout);
+        (*current).put(block, class);
     }
 }

@@ -51,7 +51,8 @@ impl Remote {
         let n = sched.workers.len();
         let start = sched.remote_cursor.fetch_add(1, Ordering::Relaxed);
         for k in 0..n {
-            let victim = &sched.workers[(start + k) % n];
+            let index = (start + k) % n;
+            let victim = &sched.workers[index];
             let job = loop {
                 match victim.stealer.steal() {
                     Steal::Success(job) => break Some(job),
@@ -63,6 +64,8 @@ impl Remote {
                 victim.publish_request.store(true, Ordering::Relaxed);
                 continue;
             };
+            // The victim waits for the job, so it is the one to wake when the job is done.
+            job.header().owner.set(index as u32);
             if job.is_aborted() {
                 // SAFETY: the job is ours now and never ran; nobody else will execute it.
                 unsafe {
@@ -249,8 +252,7 @@ impl Drop for RemoteJob {
 
 fn fail_job(job: JobRef, error: Error, sched: &Scheduler) {
     tracing::debug!(%error, "remote job failed");
-    // SAFETY: the root state outlives every job of its tree, and this job is not finished.
-    unsafe { (*job.header().root).fail(sched, error) };
+    job.root_state().fail(sched, error);
     // SAFETY: the slot is empty (the task was encoded) and we are the job's executor.
     unsafe { finish_elsewhere(job, FAILED, sched) };
 }

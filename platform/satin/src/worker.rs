@@ -309,6 +309,7 @@ impl Worker {
         // The newest job of an outer frame is what this thread would run next anyway once the
         // waiting frame returns; running it now is work-conserving and keeps the stack shallow.
         if let Some(job) = self.deque.pop_any() {
+            job.header().owner.set(self.index as u32);
             self.run_taken(job);
             return true;
         }
@@ -352,6 +353,7 @@ impl Worker {
                 match victim.stealer.steal() {
                     Steal::Success(job) => {
                         bump(&counters.steals);
+                        job.header().owner.set(v as u32);
                         return Some(job);
                     }
                     Steal::Empty => {
@@ -392,7 +394,7 @@ pub(crate) unsafe fn finish_elsewhere(job: JobRef, state: u8, sched: &Scheduler)
     let h = job.header();
     // Read before the swap: once it is published the owner may free the record.
     let parent = &*h.parent;
-    let owner = h.owner as usize;
+    let owner = h.owner.get() as usize;
     if h.state.swap(state, Ordering::AcqRel) == ORPHANED {
         free_unclaimed(job, state);
     }
@@ -451,14 +453,19 @@ unsafe fn execute<T: Task>(job: JobRef, worker: &Worker, mode: Mode, seen_gen: u
     let state = if matches!(mode, Mode::Inline | Mode::Called) {
         // A panic here unwinds on into the parent's frame, which runs on this thread too;
         // the guard finishes this job on the way.
-        let guard = UnwindGuard {
-            cx: &cx,
-            task: std::any::type_name::<T>(),
-            mode,
+        let output = if mode == Mode::Called {
+            let guard = UnwindGuard::<true> { cx: &cx };
+            let output = task.run(&mut cx);
+            cx.implicit_sync();
+            std::mem::forget(guard);
+            output
+        } else {
+            let guard = UnwindGuard::<false> { cx: &cx };
+            let output = task.run(&mut cx);
+            cx.implicit_sync();
+            std::mem::forget(guard);
+            output
         };
-        let output = task.run(&mut cx);
-        cx.implicit_sync();
-        std::mem::forget(guard);
         (*slot).output = ManuallyDrop::new(output);
         DONE
     } else {

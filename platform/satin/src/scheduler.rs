@@ -144,11 +144,13 @@ impl Scheduler {
         }
     }
 
-    /// Wakes worker `index` if it sleeps.
+    /// Wakes worker `index` if it sleeps. Called after publishing something that worker waits
+    /// for; the sequentially consistent load pairs with the sleeper's store of its flag before it
+    /// looks at what it waits for, so one of the two always sees the other.
     #[inline]
     pub(crate) fn wake_worker(&self, index: usize) {
         let w = &self.workers[index];
-        if w.sleeping.load(Ordering::Relaxed) {
+        if w.sleeping.load(Ordering::SeqCst) {
             self.wake(w);
         }
     }

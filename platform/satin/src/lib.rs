@@ -33,6 +33,62 @@
 //! }
 //! ```
 //!
+//! # Speculative search
+//!
+//! A task can look at its children's outputs as they arrive and cancel the rest once it has
+//! what it needs. Cancelled jobs that have not started are dropped; running ones stop at their
+//! next `spawn` or `sync` (or when they poll [`Context::is_aborted`]).
+//!
+//! ```
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! struct Probe(u32);
+//!
+//! impl satin::Task for Probe {
+//!     type Output = Option<u32>;
+//!     fn run(self, _cx: &mut satin::Context) -> Option<u32> {
+//!         (self.0 % 7 == 3).then_some(self.0)
+//!     }
+//! }
+//!
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! struct FindAny(u32);
+//!
+//! impl satin::Task for FindAny {
+//!     type Output = Option<u32>;
+//!     fn run(self, cx: &mut satin::Context) -> Option<u32> {
+//!         let mut children: Vec<_> = (0..self.0).map(|i| cx.spawn(Probe(i))).collect();
+//!         while let Some((_, found)) = cx.next_completed(&mut children) {
+//!             if found.is_some() {
+//!                 cx.abort(); // the others are no longer needed
+//!                 return found;
+//!             }
+//!         }
+//!         None
+//!     }
+//! }
+//! satin::register!(Probe);
+//! satin::register!(FindAny);
+//!
+//! let found = satin::Runtime::local().threads(2).run(FindAny(100))?;
+//! assert_eq!(found.map(|v| v % 7), Some(3));
+//! # Ok::<(), satin::Error>(())
+//! ```
+//!
+//! # Scheduling
+//!
+//! Each worker keeps its spawned jobs in a deque. The newest jobs stay in a private part that
+//! only the worker touches, so spawning and running a child at sync cost no atomic instruction;
+//! older jobs sit in a crossbeam-deque where others can steal them. An idle worker tries the
+//! other workers in random order and takes the oldest published job; if a victim has published
+//! nothing, the thief raises a flag and the victim publishes its private jobs at its next spawn
+//! or sync. A job therefore becomes stealable no later than its parent's next spawn or sync.
+//! A worker waiting at a sync for stolen children runs other jobs meanwhile. Idle workers spin,
+//! then yield, then park; publishing work wakes a parked worker.
+//!
+//! A task that panics fails the whole run: every other job of it is cancelled and
+//! [`Runtime::run`] returns [`Error::TaskPanicked`] naming the task. [`Runtime::stats`] counts
+//! spawns, syncs, steals, aborts and idle time; with `SATIN_STATS=1` every run prints its own.
+//!
 //! Everything runs in one process here; the [`remote`] module holds the hooks a distributed
 //! layer uses to ship jobs between processes, which is why tasks and outputs are serializable
 //! and task types are registered by name.

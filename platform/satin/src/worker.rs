@@ -306,8 +306,9 @@ impl Worker {
     /// Runs one job from anywhere but the waiting frame's own children. Returns false if
     /// there was none.
     pub(crate) fn help_once(&self) -> bool {
-        // The newest job of an outer frame is what this thread would run next anyway once the
-        // waiting frame returns; running it now is work-conserving and keeps the stack shallow.
+        // The newest job left here belongs to an outer frame and is what this thread would run
+        // next anyway once the waiting frame returns; running it now keeps the thread busy
+        // without taking work a thief could use better (thieves take the oldest).
         if let Some(job) = self.deque.pop_any() {
             job.header().owner.set(self.index as u32);
             self.run_taken(job);

@@ -4,7 +4,9 @@
 //!
 //! Prints, each as the median of several repetitions:
 //! 1. fib(32) where every call spawns both children, on 2 threads, next to the same
-//!    computation with `rayon::join` on a 2-thread rayon pool, and their ratio;
+//!    computation with `rayon::join` on a 2-thread rayon pool, and their ratio; also the
+//!    variant closest to `join`, which spawns one child and runs the other with
+//!    `Context::call`;
 //! 2. the spawn overhead on 1 thread, in ns per spawn over the plain recursive function;
 //! 3. fib(40) with a sequential threshold of 20 on 2 threads against plain sequential fib(40).
 
@@ -30,6 +32,24 @@ impl satin::Task for Fib {
     }
 }
 satin::register!(Fib);
+
+/// Spawns one child and runs the other in place, as `rayon::join` does.
+#[derive(Serialize, Deserialize)]
+struct FibCall(u32);
+
+impl satin::Task for FibCall {
+    type Output = u64;
+    fn run(self, cx: &mut satin::Context) -> u64 {
+        if self.0 < 2 {
+            return self.0 as u64;
+        }
+        let a = cx.spawn(FibCall(self.0 - 1));
+        let b = cx.call(FibCall(self.0 - 2));
+        cx.sync();
+        a.take() + b
+    }
+}
+satin::register!(FibCall);
 
 /// Spawns above a threshold and recurses plainly below it.
 #[derive(Serialize, Deserialize)]
@@ -127,11 +147,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let v = pool2.install(|| rayon_fib(n));
         assert_eq!(v, expect);
     });
+    let t_call = time(reps, || {
+        let v = satin2.run(FibCall(n)).expect("fib run");
+        assert_eq!(v, expect);
+    });
     println!(
         "fib({n}), every call spawns, 2 threads: satin {:.1} ms, rayon::join {:.1} ms, satin/rayon = {:.2}",
         ms(t_satin),
         ms(t_rayon),
         t_satin.as_secs_f64() / t_rayon.as_secs_f64()
+    );
+    println!(
+        "fib({n}), every call spawns one child and calls the other, 2 threads: satin {:.1} ms, satin/rayon = {:.2}",
+        ms(t_call),
+        t_call.as_secs_f64() / t_rayon.as_secs_f64()
     );
 
     let satin1 = satin::Runtime::local().threads(1);

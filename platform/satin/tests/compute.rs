@@ -218,7 +218,7 @@ fn statistics_count_spawns_and_jobs() {
 
 #[test]
 fn zero_threads_is_an_error() {
-    let err = Runtime::local().threads(0).run(Fib(3)).unwrap_err();
+    let err = bounded("threads(0)", || Runtime::local().threads(0).run(Fib(3))).unwrap_err();
     assert!(matches!(err, satin::Error::NoThreads));
     assert!(err.to_string().contains("threads(0)"), "{err}");
 }

@@ -128,3 +128,29 @@ fn a_task_may_use_another_runtime() {
     });
     assert_eq!(r.unwrap(), "ok");
 }
+
+static SHARED: std::sync::OnceLock<Runtime> = std::sync::OnceLock::new();
+
+/// Calls `run` on the runtime it runs on, which would block one of its own workers.
+#[derive(Serialize, Deserialize)]
+struct RunsItsOwnRuntimeAgain;
+
+impl Task for RunsItsOwnRuntimeAgain {
+    type Output = bool;
+    fn run(self, _cx: &mut Context) -> bool {
+        matches!(
+            SHARED.get().expect("runtime set").run(Nested),
+            Err(Error::NestedRun)
+        )
+    }
+}
+satin::register!(RunsItsOwnRuntimeAgain);
+
+#[test]
+fn run_from_a_worker_of_the_same_runtime_is_refused() {
+    let refused = bounded("nested run", || {
+        let rt = SHARED.get_or_init(|| Runtime::local().threads(1));
+        rt.run(RunsItsOwnRuntimeAgain)
+    });
+    assert!(refused.unwrap());
+}

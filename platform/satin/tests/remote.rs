@@ -214,13 +214,19 @@ fn serialized_work_runs_as_a_new_root() {
 
 #[test]
 fn serialized_work_with_unknown_names_or_bad_bytes_is_refused() {
-    let rt = Runtime::local().threads(1);
-    let remote = rt.remote().unwrap();
-    match remote.run_serialized("no/such/task", &[1, 2, 3]) {
+    let (unknown, bad) = bounded("refused", || {
+        let rt = Runtime::local().threads(1);
+        let remote = rt.remote().unwrap();
+        (
+            remote.run_serialized("no/such/task", &[1, 2, 3]),
+            remote.run_serialized("tests/fib", &[]),
+        )
+    });
+    match unknown {
         Err(Error::UnknownTaskName(name)) => assert_eq!(name, "no/such/task"),
         other => panic!("expected UnknownTaskName, got {other:?}"),
     }
-    match remote.run_serialized("tests/fib", &[]) {
+    match bad {
         Err(Error::Decode { what, .. }) => assert_eq!(what, "task"),
         other => panic!("expected a decode error, got {other:?}"),
     }

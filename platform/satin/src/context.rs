@@ -140,18 +140,18 @@ impl Context {
         }
         let w = self.worker();
         let frame = self.frame();
-        // The record lives on this stack frame: the call does not return before the task's
-        // own children, the only ones that refer to it, have finished.
-        let record = Job::<T>::new(task, frame, frame.abort_epoch.load(Ordering::Relaxed));
-        let job = JobRef::from_record(&record);
-        // SAFETY: the record is new and this thread is its only executor.
-        unsafe { crate::worker::run_called::<T>(job, w, self.seen_gen.get()) };
-        if record.header.state.load(Ordering::Relaxed) != DONE {
-            // The task was cancelled or failed, which cancels the run and so this task too.
-            abort_unwind();
-        }
-        // SAFETY: the state is DONE, so the slot holds the output, read exactly once here.
-        unsafe { std::mem::ManuallyDrop::into_inner(record.into_output()) }
+        // The task needs a frame of its own for its children, but no record: it is neither
+        // queued nor stolen, and its output goes straight back. The header lives on this stack
+        // frame, which outlasts the task's children, the only ones that refer to it.
+        let header = JobHeader::for_call::<T>(frame, frame.abort_epoch.load(Ordering::Relaxed));
+        let mut cx = Context::new(w, JobRef::from_header(&header), self.seen_gen.get());
+        bump(&w.local.executed);
+        // A panic or abort unwinds on into this task, the guard finishing the callee's frame.
+        let guard = UnwindGuard::<true> { cx: &cx };
+        let output = task.run(&mut cx);
+        cx.implicit_sync();
+        std::mem::forget(guard);
+        output
     }
 
     /// Takes the output of one finished child among `handles`, waiting (and working) until one

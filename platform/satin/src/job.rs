@@ -51,6 +51,26 @@ pub(crate) struct JobHeader {
     pub(crate) root: MaybeUninit<*const RootState>,
 }
 
+impl JobHeader {
+    /// The header of a frame without a record, for a task of type `T` run by `Context::call`:
+    /// it carries the frame's bookkeeping and links to the caller's frame like any other.
+    #[inline(always)]
+    pub(crate) fn for_call<T: Task>(parent: *const JobHeader, spawn_epoch: u32) -> JobHeader {
+        JobHeader {
+            vtable: &Job::<T>::VTABLE,
+            parent,
+            state: AtomicU8::new(PENDING),
+            class: recycle::UNPOOLED,
+            spawn_epoch,
+            owner: Cell::new(0),
+            pending: Cell::new(0),
+            stolen_done: AtomicU32::new(0),
+            abort_epoch: AtomicU32::new(0),
+            root: MaybeUninit::uninit(),
+        }
+    }
+}
+
 /// Operations that depend on the task type, one static table per type.
 pub(crate) struct JobVTable {
     pub(crate) run_inline: unsafe fn(JobRef, &Worker, u64),
@@ -88,10 +108,10 @@ impl JobRef {
         self.0.as_ptr()
     }
 
-    /// A reference to a record that stays in place while the reference is used.
+    /// A reference to a header that stays in place while the reference is used.
     #[inline(always)]
-    pub(crate) fn from_record<T: Task>(record: &Job<T>) -> JobRef {
-        JobRef(NonNull::from(&record.header))
+    pub(crate) fn from_header(header: &JobHeader) -> JobRef {
+        JobRef(NonNull::from(header))
     }
 
     /// # Safety
@@ -217,15 +237,6 @@ impl<T: Task> Job<T> {
         // SAFETY: the block is large and aligned enough for a Job<T> and not in use.
         unsafe { record.as_ptr().write(Self::new(task, parent, spawn_epoch)) };
         JobRef(record.cast())
-    }
-
-    /// Takes the output out of a finished record that is not shared any more.
-    ///
-    /// # Safety
-    /// The state must be DONE.
-    #[inline(always)]
-    pub(crate) unsafe fn into_output(self) -> ManuallyDrop<T::Output> {
-        std::ptr::read(&(*self.slot.get()).output)
     }
 
     /// # Safety

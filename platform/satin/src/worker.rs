@@ -33,7 +33,7 @@ pub(crate) enum Mode {
     Stolen,
     /// A root: its completion is delivered to whoever submitted it.
     Root,
-    /// Run by `Context::call` from a record on the caller's stack, which reads the state itself.
+    /// Run by `Context::call`, with a frame header on the caller's stack and no record.
     Called,
 }
 
@@ -432,14 +432,6 @@ pub(crate) unsafe fn run_taken<T: Task>(job: JobRef, worker: &Worker, seen_gen: 
     execute::<T>(job, worker, mode, seen_gen)
 }
 
-/// Runs a task for `Context::call`.
-///
-/// # Safety
-/// As for [`run_inline`].
-pub(crate) unsafe fn run_called<T: Task>(job: JobRef, worker: &Worker, seen_gen: u64) {
-    execute::<T>(job, worker, Mode::Called, seen_gen)
-}
-
 /// Runs a job of type `T` and publishes its completion. Inlined into one entry point per mode
 /// so that the mode is a constant there and costs no branch.
 ///
@@ -451,22 +443,13 @@ unsafe fn execute<T: Task>(job: JobRef, worker: &Worker, mode: Mode, seen_gen: u
     let task = ManuallyDrop::take(&mut (*slot).task);
     bump(&worker.local.executed);
     let mut cx = Context::new(worker, job, seen_gen);
-    let state = if matches!(mode, Mode::Inline | Mode::Called) {
+    let state = if mode == Mode::Inline {
         // A panic here unwinds on into the parent's frame, which runs on this thread too;
         // the guard finishes this job on the way.
-        let output = if mode == Mode::Called {
-            let guard = UnwindGuard::<true> { cx: &cx };
-            let output = task.run(&mut cx);
-            cx.implicit_sync();
-            std::mem::forget(guard);
-            output
-        } else {
-            let guard = UnwindGuard::<false> { cx: &cx };
-            let output = task.run(&mut cx);
-            cx.implicit_sync();
-            std::mem::forget(guard);
-            output
-        };
+        let guard = UnwindGuard::<false> { cx: &cx };
+        let output = task.run(&mut cx);
+        cx.implicit_sync();
+        std::mem::forget(guard);
         (*slot).output = ManuallyDrop::new(output);
         DONE
     } else {

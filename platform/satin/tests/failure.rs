@@ -154,3 +154,56 @@ fn run_from_a_worker_of_the_same_runtime_is_refused() {
     });
     assert!(refused.unwrap());
 }
+
+/// Like `Faulty`, but runs the second child with `call`.
+#[derive(Serialize, Deserialize)]
+struct FaultyCall {
+    depth: u32,
+    path: u32,
+    here: u32,
+}
+
+impl Task for FaultyCall {
+    type Output = u64;
+    fn run(self, cx: &mut Context) -> u64 {
+        if self.depth == 0 {
+            if self.here == self.path {
+                panic!("called leaf {} exploded", self.here);
+            }
+            return 1;
+        }
+        let child = |bit| FaultyCall {
+            depth: self.depth - 1,
+            path: self.path,
+            here: self.here << 1 | bit,
+        };
+        let a = cx.spawn(child(0));
+        let b = cx.call(child(1));
+        cx.sync();
+        a.take() + b
+    }
+}
+satin::register!(FaultyCall);
+
+#[test]
+fn a_panic_inside_a_called_task_names_it() {
+    for threads in THREADS {
+        // The last leaf is reached through calls only; the first through spawns only.
+        for path in [0u32, 0x3f, 0b10_1010] {
+            let result = bounded("panic in call", move || {
+                Runtime::local().threads(threads).run(FaultyCall {
+                    depth: 6,
+                    path,
+                    here: 0,
+                })
+            });
+            match result {
+                Err(Error::TaskPanicked { task, message }) => {
+                    assert!(task.ends_with("FaultyCall"), "task {task}");
+                    assert_eq!(message, format!("called leaf {path} exploded"));
+                }
+                other => panic!("{threads} threads: expected a panic error, got {other:?}"),
+            }
+        }
+    }
+}

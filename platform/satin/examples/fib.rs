@@ -1,0 +1,67 @@
+//! Fibonacci with a spawn for every call above a threshold.
+//!
+//! `cargo run --release -p satin --example fib -- [N] [THRESHOLD] [THREADS]`
+//! (defaults 35, 0, all cores). Below the threshold the plain recursive function is used.
+
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize)]
+struct Fib {
+    n: u32,
+    threshold: u32,
+}
+
+fn fib_seq(n: u32) -> u64 {
+    if n < 2 {
+        n as u64
+    } else {
+        fib_seq(n - 1) + fib_seq(n - 2)
+    }
+}
+
+impl satin::Task for Fib {
+    type Output = u64;
+    fn run(self, cx: &mut satin::Context) -> u64 {
+        let Fib { n, threshold } = self;
+        if n < 2 || n < threshold {
+            return fib_seq(n);
+        }
+        let a = cx.spawn(Fib {
+            n: n - 1,
+            threshold,
+        });
+        let b = cx.spawn(Fib {
+            n: n - 2,
+            threshold,
+        });
+        cx.sync();
+        a.take() + b.take()
+    }
+}
+satin::register!(Fib);
+
+fn arg(i: usize) -> Option<usize> {
+    std::env::args().nth(i).map(|s| {
+        s.parse()
+            .unwrap_or_else(|_| panic!("argument {i} must be a number, got {s:?}"))
+    })
+}
+
+fn main() -> Result<(), satin::Error> {
+    let n = arg(1).unwrap_or(35) as u32;
+    let threshold = arg(2).unwrap_or(0) as u32;
+    let mut rt = satin::Runtime::local();
+    if let Some(t) = arg(3) {
+        rt = rt.threads(t);
+    }
+    let start = Instant::now();
+    let v = rt.run(Fib { n, threshold })?;
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "fib({n}) = {v}  threshold {threshold}, {} threads, {secs:.3} s",
+        rt.num_threads()
+    );
+    Ok(())
+}

@@ -1,0 +1,195 @@
+//! Micro-benchmarks of the runtime's scheduling overhead.
+//!
+//! `cargo run --release -p satin --bin satin-bench -- [--reps N] [--quick]`
+//!
+//! Prints, each as the median of several repetitions:
+//! 1. fib(32) where every call spawns both children, on 2 threads, next to the same
+//!    computation with `rayon::join` on a 2-thread rayon pool, and their ratio; also the
+//!    variant closest to `join`, which spawns one child and runs the other with
+//!    `Context::call`;
+//! 2. the spawn overhead on 1 thread, in ns per spawn over the plain recursive function;
+//! 3. fib(40) with a sequential threshold of 20 on 2 threads against plain sequential fib(40).
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+/// Every call spawns both children: the Fib of the runtime's documentation.
+#[derive(Serialize, Deserialize)]
+struct Fib(u32);
+
+impl satin::Task for Fib {
+    type Output = u64;
+    fn run(self, cx: &mut satin::Context) -> u64 {
+        if self.0 < 2 {
+            return self.0 as u64;
+        }
+        let a = cx.spawn(Fib(self.0 - 1));
+        let b = cx.spawn(Fib(self.0 - 2));
+        cx.sync();
+        a.take() + b.take()
+    }
+}
+satin::register!(Fib);
+
+/// Spawns one child and runs the other in place, as `rayon::join` does.
+#[derive(Serialize, Deserialize)]
+struct FibCall(u32);
+
+impl satin::Task for FibCall {
+    type Output = u64;
+    fn run(self, cx: &mut satin::Context) -> u64 {
+        if self.0 < 2 {
+            return self.0 as u64;
+        }
+        let a = cx.spawn(FibCall(self.0 - 1));
+        let b = cx.call(FibCall(self.0 - 2));
+        cx.sync();
+        a.take() + b
+    }
+}
+satin::register!(FibCall);
+
+/// Spawns above a threshold and recurses plainly below it.
+#[derive(Serialize, Deserialize)]
+struct FibThreshold {
+    n: u32,
+    threshold: u32,
+}
+
+impl satin::Task for FibThreshold {
+    type Output = u64;
+    fn run(self, cx: &mut satin::Context) -> u64 {
+        let FibThreshold { n, threshold } = self;
+        if n < threshold || n < 2 {
+            return fib(n);
+        }
+        let a = cx.spawn(FibThreshold {
+            n: n - 1,
+            threshold,
+        });
+        let b = cx.spawn(FibThreshold {
+            n: n - 2,
+            threshold,
+        });
+        cx.sync();
+        a.take() + b.take()
+    }
+}
+satin::register!(FibThreshold);
+
+fn fib(n: u32) -> u64 {
+    if n < 2 {
+        n as u64
+    } else {
+        fib(n - 1) + fib(n - 2)
+    }
+}
+
+fn rayon_fib(n: u32) -> u64 {
+    if n < 2 {
+        return n as u64;
+    }
+    let (a, b) = rayon::join(|| rayon_fib(n - 1), || rayon_fib(n - 2));
+    a + b
+}
+
+/// Number of calls of the recursive fib(n): every call but the root's is a spawn.
+fn calls(n: u32) -> u64 {
+    2 * fib(n + 1) - 1
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn time<R>(reps: usize, mut f: impl FnMut() -> R) -> Duration {
+    black_box(f()); // warm-up: thread start, caches, recycled records
+    median(
+        (0..reps)
+            .map(|_| {
+                let t = Instant::now();
+                black_box(f());
+                t.elapsed()
+            })
+            .collect(),
+    )
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut reps = 11;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--reps" => reps = args.next().ok_or("--reps needs a number")?.parse()?,
+            "--quick" => reps = 3,
+            other => return Err(format!("unknown argument {other:?}").into()),
+        }
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!("satin-bench: median of {reps} repetitions, {cores} cores available");
+
+    let n = 32;
+    let expect = fib(n);
+    let satin2 = satin::Runtime::local().threads(2);
+    let pool2 = rayon::ThreadPoolBuilder::new().num_threads(2).build()?;
+    let t_satin = time(reps, || {
+        let v = satin2.run(Fib(n)).expect("fib run");
+        assert_eq!(v, expect);
+    });
+    let t_rayon = time(reps, || {
+        let v = pool2.install(|| rayon_fib(n));
+        assert_eq!(v, expect);
+    });
+    let t_call = time(reps, || {
+        let v = satin2.run(FibCall(n)).expect("fib run");
+        assert_eq!(v, expect);
+    });
+    println!(
+        "fib({n}), every call spawns, 2 threads: satin {:.1} ms, rayon::join {:.1} ms, satin/rayon = {:.2}",
+        ms(t_satin),
+        ms(t_rayon),
+        t_satin.as_secs_f64() / t_rayon.as_secs_f64()
+    );
+    println!(
+        "fib({n}), every call spawns one child and calls the other, 2 threads: satin {:.1} ms, satin/rayon = {:.2}",
+        ms(t_call),
+        t_call.as_secs_f64() / t_rayon.as_secs_f64()
+    );
+
+    let satin1 = satin::Runtime::local().threads(1);
+    let t_seq = time(reps, || assert_eq!(fib(black_box(n)), expect));
+    let t_one = time(reps, || {
+        assert_eq!(satin1.run(Fib(n)).expect("fib run"), expect);
+    });
+    let spawns = calls(n) - 1;
+    println!(
+        "spawn overhead, 1 thread: fib({n}) satin {:.1} ms vs plain recursion {:.1} ms: {:.1} ns per spawn ({spawns} spawns)",
+        ms(t_one),
+        ms(t_seq),
+        (t_one.as_secs_f64() - t_seq.as_secs_f64()) * 1e9 / spawns as f64
+    );
+
+    let n = 40;
+    let expect = fib(n);
+    let t_seq = time(reps.min(5), || assert_eq!(fib(black_box(n)), expect));
+    let t_par = time(reps.min(5), || {
+        let v = satin2
+            .run(FibThreshold { n, threshold: 20 })
+            .expect("fib run");
+        assert_eq!(v, expect);
+    });
+    println!(
+        "fib({n}), threshold 20, 2 threads: satin {:.1} ms vs sequential {:.1} ms: speedup {:.2}",
+        ms(t_par),
+        ms(t_seq),
+        t_seq.as_secs_f64() / t_par.as_secs_f64()
+    );
+    Ok(())
+}

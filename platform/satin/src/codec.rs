@@ -1,0 +1,157 @@
+//! Task types by stable name, so that work serialized in one process can be decoded in another.
+//!
+//! [`register!`](crate::register) submits a [`Registration`] to a program-wide list (collected
+//! by the `inventory` crate before `main` runs); the list is turned into lookup tables on first
+//! use. Tasks and outputs travel as postcard bytes.
+
+use std::any::TypeId;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use crate::root::{self, RootState};
+use crate::scheduler::Scheduler;
+use crate::{Error, Task};
+
+/// Receives the serialized output of a root started from serialized input.
+pub(crate) type OnOutput = Box<dyn FnOnce(Result<Vec<u8>, Error>) + Send>;
+type SubmitFn = fn(&Arc<Scheduler>, &[u8], OnOutput) -> Result<Arc<RootState>, Error>;
+
+/// One registered task type. Built by [`register!`](crate::register); not meant to be used directly.
+pub struct Registration {
+    name: &'static str,
+    type_id: fn() -> TypeId,
+    type_name: fn() -> &'static str,
+    submit: SubmitFn,
+}
+
+inventory::collect!(Registration);
+
+impl Registration {
+    /// Describes task type `T` under the stable `name`.
+    pub const fn new<T: Task>(name: &'static str) -> Self {
+        Registration {
+            name,
+            type_id: TypeId::of::<T>,
+            type_name: std::any::type_name::<T>,
+            submit: submit_encoded::<T>,
+        }
+    }
+
+    /// The stable name the type is known by in every process.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    pub(crate) fn submit(
+        &self,
+        sched: &Arc<Scheduler>,
+        task: &[u8],
+        on_output: OnOutput,
+    ) -> Result<Arc<RootState>, Error> {
+        (self.submit)(sched, task, on_output)
+    }
+}
+
+fn submit_encoded<T: Task>(
+    sched: &Arc<Scheduler>,
+    bytes: &[u8],
+    on_output: OnOutput,
+) -> Result<Arc<RootState>, Error> {
+    let task: T = decode(bytes, "task", std::any::type_name::<T>())?;
+    Ok(root::submit(
+        sched,
+        task,
+        move |result: Result<T::Output, Error>| {
+            on_output(result.and_then(|out| encode(&out, "output", std::any::type_name::<T>())))
+        },
+    ))
+}
+
+/// Serializes `value` in the format used for all shipped tasks and outputs.
+pub(crate) fn encode<V: serde::Serialize>(
+    value: &V,
+    what: &'static str,
+    task: &'static str,
+) -> Result<Vec<u8>, Error> {
+    postcard::to_allocvec(value).map_err(|e| Error::Encode {
+        task,
+        what,
+        reason: e.to_string(),
+    })
+}
+
+/// The inverse of [`encode`].
+pub(crate) fn decode<V: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    what: &'static str,
+    task: &'static str,
+) -> Result<V, Error> {
+    postcard::from_bytes(bytes).map_err(|e| Error::Decode {
+        task,
+        what,
+        reason: e.to_string(),
+    })
+}
+
+pub(crate) struct Table {
+    by_name: HashMap<&'static str, &'static Registration>,
+    by_type: HashMap<TypeId, &'static Registration>,
+}
+
+impl Table {
+    fn build() -> Result<Table, String> {
+        let mut by_name: HashMap<&'static str, &'static Registration> = HashMap::new();
+        let mut by_type: HashMap<TypeId, &'static Registration> = HashMap::new();
+        for r in inventory::iter::<Registration> {
+            let id = (r.type_id)();
+            if let Some(other) = by_name.get(r.name) {
+                if (other.type_id)() != id {
+                    return Err(format!(
+                        "the name `{}` is registered for both `{}` and `{}`",
+                        r.name,
+                        (other.type_name)(),
+                        (r.type_name)()
+                    ));
+                }
+            }
+            if let Some(other) = by_type.get(&id) {
+                if other.name != r.name {
+                    return Err(format!(
+                        "type `{}` is registered under two names, `{}` and `{}`",
+                        (r.type_name)(),
+                        other.name,
+                        r.name
+                    ));
+                }
+            }
+            by_name.insert(r.name, r);
+            by_type.insert(id, r);
+        }
+        Ok(Table { by_name, by_type })
+    }
+
+    pub(crate) fn by_name(&self, name: &str) -> Result<&'static Registration, Error> {
+        self.by_name
+            .get(name)
+            .copied()
+            .ok_or_else(|| Error::UnknownTaskName(name.to_string()))
+    }
+
+    pub(crate) fn name_of(&self, id: TypeId) -> Option<&'static str> {
+        self.by_type.get(&id).map(|r| r.name)
+    }
+}
+
+/// The registration tables, built once per process.
+pub(crate) fn table() -> Result<&'static Table, Error> {
+    static TABLE: OnceLock<Result<Table, String>> = OnceLock::new();
+    TABLE
+        .get_or_init(Table::build)
+        .as_ref()
+        .map_err(|e| Error::Registration(e.clone()))
+}
+
+/// The stable name under which task type `T` was registered, if it was.
+pub fn registered_name<T: Task>() -> Result<Option<&'static str>, Error> {
+    Ok(table()?.name_of(TypeId::of::<T>()))
+}

@@ -1,0 +1,81 @@
+//! The ways a run, or a hook of the distributed layer, can fail.
+
+/// Why a run, or a call into the [`remote`](crate::remote) hooks, failed.
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The runtime was configured with `threads(0)`.
+    #[error("a runtime needs at least one worker thread, but threads(0) was given")]
+    NoThreads,
+
+    /// A task panicked. The run was cancelled: every other task of it was aborted.
+    #[error("task `{task}` panicked: {message}")]
+    TaskPanicked {
+        /// Rust type name of the task that panicked.
+        task: &'static str,
+        /// The panic message, or a note that it was not text.
+        message: String,
+    },
+
+    /// The operating system refused to start a worker thread.
+    #[error("could not start worker thread {index}: {source}")]
+    ThreadStart {
+        /// Index of the worker that could not be started.
+        index: usize,
+        /// What the operating system said.
+        #[source]
+        source: std::sync::Arc<std::io::Error>,
+    },
+
+    /// [`Runtime::run`](crate::Runtime::run) was called from one of the runtime's own workers,
+    /// which would leave that worker blocked on itself.
+    #[error("Runtime::run was called from a worker of the same runtime; spawn the task with Context::spawn instead")]
+    NestedRun,
+
+    /// The runtime was shut down before the work could be done.
+    #[error("the runtime has shut down")]
+    ShutDown,
+
+    /// The run was cancelled from outside (see [`remote::RemoteRoot::abort`](crate::remote::RemoteRoot::abort))
+    /// before its root task produced a result.
+    #[error("the run was aborted before its root task finished")]
+    Aborted,
+
+    /// A job had to be encoded, but its task type was never passed to [`register!`](crate::register).
+    #[error("task type `{0}` is not registered; add `satin::register!(...)` for it")]
+    Unregistered(&'static str),
+
+    /// Serialized work named a task type that no [`register!`](crate::register) in this program knows.
+    #[error("no task type is registered under the name `{0}`")]
+    UnknownTaskName(String),
+
+    /// Two registrations disagree: one name for two types, or one type under two names.
+    #[error("conflicting task registrations: {0}")]
+    Registration(String),
+
+    /// A task or its output could not be serialized.
+    #[error("could not encode the {what} of task `{task}`: {reason}")]
+    Encode {
+        /// Type name of the task.
+        task: &'static str,
+        /// `"task"` or `"output"`.
+        what: &'static str,
+        /// What the encoder reported.
+        reason: String,
+    },
+
+    /// Bytes meant to hold a task or its output did not decode.
+    #[error("could not decode the {what} of task `{task}`: {reason}")]
+    Decode {
+        /// Type name (or registered name) of the task.
+        task: &'static str,
+        /// `"task"` or `"output"`.
+        what: &'static str,
+        /// What the decoder reported.
+        reason: String,
+    },
+
+    /// Work shipped to another process failed there, or its result never came back.
+    #[error("remote execution failed: {0}")]
+    Remote(String),
+}

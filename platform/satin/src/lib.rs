@@ -1,0 +1,160 @@
+//! A divide-and-conquer runtime after Satin: tasks spawn children and sync on them, and idle
+//! workers steal the oldest pending jobs from busy ones.
+//!
+//! A program is a tree of [`Task`]s. [`Context::spawn`] pushes a child onto the worker's own
+//! deque and returns a [`Handle`]; [`Context::sync`] waits for all children, usually by running
+//! them right there, newest first (work-first: a spawn costs little more than a call). A worker
+//! that runs out of work steals the *oldest* job of another worker, the root of the largest
+//! untouched subtree, so steals are few. For speculative search, a task can take its children's
+//! outputs as they arrive ([`Context::next_completed`]) and cancel the rest ([`Context::abort`]).
+//!
+//! ```
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! struct Fib(u32);
+//!
+//! impl satin::Task for Fib {
+//!     type Output = u64;
+//!     fn run(self, cx: &mut satin::Context) -> u64 {
+//!         if self.0 < 2 {
+//!             return self.0 as u64;
+//!         }
+//!         let a = cx.spawn(Fib(self.0 - 1));
+//!         let b = cx.spawn(Fib(self.0 - 2));
+//!         cx.sync();
+//!         a.take() + b.take()
+//!     }
+//! }
+//! satin::register!(Fib); // makes the type decodable on every node
+//!
+//! fn main() -> Result<(), satin::Error> {
+//!     let v: u64 = satin::Runtime::local().threads(4).run(Fib(20))?;
+//!     assert_eq!(v, 6765);
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # Speculative search
+//!
+//! A task can look at its children's outputs as they arrive and cancel the rest once it has
+//! what it needs. Cancelled jobs that have not started are dropped; running ones stop at their
+//! next `spawn` or `sync` (or when they poll [`Context::is_aborted`]).
+//!
+//! ```
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! struct Probe(u32);
+//!
+//! impl satin::Task for Probe {
+//!     type Output = Option<u32>;
+//!     fn run(self, _cx: &mut satin::Context) -> Option<u32> {
+//!         (self.0 % 7 == 3).then_some(self.0)
+//!     }
+//! }
+//!
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! struct FindAny(u32);
+//!
+//! impl satin::Task for FindAny {
+//!     type Output = Option<u32>;
+//!     fn run(self, cx: &mut satin::Context) -> Option<u32> {
+//!         let mut children: Vec<_> = (0..self.0).map(|i| cx.spawn(Probe(i))).collect();
+//!         while let Some((_, found)) = cx.next_completed(&mut children) {
+//!             if found.is_some() {
+//!                 cx.abort(); // the others are no longer needed
+//!                 return found;
+//!             }
+//!         }
+//!         None
+//!     }
+//! }
+//! satin::register!(Probe);
+//! satin::register!(FindAny);
+//!
+//! let found = satin::Runtime::local().threads(2).run(FindAny(100))?;
+//! assert_eq!(found.map(|v| v % 7), Some(3));
+//! # Ok::<(), satin::Error>(())
+//! ```
+//!
+//! # Scheduling
+//!
+//! Each worker keeps its spawned jobs in a deque. The newest jobs stay in a private part that
+//! only the worker touches, so spawning and running a child at sync cost no atomic instruction;
+//! older jobs sit in a crossbeam-deque where others can steal them. An idle worker tries the
+//! other workers in random order and takes the oldest published job; if a victim has published
+//! nothing, the thief raises a flag and the victim publishes its private jobs at its next spawn
+//! or sync. A job therefore becomes stealable no later than its parent's next spawn or sync.
+//! A worker waiting at a sync for stolen children runs other jobs meanwhile. Idle workers spin,
+//! then yield, then park; publishing work wakes a parked worker.
+//!
+//! A task that panics fails the whole run: every other job of it is cancelled and
+//! [`Runtime::run`] returns [`Error::TaskPanicked`] naming the task. [`Runtime::stats`] counts
+//! spawns, syncs, steals, aborts and idle time; with `SATIN_STATS=1` every run prints its own.
+//!
+//! Everything runs in one process here; the [`remote`] module holds the hooks a distributed
+//! layer uses to ship jobs between processes, which is why tasks and outputs are serializable
+//! and task types are registered by name.
+
+#![warn(missing_docs)]
+
+mod codec;
+mod context;
+mod deque;
+mod error;
+mod handle;
+mod job;
+mod recycle;
+pub mod remote;
+mod root;
+mod runtime;
+mod scheduler;
+mod stats;
+mod task;
+mod worker;
+
+pub use context::Context;
+pub use error::Error;
+pub use handle::Handle;
+pub use runtime::Runtime;
+pub use stats::Stats;
+pub use task::Task;
+
+/// Registers a task type under a stable name, so that serialized jobs of that type can be
+/// decoded by any process running the same program. Use it at module level, once per type:
+///
+/// ```
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct Leaf(u32);
+/// impl satin::Task for Leaf {
+///     type Output = u32;
+///     fn run(self, _cx: &mut satin::Context) -> u32 { self.0 }
+/// }
+/// satin::register!(Leaf);                          // named after its module path
+/// # mod other {
+/// # #[derive(serde::Serialize, serde::Deserialize)]
+/// # pub struct Node(pub u32);
+/// # impl satin::Task for Node {
+/// #     type Output = u32;
+/// #     fn run(self, _cx: &mut satin::Context) -> u32 { self.0 }
+/// # }
+/// # }
+/// satin::register!(other::Node, "example/node");   // or under an explicit name
+/// ```
+#[macro_export]
+macro_rules! register {
+    ($ty:ty) => {
+        $crate::register!(
+            $ty,
+            ::core::concat!(::core::module_path!(), "::", ::core::stringify!($ty))
+        );
+    };
+    ($ty:ty, $name:expr) => {
+        $crate::__private::inventory::submit! {
+            $crate::__private::Registration::new::<$ty>($name)
+        }
+    };
+}
+
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::codec::Registration;
+    pub use inventory;
+}

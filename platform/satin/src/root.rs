@@ -1,0 +1,151 @@
+//! Roots: the task a run starts with, and how its result gets back to whoever asked.
+
+use std::panic::{self, AssertUnwindSafe};
+use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::job::{Job, JobRef, DONE};
+use crate::scheduler::Scheduler;
+use crate::{Error, Task};
+
+type Deliver = Box<dyn FnOnce(JobRef, Option<Error>) + Send>;
+
+/// What all jobs of one run share.
+pub(crate) struct RootState {
+    killed: AtomicBool,
+    /// The first failure of the run; it becomes the run's result.
+    error: Mutex<Option<Error>>,
+    deliver: Mutex<Option<Deliver>>,
+    finished: AtomicBool,
+}
+
+impl RootState {
+    #[inline]
+    pub(crate) fn is_killed(&self) -> bool {
+        self.killed.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn is_finished(&self) -> bool {
+        self.finished.load(Ordering::Acquire)
+    }
+
+    /// Fails the run with `error` (unless it already failed) and cancels all its jobs.
+    pub(crate) fn fail(&self, sched: &Scheduler, error: Error) {
+        {
+            let mut slot = self.error.lock();
+            if slot.is_none() {
+                *slot = Some(error);
+            }
+        }
+        self.kill(sched);
+    }
+
+    /// Cancels all jobs of the run.
+    pub(crate) fn kill(&self, sched: &Scheduler) {
+        if !self.killed.swap(true, Ordering::AcqRel) {
+            sched.shared_counters.aborts.fetch_add(1, Ordering::Relaxed);
+        }
+        sched.bump_abort_gen();
+    }
+}
+
+/// Starts `task` as a new root on the workers of `sched`; `deliver` gets its result, on the
+/// worker that finishes it.
+pub(crate) fn submit<T, F>(sched: &Arc<Scheduler>, task: T, deliver: F) -> Arc<RootState>
+where
+    T: Task,
+    F: FnOnce(Result<T::Output, Error>) + Send + 'static,
+{
+    let state = Arc::new(RootState {
+        killed: AtomicBool::new(false),
+        error: Mutex::new(None),
+        deliver: Mutex::new(Some(Box::new(move |job, error| {
+            // SAFETY: `job` is this root's finished record, handed over by `finish`.
+            deliver(unsafe { collect::<T>(job, error) })
+        }))),
+        finished: AtomicBool::new(false),
+    });
+    // The record keeps the state alive for all jobs of the tree; `finish` releases it.
+    let raw = Arc::into_raw(Arc::clone(&state));
+    let job = Job::<T>::create(None, task, ptr::null(), 0);
+    // SAFETY: the record is new and not shared yet; `root` is written in roots only.
+    unsafe {
+        (*(job.as_ptr() as *mut crate::job::JobHeader))
+            .root
+            .write(raw)
+    };
+    sched.active_roots.fetch_add(1, Ordering::SeqCst);
+    tracing::debug!(task = std::any::type_name::<T>(), "root submitted");
+    sched.inject(job);
+    state
+}
+
+/// Takes the output (or error) out of a finished root record and frees the record.
+unsafe fn collect<T: Task>(job: JobRef, error: Option<Error>) -> Result<T::Output, Error> {
+    let output = if job.header().state.load(Ordering::Acquire) == DONE {
+        Some(std::mem::ManuallyDrop::take(
+            &mut (*Job::<T>::slot(job)).output,
+        ))
+    } else {
+        None
+    };
+    job.free();
+    match (error, output) {
+        (Some(e), _) => Err(e),
+        (None, Some(out)) => Ok(out),
+        (None, None) => Err(Error::Aborted),
+    }
+}
+
+/// Completes a root: publishes its state and delivers the result.
+///
+/// # Safety
+/// `job` must be a root that the calling thread executed and is done with.
+pub(crate) unsafe fn finish(job: JobRef, state: u8, sched: &Scheduler) {
+    let root = Arc::from_raw(job.header().root.assume_init());
+    job.header().state.store(state, Ordering::Release);
+    let error = root.error.lock().take();
+    let deliver = root.deliver.lock().take();
+    root.finished.store(true, Ordering::Release);
+    sched.active_roots.fetch_sub(1, Ordering::SeqCst);
+    tracing::debug!(state, "root finished");
+    if let Some(deliver) = deliver {
+        // A panicking callback must not take the worker thread down with it.
+        if panic::catch_unwind(AssertUnwindSafe(|| deliver(job, error))).is_err() {
+            tracing::error!("the callback receiving a root's result panicked");
+        }
+    }
+}
+
+/// A one-shot slot a thread can wait on.
+pub(crate) struct Latch<T> {
+    value: Mutex<Option<T>>,
+    ready: Condvar,
+}
+
+impl<T> Latch<T> {
+    pub(crate) fn new() -> Self {
+        Latch {
+            value: Mutex::new(None),
+            ready: Condvar::new(),
+        }
+    }
+
+    pub(crate) fn set(&self, v: T) {
+        *self.value.lock() = Some(v);
+        self.ready.notify_all();
+    }
+
+    pub(crate) fn wait(&self) -> T {
+        let mut guard = self.value.lock();
+        loop {
+            if let Some(v) = guard.take() {
+                return v;
+            }
+            self.ready.wait(&mut guard);
+        }
+    }
+}

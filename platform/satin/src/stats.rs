@@ -1,0 +1,173 @@
+//! Counters of what the runtime did, and their public summary.
+
+use std::cell::Cell;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+/// What a runtime has done since it started (or, from [`Stats::since`], between two snapshots).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Children spawned with [`Context::spawn`](crate::Context::spawn).
+    pub spawns: u64,
+    /// Explicit and implicit syncs that had children to wait for, plus explicit syncs without.
+    pub syncs: u64,
+    /// Attempts to steal a job from another worker of this process (one per victim tried).
+    pub local_steal_attempts: u64,
+    /// Attempts that brought back a job.
+    pub local_steals: u64,
+    /// Calls to [`Context::abort`](crate::Context::abort), plus runs cancelled by a failure.
+    pub aborts: u64,
+    /// Tasks whose `run` was started.
+    pub jobs_executed: u64,
+    /// Jobs dropped without running because they had been aborted.
+    pub jobs_discarded: u64,
+    /// Time workers spent looking for work without finding any, summed over workers.
+    pub idle: Duration,
+    /// Steal requests this process sent to other processes (reported by the distributed layer).
+    pub remote_steal_attempts: u64,
+    /// Of those, the ones that brought back a job.
+    pub remote_steals: u64,
+    /// Jobs of this process handed to other processes through [`remote`](crate::remote).
+    pub jobs_sent: u64,
+    /// Bytes of tasks and outputs that passed through the [`remote`](crate::remote) hooks.
+    pub bytes_moved: u64,
+}
+
+impl Stats {
+    /// The counts accumulated between `earlier` and `self`.
+    pub fn since(&self, earlier: &Stats) -> Stats {
+        Stats {
+            spawns: self.spawns.saturating_sub(earlier.spawns),
+            syncs: self.syncs.saturating_sub(earlier.syncs),
+            local_steal_attempts: self
+                .local_steal_attempts
+                .saturating_sub(earlier.local_steal_attempts),
+            local_steals: self.local_steals.saturating_sub(earlier.local_steals),
+            aborts: self.aborts.saturating_sub(earlier.aborts),
+            jobs_executed: self.jobs_executed.saturating_sub(earlier.jobs_executed),
+            jobs_discarded: self.jobs_discarded.saturating_sub(earlier.jobs_discarded),
+            idle: self.idle.saturating_sub(earlier.idle),
+            remote_steal_attempts: self
+                .remote_steal_attempts
+                .saturating_sub(earlier.remote_steal_attempts),
+            remote_steals: self.remote_steals.saturating_sub(earlier.remote_steals),
+            jobs_sent: self.jobs_sent.saturating_sub(earlier.jobs_sent),
+            bytes_moved: self.bytes_moved.saturating_sub(earlier.bytes_moved),
+        }
+    }
+}
+
+impl fmt::Display for Stats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "satin statistics")?;
+        writeln!(f, "  spawns                {}", self.spawns)?;
+        writeln!(f, "  syncs                 {}", self.syncs)?;
+        writeln!(f, "  jobs executed         {}", self.jobs_executed)?;
+        writeln!(f, "  jobs discarded        {}", self.jobs_discarded)?;
+        writeln!(f, "  aborts                {}", self.aborts)?;
+        writeln!(
+            f,
+            "  local steals          {} of {} attempts",
+            self.local_steals, self.local_steal_attempts
+        )?;
+        writeln!(
+            f,
+            "  remote steals         {} of {} attempts",
+            self.remote_steals, self.remote_steal_attempts
+        )?;
+        writeln!(f, "  jobs sent away        {}", self.jobs_sent)?;
+        writeln!(f, "  bytes moved           {}", self.bytes_moved)?;
+        write!(
+            f,
+            "  idle time             {:.3} s",
+            self.idle.as_secs_f64()
+        )
+    }
+}
+
+/// Counters of one worker. Only that worker writes them, so a plain load and store is enough
+/// and no read-modify-write instruction sits on the spawn path; readers see a recent value.
+#[derive(Default)]
+pub(crate) struct WorkerCounters {
+    pub(crate) spawns: AtomicU64,
+    pub(crate) syncs: AtomicU64,
+    pub(crate) steal_attempts: AtomicU64,
+    pub(crate) steals: AtomicU64,
+    pub(crate) aborts: AtomicU64,
+    pub(crate) executed: AtomicU64,
+    pub(crate) discarded: AtomicU64,
+    pub(crate) idle_ns: AtomicU64,
+}
+
+/// Adds `n` to a counter that only the calling thread writes.
+#[inline(always)]
+pub(crate) fn add(counter: &AtomicU64, n: u64) {
+    counter.store(counter.load(Relaxed).wrapping_add(n), Relaxed);
+}
+
+/// Counts a worker keeps in its own memory, next to its deque, so that bumping one on the spawn
+/// path is a single increment. They are added to the worker's [`WorkerCounters`] whenever the
+/// worker finishes a job it did not spawn itself (before the completion is published, so a
+/// finished run's counts are all visible) and while it idles.
+#[derive(Default)]
+pub(crate) struct LocalCounters {
+    pub(crate) spawns: Cell<u64>,
+    pub(crate) syncs: Cell<u64>,
+    pub(crate) executed: Cell<u64>,
+    pub(crate) discarded: Cell<u64>,
+    pub(crate) aborts: Cell<u64>,
+    pub(crate) steal_attempts: Cell<u64>,
+    pub(crate) steals: Cell<u64>,
+}
+
+/// Adds one to a worker-local count.
+#[inline(always)]
+pub(crate) fn bump(c: &Cell<u64>) {
+    c.set(c.get().wrapping_add(1));
+}
+
+impl LocalCounters {
+    pub(crate) fn flush_into(&self, to: &WorkerCounters) {
+        add(&to.spawns, self.spawns.take());
+        add(&to.syncs, self.syncs.take());
+        add(&to.executed, self.executed.take());
+        add(&to.discarded, self.discarded.take());
+        add(&to.aborts, self.aborts.take());
+        add(&to.steal_attempts, self.steal_attempts.take());
+        add(&to.steals, self.steals.take());
+    }
+}
+
+/// Counters that any thread may bump (the remote hooks run on threads of the distributed layer).
+#[derive(Default)]
+pub(crate) struct SharedCounters {
+    pub(crate) aborts: AtomicU64,
+    pub(crate) remote_steal_attempts: AtomicU64,
+    pub(crate) remote_steals: AtomicU64,
+    pub(crate) jobs_sent: AtomicU64,
+    pub(crate) bytes_moved: AtomicU64,
+}
+
+impl WorkerCounters {
+    pub(crate) fn add_to(&self, s: &mut Stats) {
+        s.spawns += self.spawns.load(Relaxed);
+        s.syncs += self.syncs.load(Relaxed);
+        s.local_steal_attempts += self.steal_attempts.load(Relaxed);
+        s.local_steals += self.steals.load(Relaxed);
+        s.aborts += self.aborts.load(Relaxed);
+        s.jobs_executed += self.executed.load(Relaxed);
+        s.jobs_discarded += self.discarded.load(Relaxed);
+        s.idle += Duration::from_nanos(self.idle_ns.load(Relaxed));
+    }
+}
+
+impl SharedCounters {
+    pub(crate) fn add_to(&self, s: &mut Stats) {
+        s.aborts += self.aborts.load(Relaxed);
+        s.remote_steal_attempts += self.remote_steal_attempts.load(Relaxed);
+        s.remote_steals += self.remote_steals.load(Relaxed);
+        s.jobs_sent += self.jobs_sent.load(Relaxed);
+        s.bytes_moved += self.bytes_moved.load(Relaxed);
+    }
+}

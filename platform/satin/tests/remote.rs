@@ -1,0 +1,298 @@
+//! The hooks for a distributed layer, with a thread playing the other process.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{bounded, fib};
+use satin::remote::{registered_name, Remote, RemoteJob};
+use satin::{Context, Error, Runtime, Task};
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize, Debug, PartialEq)]
+struct Leaf(u64);
+
+impl Task for Leaf {
+    type Output = u64;
+    fn run(self, _cx: &mut Context) -> u64 {
+        self.0 * 2
+    }
+}
+satin::register!(Leaf);
+
+/// One flag per test: tests run concurrently, and tasks cannot carry shared state.
+static TAKEN: [AtomicBool; 4] = [const { AtomicBool::new(false) }; 4];
+
+/// Spawns leaves until the remote side has taken one, then syncs; returns how many it
+/// spawned and the sum of their outputs.
+#[derive(Serialize, Deserialize)]
+struct Producer {
+    slot: usize,
+    abort_after_taken: bool,
+}
+
+impl Task for Producer {
+    type Output = (u64, u64);
+    fn run(self, cx: &mut Context) -> (u64, u64) {
+        let flag = &TAKEN[self.slot];
+        let start = Instant::now();
+        let mut handles = Vec::new();
+        let mut i = 0;
+        // Spawning is what lets the worker notice that work was asked for and expose it.
+        while !flag.load(Ordering::SeqCst) {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "no job was taken"
+            );
+            handles.push(cx.spawn(Leaf(i)));
+            i += 1;
+            if i % 64 == 0 {
+                thread::yield_now();
+            }
+        }
+        if self.abort_after_taken {
+            cx.abort();
+            cx.sync();
+            return (i, 0);
+        }
+        cx.sync();
+        (i, handles.into_iter().map(|h| h.take()).sum())
+    }
+}
+satin::register!(Producer);
+
+/// Plays the remote thief: asks until a job comes, marks the slot, and hands the job to `reply`.
+fn thief(
+    remote: Remote,
+    slot: usize,
+    reply: impl FnOnce(RemoteJob) + Send + 'static,
+) -> thread::JoinHandle<Leaf> {
+    thread::spawn(move || {
+        let start = Instant::now();
+        let job = loop {
+            if let Some(job) = remote.steal_oldest().expect("steal") {
+                break job;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "nothing to steal"
+            );
+            thread::yield_now();
+        };
+        TAKEN[slot].store(true, Ordering::SeqCst);
+        assert_eq!(Some(job.type_name()), registered_name::<Leaf>().unwrap());
+        let task: Leaf = postcard::from_bytes(job.task()).expect("task decodes");
+        reply(job);
+        task
+    })
+}
+
+#[test]
+fn a_job_taken_away_is_completed_from_its_serialized_output() {
+    let (result, stolen, stats) = bounded("remote steal", || {
+        let rt = Runtime::local().threads(1);
+        let remote = rt.remote().unwrap();
+        let t = thief(remote, 0, |job| {
+            let task: Leaf = postcard::from_bytes(job.task()).unwrap();
+            let out = postcard::to_allocvec(&(task.0 * 2)).unwrap();
+            job.complete(&out).unwrap();
+        });
+        let r = rt.run(Producer {
+            slot: 0,
+            abort_after_taken: false,
+        });
+        (r, t.join().unwrap(), rt.stats())
+    });
+    let (count, sum) = result.unwrap();
+    assert!(count >= 1);
+    assert_eq!(sum, count * (count - 1), "sum of 2i for i < {count}");
+    // With one worker, the oldest job is the first leaf spawned.
+    assert_eq!(stolen, Leaf(0));
+    assert_eq!(stats.jobs_sent, 1);
+    assert!(stats.bytes_moved > 0);
+}
+
+#[test]
+fn a_remote_failure_fails_the_run_with_its_error() {
+    let result = bounded("remote failure", || {
+        let rt = Runtime::local().threads(2);
+        let t = thief(rt.remote().unwrap(), 1, |job| {
+            job.fail(Error::Remote("node 3 died".into()));
+        });
+        let r = rt.run(Producer {
+            slot: 1,
+            abort_after_taken: false,
+        });
+        t.join().unwrap();
+        r
+    });
+    match result {
+        Err(Error::Remote(msg)) => assert_eq!(msg, "node 3 died"),
+        other => panic!("expected the remote error, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_lost_remote_job_fails_the_run_instead_of_hanging_it() {
+    let result = bounded("lost job", || {
+        let rt = Runtime::local().threads(1);
+        let t = thief(rt.remote().unwrap(), 2, drop);
+        let r = rt.run(Producer {
+            slot: 2,
+            abort_after_taken: false,
+        });
+        t.join().unwrap();
+        r
+    });
+    let err = result.unwrap_err();
+    assert!(err.to_string().contains("never completed"), "{err}");
+}
+
+#[test]
+fn a_job_taken_away_learns_of_its_abort() {
+    let result = bounded("remote abort", || {
+        let rt = Runtime::local().threads(1);
+        let (tx, rx) = mpsc::channel();
+        let t = thief(rt.remote().unwrap(), 3, move |job| tx.send(job).unwrap());
+        let waiter = thread::spawn(move || {
+            let job: RemoteJob = rx.recv().unwrap();
+            let start = Instant::now();
+            while !job.is_aborted() {
+                assert!(start.elapsed() < Duration::from_secs(30), "abort not seen");
+                thread::yield_now();
+            }
+            // The output of an aborted job is ignored, whatever it is.
+            job.complete(&[]).unwrap();
+        });
+        let r = rt.run(Producer {
+            slot: 3,
+            abort_after_taken: true,
+        });
+        t.join().unwrap();
+        waiter.join().unwrap();
+        r
+    });
+    assert!(result.unwrap().0 >= 1);
+}
+
+#[derive(Serialize, Deserialize)]
+struct Fib(u32);
+
+impl Task for Fib {
+    type Output = u64;
+    fn run(self, cx: &mut Context) -> u64 {
+        if self.0 < 2 {
+            return self.0 as u64;
+        }
+        let a = cx.spawn(Fib(self.0 - 1));
+        let b = cx.spawn(Fib(self.0 - 2));
+        cx.sync();
+        a.take() + b.take()
+    }
+}
+satin::register!(Fib, "tests/fib");
+
+#[test]
+fn serialized_work_runs_as_a_new_root() {
+    let out = bounded("serialized root", || {
+        let rt = Runtime::local().threads(2);
+        let remote = rt.remote().unwrap();
+        let task = postcard::to_allocvec(&Fib(20)).unwrap();
+        // Local work and received work share the workers.
+        let local = thread::spawn(move || rt.run(Fib(21)).unwrap());
+        let out = remote.run_serialized("tests/fib", &task).unwrap();
+        (
+            postcard::from_bytes::<u64>(&out).unwrap(),
+            local.join().unwrap(),
+        )
+    });
+    assert_eq!(out, (fib(20), fib(21)));
+}
+
+#[test]
+fn serialized_work_with_unknown_names_or_bad_bytes_is_refused() {
+    let (unknown, bad) = bounded("refused", || {
+        let rt = Runtime::local().threads(1);
+        let remote = rt.remote().unwrap();
+        (
+            remote.run_serialized("no/such/task", &[1, 2, 3]),
+            remote.run_serialized("tests/fib", &[]),
+        )
+    });
+    match unknown {
+        Err(Error::UnknownTaskName(name)) => assert_eq!(name, "no/such/task"),
+        other => panic!("expected UnknownTaskName, got {other:?}"),
+    }
+    match bad {
+        Err(Error::Decode { what, .. }) => assert_eq!(what, "task"),
+        other => panic!("expected a decode error, got {other:?}"),
+    }
+}
+
+/// Runs until aborted.
+#[derive(Serialize, Deserialize)]
+struct Forever;
+
+impl Task for Forever {
+    type Output = u64;
+    fn run(self, cx: &mut Context) -> u64 {
+        let start = Instant::now();
+        loop {
+            assert!(start.elapsed() < Duration::from_secs(30), "never aborted");
+            let h = cx.spawn(Leaf(1));
+            cx.sync();
+            h.take();
+        }
+    }
+}
+satin::register!(Forever);
+
+#[test]
+fn a_serialized_root_can_be_aborted() {
+    let result = bounded("abort serialized root", || {
+        let rt = Runtime::local().threads(2);
+        let remote = rt.remote().unwrap();
+        let (tx, rx) = mpsc::channel();
+        let name = registered_name::<Forever>().unwrap().unwrap();
+        let root = remote
+            .submit(name, &postcard::to_allocvec(&Forever).unwrap(), move |r| {
+                tx.send(r).unwrap()
+            })
+            .unwrap();
+        root.abort();
+        let r = rx.recv().unwrap();
+        assert!(root.is_finished());
+        r
+    });
+    assert!(matches!(result, Err(Error::Aborted)), "{result:?}");
+}
+
+#[test]
+fn idle_workers_call_the_idle_hook() {
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+    let calls = bounded("idle hook", || {
+        let rt = Runtime::local().threads(2);
+        let remote = rt.remote().unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (tx, rx) = mpsc::channel();
+        let counter = Arc::clone(&calls);
+        remote.set_idle_hook(move |worker| {
+            assert!(worker < 2);
+            if counter.fetch_add(1, Ordering::SeqCst) == 0 {
+                let _ = tx.send(());
+            }
+        });
+        // Both workers are idle now; waiting for the first call needs no timing guess.
+        rx.recv_timeout(Duration::from_secs(30))
+            .expect("hook called");
+        remote.clear_idle_hook();
+        // The runtime works as before once the hook is gone.
+        assert_eq!(rt.run(Fib(15)).unwrap(), fib(15));
+        calls.load(Ordering::SeqCst)
+    });
+    assert!(calls >= 1);
+}

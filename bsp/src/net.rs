@@ -13,6 +13,7 @@
 //! Waits are cut into slices ([`Options::wait_slice`]); after each slice the process asks the
 //! pool whether every peer is still alive, so a dead peer ends the wait with an error naming it.
 
+use crate::core::op;
 use crate::error::{Error, Result};
 use crate::inbox::InPart;
 use crate::number::read_vec;
@@ -184,6 +185,8 @@ pub struct Stats {
     pub early_flushes: u64,
     /// Messages of the barrier and of collectives sent (notices of bulk payloads included).
     pub round_messages: u64,
+    /// Collective payloads too large for the control connection, sent on the data connection.
+    pub bulk_payloads: u64,
     /// Payload bytes sent to other processes.
     pub bytes_sent: u64,
 }
@@ -402,6 +405,7 @@ impl Net {
         let sent = w.finish();
         sent.map_err(|e| self.ipl_error(ctx, format!("sending to pid {d}"), e))?;
         self.stats.bytes_sent += payload.len() as u64;
+        self.stats.bulk_payloads += 1;
         Ok(())
     }
 
@@ -584,17 +588,19 @@ impl Net {
             if let Some(m) = self.stash.remove(&key) {
                 break m;
             }
+            // Get replies belong to the sync whose sequence number they carry.
+            let family = |o: u8| if o == op::GET_REPLY { op::SYNC } else { o };
             if let Some((k, m)) = self
                 .stash
                 .iter()
-                .find(|(k, m)| k.0 == seq && m.hdr.op != op)
+                .find(|(k, m)| k.0 == seq && family(m.hdr.op) != family(op))
             {
                 return Err(Error::CollectiveMismatch {
                     pid: self.pid,
                     seq,
-                    mine: crate::core::op::name(op).to_string(),
+                    mine: op::name(op).to_string(),
                     peer: k.2 as usize,
-                    theirs: format!("called {}", crate::core::op::name(m.hdr.op)),
+                    theirs: format!("called {}", op::name(m.hdr.op)),
                 });
             }
             self.pump(&mut w, ctx)?;

@@ -38,6 +38,18 @@ fn count(src: usize, dest: usize, step: u64) -> u32 {
 }
 
 #[test]
+fn the_checking_program_passes_on_threads_over_both_drivers() {
+    for (net, p) in [
+        (Net::Local, 1),
+        (Net::Local, 2),
+        (Net::Local, 4),
+        (Net::Tcp, 3),
+    ] {
+        run(net, p, common::program::program);
+    }
+}
+
+#[test]
 fn packets_arrive_exactly_once_and_in_order_per_source() {
     for (net, p) in [(Net::Local, 4), (Net::Local, 3), (Net::Tcp, 3)] {
         run(net, p, move |bsp| {

@@ -1,6 +1,8 @@
 //! Running a BSP program on P threads, over the in-process driver or over tcp, with a time bound.
 #![allow(dead_code)]
 
+pub mod program;
+
 use bsp::{Bsp, Options};
 use ipl::{Config, Ibis, RegistryServer};
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -280,8 +280,8 @@ impl Bsp {
             sig,
             &ctx,
             value,
-            &|v: &T, out: &mut Vec<u8>| ipl::serial::encode_into(v, out, false).map_err(|e| e.0),
-            &|b: &[u8], swap: bool| ipl::serial::decode::<T>(b, swap).map_err(|e| e.0),
+            &|v: &T, out: &mut Vec<u8>| crate::codec::encode_into(v, out).map_err(|e| e.0),
+            &|b: &[u8], swap: bool| crate::codec::decode::<T>(b, swap).map_err(|e| e.0),
             &mut |a: T, b: T| f(a, b),
         )
     }
@@ -304,7 +304,7 @@ impl Bsp {
                 pid: self.pid,
                 what: "the root of broadcast must pass Some(value)".into(),
             })?;
-            let bytes = ipl::serial::to_vec(&v).map_err(|e| Error::Encode {
+            let bytes = crate::codec::to_vec(&v).map_err(|e| Error::Encode {
                 pid: self.pid,
                 superstep: self.superstep,
                 type_name: std::any::type_name::<T>(),
@@ -338,14 +338,16 @@ impl Bsp {
         }
         match mine {
             Some(v) => Ok(v),
-            None => ipl::serial::decode::<T>(&payload, wire::payload_swapped(flags)).map_err(|e| {
-                Error::Decode {
-                    pid: self.pid,
-                    superstep: self.superstep,
-                    src: root,
-                    reason: format!("broadcast value: {}", e.0),
-                }
-            }),
+            None => {
+                crate::codec::decode::<T>(&payload, wire::payload_swapped(flags)).map_err(|e| {
+                    Error::Decode {
+                        pid: self.pid,
+                        superstep: self.superstep,
+                        src: root,
+                        reason: format!("broadcast value: {}", e.0),
+                    }
+                })
+            }
         }
     }
 
@@ -365,7 +367,7 @@ impl Bsp {
         // The items of relative ranks rel.. in order, each: order flag, length, bytes.
         let mut block = Vec::new();
         block.push(wire::native_flag());
-        let own = ipl::serial::to_vec(value).map_err(|e| Error::Encode {
+        let own = crate::codec::to_vec(value).map_err(|e| Error::Encode {
             pid: self.pid,
             superstep: self.superstep,
             type_name: std::any::type_name::<T>(),
@@ -402,7 +404,7 @@ impl Bsp {
                 let flags = c.u8()?;
                 let n = c.usize()?;
                 let bytes = c.bytes(n)?;
-                ipl::serial::decode::<T>(bytes, wire::payload_swapped(flags)).map_err(|e| e.0)
+                crate::codec::decode::<T>(bytes, wire::payload_swapped(flags)).map_err(|e| e.0)
             })()
             .map_err(|why| decode_err(src, why))?;
             out[src] = Some(item);

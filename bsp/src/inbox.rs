@@ -97,11 +97,15 @@ impl InPart {
         }
     }
 
-    /// Whether type index `ty` names the local type `name`.
+    /// Whether type index `ty` names the local type `name`. (The same type's name may sit at
+    /// different addresses in different parts of a program, so a miss of the address cache
+    /// compares the text.)
     #[inline]
     fn type_is(&mut self, ty: usize, name: &'static str) -> bool {
         let key = (name.as_ptr() as usize, name.len());
-        let (n, cached) = &mut self.types[ty];
+        let Some((n, cached)) = self.types.get_mut(ty) else {
+            return false;
+        };
         if *cached == key {
             return true;
         }
@@ -178,7 +182,30 @@ impl Incoming {
         }
     }
 
+    /// The common case, inline: the next entry of the current message is a short packet of a
+    /// type already matched. Everything else takes [`Incoming::recv_general`].
+    #[inline]
     pub(crate) fn recv<T: DeserializeOwned>(&mut self) -> Result<Option<(usize, T)>> {
+        let name = packet_type_name::<T>();
+        if let Some(part) = self.parts.get_mut(self.cur) {
+            let pos = part.pos;
+            if let [tag, len, ..] = part.packets[pos.min(part.packets.len())..] {
+                let ty = usize::from(tag & 0x7f);
+                let start = pos + 2;
+                let end = start + usize::from(len);
+                if tag >= 0x80 && len < 0x80 && end <= part.packets.len() && part.type_is(ty, name)
+                {
+                    if let Ok(v) = crate::codec::decode::<T>(&part.packets[start..end], part.swap) {
+                        part.pos = end;
+                        return Ok(Some((part.src, v)));
+                    }
+                }
+            }
+        }
+        self.recv_general()
+    }
+
+    fn recv_general<T: DeserializeOwned>(&mut self) -> Result<Option<(usize, T)>> {
         let Some((i, e, next)) = self.next()? else {
             return Ok(None);
         };
@@ -190,7 +217,7 @@ impl Incoming {
             return Err(self.mismatch(i, e, format!("a packet of type {name}")));
         }
         let part = &mut self.parts[i];
-        match ipl::serial::decode::<T>(&part.packets[start..end], part.swap) {
+        match crate::codec::decode::<T>(&part.packets[start..end], part.swap) {
             Ok(v) => {
                 part.pos = next;
                 Ok(Some((part.src, v)))
@@ -365,7 +392,7 @@ mod tests {
             assert_eq!(ty, seen);
             assert_eq!(p.types[ty].0, names[seen]);
             assert_eq!(p.packets[p.pos] == wire::WIDE_PACKET, ty >= 127);
-            let v: u32 = ipl::serial::decode(&p.packets[start..end], false).unwrap();
+            let v: u32 = crate::codec::decode(&p.packets[start..end], false).unwrap();
             assert_eq!(v, seen as u32);
             p.pos = next;
             seen += 1;

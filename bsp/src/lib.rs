@@ -73,7 +73,7 @@
 //! # Message combining
 //!
 //! Every packet for one destination in one superstep is appended to that destination's buffer
-//! (serialized with `ipl`'s object format behind a two-byte entry header: a one-byte type
+//! (serialized in `ipl`'s object layout, by an encoder that inlines into the caller, behind a two-byte entry header: a one-byte type
 //! index and the length) and the whole buffer travels as **one message** at `sync`. Packets of
 //! several types can be mixed: each message names its types once, and `recv::<T>()` of the
 //! wrong type is an [`Error::TypeMismatch`] naming both, not garbage. Slices of numbers
@@ -141,6 +141,7 @@
 
 #![warn(missing_docs)]
 
+mod codec;
 mod collective;
 mod core;
 mod drma;

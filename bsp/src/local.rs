@@ -77,14 +77,18 @@ where
     let results: Vec<Result<T>> = std::thread::scope(|s| {
         let handles: Vec<_> = procs
             .into_iter()
-            .map(|mut bsp| {
+            .map(|bsp| {
                 let f = &f;
                 std::thread::Builder::new()
                     .name(format!("bsp-{}", bsp.pid()))
                     .spawn_scoped(s, move || {
                         let pid = bsp.pid();
-                        let r = catch_unwind(AssertUnwindSafe(|| f(&mut bsp)));
-                        drop(bsp);
+                        // The handle moves into the closure, so a panic drops it while
+                        // unwinding: the pool then reports this process dead, not departed.
+                        let r = catch_unwind(AssertUnwindSafe(move || {
+                            let mut bsp = bsp;
+                            f(&mut bsp)
+                        }));
                         r.unwrap_or_else(|panic| {
                             let message = panic
                                 .downcast_ref::<&str>()

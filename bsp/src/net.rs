@@ -32,6 +32,8 @@ pub(crate) const DATA_PORT: &str = "bsp/data";
 
 /// How long a waiting thread spins on the data mailbox before it sleeps.
 const MAIL_SPIN: Duration = Duration::from_micros(30);
+/// How long a wait polls the control port (yielding between polls) before it blocks.
+const POLL_PHASE: Duration = Duration::from_millis(1);
 
 /// Identifies a round message: (operation sequence number, round, sender).
 pub(crate) type Key = (u64, u32, u32);
@@ -329,6 +331,52 @@ impl Net {
         }
     }
 
+    /// The error for a failed connect or send to `d`. A peer on its way out may break the
+    /// connection before the pool reports its departure; give the pool a few wait slices to
+    /// say so, and then name the departure rather than the broken connection.
+    fn peer_error(&mut self, d: usize, ctx: &Ctx, what: String, e: ipl::Error) -> Error {
+        if matches!(e, ipl::Error::NodeDied(_) | ipl::Error::NodeLeft(_)) {
+            return self.ipl_error(ctx, what, e);
+        }
+        let deadline = Instant::now() + self.opts.wait_slice * 4;
+        loop {
+            self.note_departures();
+            if let Some((n, died)) = self.departed.iter().find(|(n, _)| n.rank() as usize == d) {
+                return Error::PeerGone {
+                    pid: self.pid,
+                    superstep: ctx.superstep,
+                    peer: d,
+                    node: n.to_string(),
+                    died: *died,
+                    during: ctx.during(),
+                };
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return self.ipl_error(ctx, what, e);
+            }
+            match self.events.recv_timeout(left) {
+                Ok(ev) => self.note_event(ev),
+                Err(_) => return self.ipl_error(ctx, what, e),
+            }
+        }
+    }
+
+    fn note_event(&mut self, ev: ipl::PoolEvent) {
+        match ev {
+            ipl::PoolEvent::Died(n) => self.departed.push((n, true)),
+            ipl::PoolEvent::Left(n) => self.departed.push((n, false)),
+            _ => {}
+        }
+    }
+
+    /// Records the departures the pool has reported so far, in order.
+    fn note_departures(&mut self) {
+        while let Ok(ev) = self.events.try_recv() {
+            self.note_event(ev);
+        }
+    }
+
     fn connect(&mut self, d: usize, data: bool, ctx: &Ctx) -> Result<()> {
         let slot = if data {
             &self.data_tx[d]
@@ -348,8 +396,9 @@ impl Net {
             .ibis
             .send_port(&ty)
             .map_err(|e| self.ipl_error(ctx, what(), e))?;
-        sp.connect(&self.nodes[d], name)
-            .map_err(|e| self.ipl_error(ctx, what(), e))?;
+        if let Err(e) = sp.connect(&self.nodes[d], name) {
+            return Err(self.peer_error(d, ctx, what(), e));
+        }
         tracing::debug!(pid = self.pid, to = d, port = name, "connected");
         if data {
             self.data_tx[d] = Some(sp);
@@ -384,7 +433,9 @@ impl Net {
         let mut w = port.message();
         w.write_bytes(&self.scratch);
         let sent = w.finish();
-        sent.map_err(|e| self.ipl_error(ctx, format!("sending to pid {d}"), e))?;
+        if let Err(e) = sent {
+            return Err(self.peer_error(d, ctx, format!("sending to pid {d}"), e));
+        }
         self.stats.round_messages += 1;
         if small {
             self.stats.bytes_sent += payload.len() as u64;
@@ -403,7 +454,9 @@ impl Net {
         w.write_bytes(&head);
         w.write_bytes(payload);
         let sent = w.finish();
-        sent.map_err(|e| self.ipl_error(ctx, format!("sending to pid {d}"), e))?;
+        if let Err(e) = sent {
+            return Err(self.peer_error(d, ctx, format!("sending to pid {d}"), e));
+        }
         self.stats.bytes_sent += payload.len() as u64;
         self.stats.bulk_payloads += 1;
         Ok(())
@@ -449,7 +502,9 @@ impl Net {
             s.write_to(&mut w);
         }
         let sent = w.finish();
-        sent.map_err(|e| self.ipl_error(ctx, format!("sending data to pid {d}"), e))?;
+        if let Err(e) = sent {
+            return Err(self.peer_error(d, ctx, format!("sending data to pid {d}"), e));
+        }
         self.stats.data_messages += 1;
         self.stats.bytes_sent += bytes as u64;
         if early {
@@ -525,13 +580,7 @@ impl Net {
             Err(e) => return Err(self.ipl_error(ctx, "checking the pool".into(), e)),
         };
         // Name the peer that went first: the others may only have followed it.
-        while let Ok(ev) = self.events.try_recv() {
-            match ev {
-                ipl::PoolEvent::Died(d) => self.departed.push((d, true)),
-                ipl::PoolEvent::Left(d) => self.departed.push((d, false)),
-                _ => {}
-            }
-        }
+        self.note_departures();
         let (n, died) = self.departed.first().cloned().unwrap_or((n, died));
         match &w.gone {
             None => {
@@ -556,8 +605,20 @@ impl Net {
         }
     }
 
-    /// Receives from the control port for at most one wait slice and files what came.
+    /// Receives from the control port and files what came. For the first [`POLL_PHASE`] of a
+    /// wait it polls, giving the processor away between polls (a peer that shares this core
+    /// can then run and answer); after that it blocks for at most one wait slice.
     fn pump(&mut self, w: &mut Watch, ctx: &Ctx) -> Result<()> {
+        if w.started.elapsed() < POLL_PHASE {
+            return match self.control_rx.poll() {
+                Ok(Some(m)) => self.file(m, ctx),
+                Ok(None) => {
+                    std::thread::yield_now();
+                    Ok(())
+                }
+                Err(e) => Err(self.ipl_error(ctx, "receiving on the control port".into(), e)),
+            };
+        }
         match self.control_rx.receive_timeout(self.opts.wait_slice) {
             Ok(m) => {
                 self.file(m, ctx)?;

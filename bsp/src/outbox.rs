@@ -6,8 +6,17 @@ use serde::Serialize;
 
 /// Normalizes a type name so that types that serialize alike name the same packet type: `T`,
 /// `&T` and `&mut T`; `str` and `String`; `[T]` and `Vec<T>`.
+#[inline]
 pub(crate) fn packet_type_name<T: ?Sized>() -> &'static str {
-    let mut n = std::any::type_name::<T>();
+    let n = std::any::type_name::<T>();
+    if n.starts_with(['&', '[']) || n == "str" {
+        normalize(n)
+    } else {
+        n
+    }
+}
+
+fn normalize(mut n: &'static str) -> &'static str {
     loop {
         if let Some(r) = n.strip_prefix("&mut ") {
             n = r;
@@ -110,7 +119,7 @@ impl Outbox {
         &mut self,
         name: &'static str,
         v: &T,
-    ) -> Result<usize, ipl::serial::FormatError> {
+    ) -> Result<usize, crate::codec::CodecError> {
         let start = self.packets.len();
         let t = self.type_index(name);
         if t < 0x7f {
@@ -121,7 +130,7 @@ impl Outbox {
         }
         let len_at = self.packets.len();
         self.packets.push(0);
-        if let Err(e) = ipl::serial::encode_into(v, &mut self.packets, false) {
+        if let Err(e) = crate::codec::encode_into(v, &mut self.packets) {
             self.packets.truncate(start);
             return Err(e);
         }

@@ -327,7 +327,11 @@ impl Bsp {
             }
         }
         self.superstep += 1;
-        self.incoming = Incoming::new(self.pid, self.superstep, parts);
+        let old = std::mem::replace(
+            &mut self.incoming,
+            Incoming::new(self.pid, self.superstep, parts),
+        );
+        self.net.recycle(old.into_buffers());
         self.via_control.iter_mut().for_each(|c| *c = 0);
         self.via_data.iter_mut().for_each(|c| *c = 0);
         self.net.stats.supersteps += 1;

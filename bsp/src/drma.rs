@@ -123,14 +123,17 @@ impl Bsp {
     /// Registers `data` as this process's part of a distributed array. Every process registers
     /// its arrays in the same order; the handle names the array of the same position on every
     /// process. Usable as a put target in the same superstep.
-    pub fn register<T: Number>(&mut self, data: Vec<T>) -> Reg<T> {
-        let id = self.regs.len() as u32;
+    pub fn register<T: Number>(&mut self, data: Vec<T>) -> Result<Reg<T>> {
+        let id = u32::try_from(self.regs.len()).map_err(|_| Error::Usage {
+            pid: self.pid,
+            what: "register: more than 2^32 registrations".into(),
+        })?;
         self.regs.push(Some(Box::new(data)));
-        Reg {
+        Ok(Reg {
             id,
             instance: self.instance,
             _t: PhantomData,
-        }
+        })
     }
 
     /// Ends a registration and returns the array. Puts that arrive for it later are errors at

@@ -287,6 +287,11 @@ impl Incoming {
         }))
     }
 
+    /// The packet buffers, for reuse.
+    pub(crate) fn into_buffers(self) -> impl Iterator<Item = Vec<u8>> {
+        self.parts.into_iter().map(|p| p.packets)
+    }
+
     /// Packets and slices not read yet.
     pub(crate) fn unread(&self) -> usize {
         let mut n = 0;

@@ -74,6 +74,7 @@ struct Mail {
 struct Shared {
     mail: Mutex<Mail>,
     arrived: Condvar,
+    spare: Spare,
 }
 
 enum Parsed {
@@ -82,7 +83,43 @@ enum Parsed {
     Bulk(Key, Msg),
 }
 
-fn parse(m: &mut ReadMessage) -> std::result::Result<Parsed, String> {
+/// Buffers of packet streams read in earlier supersteps, kept for reuse: reading a large
+/// stream into memory that was used before avoids the page faults of fresh memory.
+#[derive(Default)]
+struct Spare(Mutex<Vec<Vec<u8>>>);
+
+impl Spare {
+    /// A buffer of exactly `n` bytes (contents unspecified; the reader overwrites them).
+    fn take(&self, n: usize) -> Vec<u8> {
+        let mut v = if n == 0 {
+            Vec::new()
+        } else {
+            let mut spare = self.0.lock();
+            match spare.iter().position(|b| b.capacity() >= n) {
+                Some(i) => spare.swap_remove(i),
+                None => spare.pop().unwrap_or_default(),
+            }
+        };
+        if v.len() >= n {
+            v.truncate(n);
+        } else {
+            v.resize(n, 0);
+        }
+        v
+    }
+
+    /// Keeps `v` for reuse, up to `keep` buffers.
+    fn give(&self, v: Vec<u8>, keep: usize) {
+        if v.capacity() > 0 {
+            let mut spare = self.0.lock();
+            if spare.len() < keep {
+                spare.push(v);
+            }
+        }
+    }
+}
+
+fn parse(m: &mut ReadMessage, spare: &Spare) -> std::result::Result<Parsed, String> {
     let src = m.origin().rank();
     let head = m.read_bytes().map_err(|e| e.to_string())?;
     let hdr = Header::decode(&head)?;
@@ -90,14 +127,17 @@ fn parse(m: &mut ReadMessage) -> std::result::Result<Parsed, String> {
     match hdr.kind {
         KIND_DATA => {
             let codes = &head[HEADER_LEN..];
-            if codes.len() as u64 != hdr.aux {
+            // The packet stream's length is in the header, so that it can be read into a
+            // recycled buffer instead of fresh memory.
+            if hdr.aux > m.remaining() {
                 return Err(format!(
-                    "data message announces {} slices but lists {}",
+                    "data message announces {} bytes of packets but has {} left",
                     hdr.aux,
-                    codes.len()
+                    m.remaining()
                 ));
             }
-            let packets = m.read_bytes().map_err(|e| e.to_string())?;
+            let mut packets = spare.take(hdr.aux as usize);
+            m.read_bytes_into(&mut packets).map_err(|e| e.to_string())?;
             let drma = m.read_bytes().map_err(|e| e.to_string())?;
             let mut slices = VecDeque::with_capacity(codes.len());
             for &c in codes {
@@ -135,7 +175,7 @@ fn parse(m: &mut ReadMessage) -> std::result::Result<Parsed, String> {
 /// Runs on the port library's upcall thread for every message of the data port.
 fn deliver(shared: &Shared, m: &mut ReadMessage) {
     let src = m.origin().rank() as usize;
-    let parsed = parse(m);
+    let parsed = parse(m, &shared.spare);
     let mut mail = shared.mail.lock();
     match parsed {
         Ok(Parsed::Data { superstep, part }) => {
@@ -268,6 +308,7 @@ impl Net {
         let shared = Arc::new(Shared {
             mail: Mutex::new(Mail::default()),
             arrived: Condvar::new(),
+            spare: Spare::default(),
         });
         let port_err = |e: ipl::Error| match e {
             ipl::Error::DuplicatePort(_) => Error::Config(format!(
@@ -481,7 +522,7 @@ impl Net {
             op: 0,
             round: part,
             epoch: superstep,
-            aux: ob.slices.len() as u64,
+            aux: ob.packets.len() as u64,
         }
         .encode(&mut head);
         head.extend(ob.slices.iter().map(|s| s.code()));
@@ -516,7 +557,7 @@ impl Net {
     /// Files one message from the control port.
     fn file(&mut self, mut m: ReadMessage, ctx: &Ctx) -> Result<()> {
         let src = m.origin().rank() as usize;
-        let parsed = parse(&mut m);
+        let parsed = parse(&mut m, &self.shared.spare);
         drop(m);
         match parsed {
             Ok(Parsed::Round(key, msg)) => {
@@ -708,6 +749,14 @@ impl Net {
             if w.last_check.elapsed() >= self.opts.wait_slice {
                 self.check(w, ctx)?;
             }
+        }
+    }
+
+    /// Keeps the packet buffers of a superstep that was read, for the messages of later ones.
+    pub(crate) fn recycle(&self, buffers: impl Iterator<Item = Vec<u8>>) {
+        let keep = 2 * self.nodes.len() + 2;
+        for b in buffers {
+            self.shared.spare.give(b, keep);
         }
     }
 

@@ -2,10 +2,10 @@
 //!
 //! Every message starts with one byte-buffer item holding a 24-byte [`Header`] (in the sender's
 //! byte order, marked by its first byte) and, for small control messages, the payload. Data
-//! messages (the combined packets of one superstep for one destination) follow with two byte
-//! buffers, the packet stream and the remote-memory stream, and then the large number slices as
-//! the port library's own slice items, which are written from and read into their vectors
-//! without copies.
+//! messages (the combined packets of one superstep for one destination) list the number types
+//! of their large slices after the header and follow with two byte buffers, the packet stream
+//! and the remote-memory stream, and then the large slices as the port library's own slice
+//! items, which are written from and read into their vectors without copies.
 //!
 //! The packet stream is a sequence of entries:
 //! - `0x80 | t`, length (varint), bytes: a serialized packet of the `t`-th type of this message;
@@ -73,7 +73,8 @@ pub(crate) struct Header {
     pub round: u32,
     /// Operation sequence number (round and bulk messages) or superstep (data messages).
     pub epoch: u64,
-    /// Kind-specific: for data messages the number of slice items.
+    /// Kind-specific: for data messages the length of the packet stream; for round messages a
+    /// signature of the operation's arguments.
     pub aux: u64,
 }
 

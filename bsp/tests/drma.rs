@@ -11,8 +11,8 @@ fn puts_land_at_the_end_of_the_superstep_and_gets_read_before_them() {
         run(net, p, |bsp| {
             let (me, p) = (bsp.pid(), bsp.nprocs());
             let n = 4 * p;
-            let a = bsp.register(vec![me as f64; n]);
-            let copy = bsp.register(vec![-1.0f64; n]);
+            let a = bsp.register(vec![me as f64; n])?;
+            let copy = bsp.register(vec![-1.0f64; n])?;
             let next = (me + 1) % p;
             let prev = (me + p - 1) % p;
             // Write my pid into slots 4*me.. of the next process, and my own slot 0.
@@ -45,7 +45,7 @@ fn concurrent_puts_apply_in_pid_order_then_issue_order() {
     for net in NETS {
         run(net, 3, |bsp| {
             let me = bsp.pid();
-            let r = bsp.register(vec![0u32; 2]);
+            let r = bsp.register(vec![0u32; 2])?;
             // Everyone writes slot 0 of process 0; within a process the later put wins.
             bsp.put(0, r, 0, &[me as u32 * 10])?;
             bsp.put(0, r, 0, &[me as u32 * 10 + 1])?;
@@ -57,8 +57,8 @@ fn concurrent_puts_apply_in_pid_order_then_issue_order() {
                 assert_eq!(bsp.registered(r)?, &[0, 0]);
             }
             // Large puts and gets travel on the data connection and still land in order.
-            let big = bsp.register(vec![0i64; 100_000]);
-            let back = bsp.register(vec![0i64; 100_000]);
+            let big = bsp.register(vec![0i64; 100_000])?;
+            let back = bsp.register(vec![0i64; 100_000])?;
             if me == 1 {
                 let data: Vec<i64> = (0..100_000).collect();
                 bsp.put(2, big, 0, &data)?;
@@ -82,8 +82,8 @@ fn concurrent_puts_apply_in_pid_order_then_issue_order() {
 #[test]
 fn out_of_range_puts_and_gets_are_errors_naming_the_processes() {
     let e = try_run(Net::Local, 2, common::opts(), |bsp| {
-        let r = bsp.register(vec![0u8; 4]);
-        let local = bsp.register(vec![0u8; 4]);
+        let r = bsp.register(vec![0u8; 4])?;
+        let local = bsp.register(vec![0u8; 4])?;
         // The target range is checked at once.
         let e = bsp.get(1, r, 0, 8, local, 0).unwrap_err();
         assert!(matches!(e, Error::Drma { .. }), "{e}");
@@ -102,7 +102,7 @@ fn out_of_range_puts_and_gets_are_errors_naming_the_processes() {
     );
 
     let e = try_run(Net::Local, 2, common::opts(), |bsp| {
-        let r = bsp.register(vec![0u8; 4]);
+        let r = bsp.register(vec![0u8; 4])?;
         if bsp.pid() == 0 {
             bsp.put(1, r, 3, &[1, 2])?;
         }
@@ -121,8 +121,8 @@ fn out_of_range_puts_and_gets_are_errors_naming_the_processes() {
     let mut procs = bsp::Bsp::local(2).unwrap();
     let mut b = procs.pop().unwrap();
     let mut a = procs.pop().unwrap();
-    let ra = a.register(vec![1.0f32]);
-    let rb = b.register(vec![1.0f32]);
+    let ra = a.register(vec![1.0f32]).unwrap();
+    let rb = b.register(vec![1.0f32]).unwrap();
     assert!(a.registered(rb).is_err());
     assert!(a.put(1, rb, 0, &[2.0]).is_err());
     assert!(b.registered_mut(ra).is_err());

@@ -94,8 +94,8 @@ pub fn program(bsp: &mut Bsp) -> bsp::Result<()> {
     let got = bsp.total_exchange(&(0..p).map(|d| (me * p + d) as u32).collect::<Vec<_>>())?;
     assert_eq!(got, (0..p).map(|s| (s * p + me) as u32).collect::<Vec<_>>());
     // Put and get.
-    let reg = bsp.register(vec![0u64; p]);
-    let copy = bsp.register(vec![0u64; p]);
+    let reg = bsp.register(vec![0u64; p])?;
+    let copy = bsp.register(vec![0u64; p])?;
     bsp.registered_mut(reg)?[me] = me as u64 + 1;
     bsp.sync()?;
     for d in 0..p {

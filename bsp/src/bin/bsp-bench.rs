@@ -7,8 +7,9 @@
 //! message per packet. When `mpicc` is on the PATH it writes and compiles a small C program and
 //! runs it with `mpirun --allow-run-as-root --oversubscribe --mca btl tcp,self -n P` to measure
 //! `MPI_Barrier` and an 8-byte `MPI_Allreduce` the same way; otherwise it says it skipped MPI.
-//! Every figure is the median over repetitions; ratios are against the reference measured in the
-//! same run.
+//! Every figure is the median over repetitions within a run and then over rounds (each round
+//! measures bsp and then OpenMPI, so both see the same machine load); ratios are against the
+//! reference measured in the same rounds.
 
 use bsp::{Bsp, Op};
 use clap::Parser;
@@ -40,6 +41,10 @@ struct Args {
     /// Packets sent as one ipl message each, for comparison.
     #[arg(long, default_value_t = 200_000)]
     single_messages: u32,
+    /// Rounds: each round runs every measurement of bsp and then of OpenMPI, so that both see
+    /// the same machine load; the median over rounds is reported, with the range.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
     /// Skip OpenMPI even when mpicc is present.
     #[arg(long)]
     no_mpi: bool,
@@ -63,6 +68,7 @@ struct Figures {
 }
 
 #[derive(Serialize, Debug, Default, Clone)]
+/// What the MPI program reports (rank 0).
 struct MpiFigures {
     barrier_us: f64,
     allreduce_us: f64,
@@ -379,9 +385,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(
-        "bsp-bench: {} cores; medians of {} repetitions of {} operations; processes over \
-         tcp on this host{}",
+        "bsp-bench: {} cores; {} rounds, each the median of {} repetitions of {} operations; \
+         processes over tcp on this host{}",
         cores,
+        args.rounds.max(1),
         args.reps,
         args.iters,
         if args.procs.iter().any(|&p| p as usize > cores) {
@@ -390,62 +397,112 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ""
         }
     );
-    let mut results = Vec::new();
-    for &p in &args.procs {
-        let fig = run_bsp(p, &dir)?;
-        let m = mpi.as_ref().and_then(|exe| run_mpi(exe, p, &args));
-        results.push((fig, m));
-    }
-    println!();
-    println!(
-        "{:<34} {:>3} {:>12} {:>18} {:>8}",
-        "operation", "P", "bsp (us)", "OpenMPI/TCP (us)", "ratio"
-    );
-    for (fig, m) in &results {
-        let mb = m.as_ref().map(|m| m.barrier_us);
-        let ma = m.as_ref().map(|m| m.allreduce_us);
-        let show = |v: Option<f64>| v.map_or("skipped".to_string(), |v| format!("{v:.2}"));
-        println!(
-            "{:<34} {:>3} {:>12.2} {:>18} {:>8}",
-            "empty superstep vs MPI_Barrier",
-            fig.procs,
-            fig.sync_us,
-            show(mb),
-            ratio(fig.sync_us, mb)
-        );
-        println!(
-            "{:<34} {:>3} {:>12.2} {:>18} {:>8}",
-            "8-byte all_reduce vs MPI_Allreduce",
-            fig.procs,
-            fig.all_reduce_us,
-            show(ma),
-            ratio(fig.all_reduce_us, ma)
-        );
-    }
-    if let Some((fig, _)) = results.iter().find(|(f, _)| f.procs == 2) {
-        if let (Some(c), Some(s)) = (fig.combined_pps, fig.single_pps) {
-            println!();
+    // results[i]: every round's figures for args.procs[i].
+    let mut results: Vec<(Vec<Figures>, Vec<MpiFigures>)> = args
+        .procs
+        .iter()
+        .map(|_| (Vec::new(), Vec::new()))
+        .collect();
+    for round in 0..args.rounds.max(1) {
+        for (i, &p) in args.procs.iter().enumerate() {
+            let fig = run_bsp(p, &dir)?;
+            let m = mpi.as_ref().and_then(|exe| run_mpi(exe, p, &args));
             println!(
-                "combining at P = 2, {} 16-byte packets per superstep: {:.1} M packets/s per \
-                 process (target >= 20 M)",
-                args.packets,
-                c / 1e6
+                "round {}, P = {p}: bsp superstep {:.2} us, all_reduce {:.2} us{}{}",
+                round + 1,
+                fig.sync_us,
+                fig.all_reduce_us,
+                m.as_ref().map_or(String::new(), |m| format!(
+                    "; MPI barrier {:.2} us, allreduce {:.2} us",
+                    m.barrier_us, m.allreduce_us
+                )),
+                fig.combined_pps.map_or(String::new(), |c| format!(
+                    "; combining {:.1} M packets/s",
+                    c / 1e6
+                )),
             );
-            println!(
-                "one ipl message per packet ({} packets each way):   {:.2} M packets/s per \
-                 process; combining is {:.1}x faster",
-                args.single_messages,
-                s / 1e6,
-                c / s
-            );
+            results[i].0.push(fig);
+            if let Some(m) = m {
+                results[i].1.push(m);
+            }
         }
     }
+    let stat = |v: Vec<f64>| -> Option<(f64, f64, f64)> {
+        if v.is_empty() {
+            return None;
+        }
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        Some((median(v), lo, hi))
+    };
+    let show = |v: Option<(f64, f64, f64)>| {
+        v.map_or("skipped".to_string(), |(m, lo, hi)| {
+            format!("{m:.2} ({lo:.1}-{hi:.1})")
+        })
+    };
+    println!();
+    println!(
+        "{:<34} {:>3} {:>22} {:>22} {:>7}",
+        "operation (median of rounds, range)", "P", "bsp (us)", "OpenMPI/TCP (us)", "ratio"
+    );
+    let mut summary = Vec::new();
+    let mut combining = Vec::new();
+    for (i, (figs, mpis)) in results.iter().enumerate() {
+        let p = args.procs[i];
+        let bs = stat(figs.iter().map(|f| f.sync_us).collect());
+        let ba = stat(figs.iter().map(|f| f.all_reduce_us).collect());
+        let mb = stat(mpis.iter().map(|m| m.barrier_us).collect());
+        let ma = stat(mpis.iter().map(|m| m.allreduce_us).collect());
+        for (name, b, m) in [
+            ("empty superstep vs MPI_Barrier", bs, mb),
+            ("8-byte all_reduce vs MPI_Allreduce", ba, ma),
+        ] {
+            println!(
+                "{:<34} {:>3} {:>22} {:>22} {:>7}",
+                name,
+                p,
+                show(b),
+                show(m),
+                ratio(b.map_or(0.0, |b| b.0), m.map(|m| m.0))
+            );
+        }
+        let combined = stat(figs.iter().filter_map(|f| f.combined_pps).collect());
+        let single = stat(figs.iter().filter_map(|f| f.single_pps).collect());
+        summary.push(serde_json::json!({
+            "procs": p,
+            "bsp_superstep_us": bs.map(|s| s.0),
+            "bsp_all_reduce_us": ba.map(|s| s.0),
+            "mpi_barrier_us": mb.map(|s| s.0),
+            "mpi_allreduce_us": ma.map(|s| s.0),
+            "combined_packets_per_s": combined.map(|s| s.0),
+            "single_message_packets_per_s": single.map(|s| s.0),
+            "rounds": figs,
+            "mpi_rounds": mpis,
+        }));
+        if let (Some(c), Some(s)) = (combined, single) {
+            combining.push((p, c, s));
+        }
+    }
+    for (p, c, s) in combining {
+        println!();
+        println!(
+            "combining at P = {p}, {} 16-byte packets per superstep: {:.1} M packets/s per \
+             process (rounds {:.1}-{:.1}; target >= 20 M)",
+            args.packets,
+            c.0 / 1e6,
+            c.1 / 1e6,
+            c.2 / 1e6
+        );
+        println!(
+            "the same traffic as one ipl message per packet ({} packets each way): {:.2} M \
+             packets/s per process; combining is {:.0}x faster",
+            args.single_messages,
+            s.0 / 1e6,
+            c.0 / s.0
+        );
+    }
     if let Some(path) = &args.json {
-        let rows: Vec<serde_json::Value> = results
-            .iter()
-            .map(|(f, m)| serde_json::json!({ "bsp": f, "mpi": m }))
-            .collect();
-        std::fs::write(path, serde_json::to_vec_pretty(&rows)?)?;
+        std::fs::write(path, serde_json::to_vec_pretty(&summary)?)?;
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())

@@ -108,11 +108,12 @@ impl Spare {
         v
     }
 
-    /// Keeps `v` for reuse, up to `keep` buffers.
-    fn give(&self, v: Vec<u8>, keep: usize) {
+    /// Keeps `v` for reuse, up to `keep` buffers of at most `bytes` in all.
+    fn give(&self, v: Vec<u8>, keep: usize, bytes: usize) {
         if v.capacity() > 0 {
             let mut spare = self.0.lock();
-            if spare.len() < keep {
+            let held: usize = spare.iter().map(Vec::capacity).sum();
+            if spare.len() < keep && held + v.capacity() <= bytes {
                 spare.push(v);
             }
         }
@@ -218,7 +219,7 @@ impl Ctx {
 pub struct Stats {
     /// Supersteps completed (calls of `sync`).
     pub supersteps: u64,
-    /// Packets and slices sent (to any process, itself included).
+    /// Packets, slices, puts and gets issued (to any process, itself included).
     pub packets_sent: u64,
     /// Data messages sent to other processes: one per destination per superstep, plus the early
     /// ones forced by the memory budget.
@@ -752,11 +753,12 @@ impl Net {
         }
     }
 
-    /// Keeps the packet buffers of a superstep that was read, for the messages of later ones.
+    /// Keeps the packet buffers of a superstep that was read, for the messages of later ones
+    /// (at most the memory budget's worth).
     pub(crate) fn recycle(&self, buffers: impl Iterator<Item = Vec<u8>>) {
         let keep = 2 * self.nodes.len() + 2;
         for b in buffers {
-            self.shared.spare.give(b, keep);
+            self.shared.spare.give(b, keep, self.opts.memory_budget);
         }
     }
 

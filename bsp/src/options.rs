@@ -22,8 +22,9 @@ pub struct Options {
     /// How long a wait goes on after a peer has left the pool normally, for messages it sent
     /// before leaving. A peer that died gets two wait slices. Default 5 s.
     pub departure_grace: Duration,
-    /// Longest a `sync` or collective may wait in total while every peer is alive; `None`
-    /// waits as long as the peers live (the default: a slow peer is not an error).
+    /// Longest one wait of a `sync` or collective (for one round's message, or for the data of
+    /// a superstep) may last while every peer is alive; `None` waits as long as the peers live
+    /// (the default: a slow peer is not an error).
     pub sync_timeout: Option<Duration>,
 }
 

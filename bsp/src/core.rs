@@ -1,0 +1,368 @@
+//! A process of a bulk-synchronous program: packets, supersteps and the `sync` protocol.
+
+use crate::drma::{PendingGet, Slot};
+use crate::error::{Error, Result};
+use crate::inbox::{InPart, Incoming, Peek};
+use crate::net::{Ctx, Net, Stats};
+use crate::number::Number;
+use crate::options::Options;
+use crate::outbox::{packet_type_name, Outbox};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// Operation codes carried by round messages, so that processes calling different operations
+/// at the same point get an error instead of garbage.
+pub(crate) mod op {
+    pub const SYNC: u8 = 1;
+    pub const ALL_REDUCE: u8 = 2;
+    pub const ALL_REDUCE_WITH: u8 = 3;
+    pub const BROADCAST: u8 = 4;
+    pub const GATHER: u8 = 5;
+    pub const TOTAL_EXCHANGE: u8 = 6;
+    pub const GET_REPLY: u8 = 7;
+
+    pub fn name(op: u8) -> &'static str {
+        match op {
+            SYNC => "sync",
+            ALL_REDUCE => "all_reduce",
+            ALL_REDUCE_WITH => "all_reduce_with",
+            BROADCAST => "broadcast",
+            GATHER => "gather",
+            TOTAL_EXCHANGE => "total_exchange",
+            GET_REPLY => "get (reply)",
+            _ => "an unknown operation",
+        }
+    }
+}
+
+/// One process of a bulk-synchronous program.
+///
+/// A program is a sequence of supersteps. In a superstep a process computes and sends packets
+/// ([`send`](Bsp::send), [`send_slice`](Bsp::send_slice), [`put`](Bsp::put),
+/// [`get`](Bsp::get)); [`sync`](Bsp::sync) ends the superstep on every process, and the packets
+/// sent in it are then readable with [`recv`](Bsp::recv) until the next `sync`. Collective
+/// operations ([`all_reduce`](Bsp::all_reduce), [`broadcast`](Bsp::broadcast),
+/// [`gather`](Bsp::gather), [`total_exchange`](Bsp::total_exchange)) must be called by every
+/// process in the same order; they do not end the superstep.
+///
+/// After an error from `sync` or a collective the processes no longer agree on where they are:
+/// the program should end (dropping the `Bsp` tells the others that this process left).
+pub struct Bsp {
+    pub(crate) net: Net,
+    pub(crate) pid: usize,
+    pub(crate) nprocs: usize,
+    pub(crate) superstep: u64,
+    pub(crate) seq: u64,
+    pub(crate) out: Vec<Outbox>,
+    /// Bytes buffered for other processes in this superstep.
+    buffered: usize,
+    /// Data messages sent to each process in this superstep, by connection.
+    via_control: Vec<u32>,
+    via_data: Vec<u32>,
+    incoming: Incoming,
+    pub(crate) regs: Vec<Option<Box<dyn Slot>>>,
+    pub(crate) gets: Vec<PendingGet>,
+    pub(crate) instance: u64,
+}
+
+impl std::fmt::Debug for Bsp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bsp")
+            .field("pid", &self.pid)
+            .field("nprocs", &self.nprocs)
+            .field("superstep", &self.superstep)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Bsp {
+    /// Makes this node of a closed pool a process of a bulk-synchronous program: its pid is its
+    /// rank, `nprocs` the pool's size. Every member of the pool must call it.
+    pub fn new(ibis: ipl::Ibis) -> Result<Bsp> {
+        Bsp::with_options(ibis, Options::default())
+    }
+
+    /// Like [`Bsp::new`] with explicit [`Options`].
+    pub fn with_options(ibis: ipl::Ibis, opts: Options) -> Result<Bsp> {
+        static INSTANCES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let net = Net::new(ibis, opts)?;
+        let pid = net.pid;
+        let p = net.nodes.len();
+        tracing::debug!(pid, nprocs = p, "bsp process ready");
+        Ok(Bsp {
+            net,
+            pid,
+            nprocs: p,
+            superstep: 0,
+            seq: 0,
+            out: (0..p).map(|_| Outbox::default()).collect(),
+            buffered: 0,
+            via_control: vec![0; p],
+            via_data: vec![0; p],
+            incoming: Incoming::new(pid, 0, Vec::new()),
+            regs: Vec::new(),
+            gets: Vec::new(),
+            instance: INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        })
+    }
+
+    /// This process's id, `0..nprocs()`.
+    pub fn pid(&self) -> usize {
+        self.pid
+    }
+
+    /// The number of processes.
+    pub fn nprocs(&self) -> usize {
+        self.nprocs
+    }
+
+    /// The current superstep: the number of `sync` calls completed.
+    pub fn superstep(&self) -> u64 {
+        self.superstep
+    }
+
+    /// The node this process runs on.
+    pub fn ibis(&self) -> &ipl::Ibis {
+        &self.net.ibis
+    }
+
+    /// The options this process runs with.
+    pub fn options(&self) -> &Options {
+        &self.net.opts
+    }
+
+    /// Counters of what this process has sent so far.
+    pub fn stats(&self) -> &Stats {
+        &self.net.stats
+    }
+
+    pub(crate) fn bad_pid(&self, what: &'static str, bad: usize) -> Error {
+        Error::BadPid {
+            pid: self.pid,
+            what,
+            bad,
+            nprocs: self.nprocs,
+        }
+    }
+
+    pub(crate) fn next_seq(&mut self, op: u8) -> (u64, Ctx) {
+        let seq = self.seq;
+        self.seq += 1;
+        (
+            seq,
+            Ctx {
+                superstep: self.superstep,
+                op: op::name(op),
+                seq,
+            },
+        )
+    }
+
+    /// Accounts `n` bytes just buffered for `dest`; sends buffers early when over budget.
+    #[inline]
+    pub(crate) fn buffered(&mut self, dest: usize, n: usize) -> Result<()> {
+        self.net.stats.packets_sent += 1;
+        if dest != self.pid {
+            self.buffered += n;
+            if self.buffered > self.net.opts.memory_budget {
+                self.flush_early()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends the largest buffers now until at most half the budget is buffered.
+    #[cold]
+    fn flush_early(&mut self) -> Result<()> {
+        let ctx = Ctx {
+            superstep: self.superstep,
+            op: "an early send (memory budget)",
+            seq: self.seq,
+        };
+        while self.buffered > self.net.opts.memory_budget / 2 {
+            let Some(d) = (0..self.nprocs)
+                .filter(|&d| d != self.pid)
+                .max_by_key(|&d| self.out[d].bytes())
+            else {
+                break;
+            };
+            let bytes = self.out[d].bytes();
+            if bytes == 0 {
+                break;
+            }
+            let part = self.via_control[d] + self.via_data[d];
+            self.net
+                .send_data(d, self.superstep, part, &self.out[d], true, &ctx)?;
+            self.via_data[d] += 1;
+            self.out[d].clear();
+            self.buffered = self.buffered.saturating_sub(bytes);
+            tracing::trace!(pid = self.pid, to = d, bytes, "sent early");
+        }
+        Ok(())
+    }
+
+    /// Buffers `packet` for process `dest`; it is readable there after the next
+    /// [`sync`](Bsp::sync). Any serde type; packets of different types may be mixed.
+    /// All packets for one destination in one superstep travel in one message.
+    #[inline]
+    pub fn send<T: Serialize + ?Sized>(&mut self, dest: usize, packet: &T) -> Result<()> {
+        if dest >= self.nprocs {
+            return Err(self.bad_pid("send", dest));
+        }
+        let n = match self.out[dest].push_packet(packet_type_name::<T>(), packet) {
+            Ok(n) => n,
+            Err(e) => {
+                return Err(Error::Encode {
+                    pid: self.pid,
+                    superstep: self.superstep,
+                    type_name: std::any::type_name::<T>(),
+                    reason: e.0,
+                })
+            }
+        };
+        self.buffered(dest, n)
+    }
+
+    /// Buffers a copy of a slice of numbers for `dest`, as raw memory (no serialization). Read
+    /// it with [`recv_slice`](Bsp::recv_slice).
+    pub fn send_slice<T: Number>(&mut self, dest: usize, data: &[T]) -> Result<()> {
+        if dest >= self.nprocs {
+            return Err(self.bad_pid("send_slice", dest));
+        }
+        let n = self.out[dest].push_slice(data);
+        self.buffered(dest, n)
+    }
+
+    /// Like [`send_slice`](Bsp::send_slice), taking the vector: a large one is not copied at
+    /// all, it is written to the connection from its own memory and read at the destination
+    /// straight into the vector [`recv_slice`](Bsp::recv_slice) returns.
+    pub fn send_vec<T: Number>(&mut self, dest: usize, data: Vec<T>) -> Result<()> {
+        if dest >= self.nprocs {
+            return Err(self.bad_pid("send_vec", dest));
+        }
+        let n = self.out[dest].push_vec(data);
+        self.buffered(dest, n)
+    }
+
+    /// The next packet of the previous superstep, with its sender: packets come in order of
+    /// sender pid, and from each sender in the order it sent them. `None` when all are read.
+    ///
+    /// Asking for another type than the next packet has is an [`Error::TypeMismatch`] naming
+    /// both types; the packet stays unread (see [`next_is`](Bsp::next_is) and
+    /// [`peek`](Bsp::peek) for streams of mixed types). Types are compared by name with
+    /// references removed, so `send(d, &x)` with `x: &T` is read as `T`.
+    #[inline]
+    pub fn recv<T: DeserializeOwned>(&mut self) -> Result<Option<(usize, T)>> {
+        self.incoming.recv()
+    }
+
+    /// The next slice of numbers (sent with [`send_slice`](Bsp::send_slice) or
+    /// [`send_vec`](Bsp::send_vec)), with its sender; an error if the next packet is something
+    /// else.
+    pub fn recv_slice<T: Number>(&mut self) -> Result<Option<(usize, Vec<T>)>> {
+        self.incoming.recv_slice()
+    }
+
+    /// Whether the next packet is of type `T`.
+    pub fn next_is<T: ?Sized>(&mut self) -> Result<bool> {
+        self.incoming.next_is::<T>()
+    }
+
+    /// Sender and type of the next packet, without reading it.
+    pub fn peek(&mut self) -> Result<Option<Peek>> {
+        self.incoming.peek()
+    }
+
+    /// The number of packets and slices of the previous superstep not read yet.
+    pub fn unread(&self) -> usize {
+        self.incoming.unread()
+    }
+
+    /// Ends the superstep on every process: sends the combined packets, synchronizes, and
+    /// makes the packets sent to this process in the superstep readable. Puts and gets of the
+    /// superstep are carried out before it returns. Unread packets of the previous superstep
+    /// are dropped.
+    ///
+    /// Costs one message per destination that has packets, plus the barrier: about log2(P)
+    /// rounds of one small message per process (see the crate documentation).
+    pub fn sync(&mut self) -> Result<()> {
+        let (seq, ctx) = self.next_seq(op::SYNC);
+        let s = self.superstep;
+        for d in 0..self.nprocs {
+            if d == self.pid || self.out[d].is_empty() {
+                continue;
+            }
+            let part = self.via_control[d] + self.via_data[d];
+            let via_control = self.net.send_data(d, s, part, &self.out[d], false, &ctx)?;
+            if via_control {
+                self.via_control[d] += 1;
+            } else {
+                self.via_data[d] += 1;
+            }
+            self.out[d].clear();
+        }
+        self.buffered = 0;
+        // Each process learns how many data messages are on their way to it: the element-wise
+        // sum of every process's per-destination counts, control connection in the high half.
+        let counts: Vec<u64> = (0..self.nprocs)
+            .map(|d| (u64::from(self.via_control[d]) << 32) | u64::from(self.via_data[d]))
+            .collect();
+        let total = self.reduce_counts(seq, &ctx, counts)?;
+        let mine = total[self.pid];
+        let mut parts = self
+            .net
+            .wait_step(s, (mine >> 32) as u32, mine as u32, &ctx)?;
+        parts.push(InPart::from_outbox(self.pid, self.out[self.pid].take()));
+        parts.sort_by_key(|p| (p.src, p.seq));
+        let drma = self.drma_phase(&parts, seq, &ctx);
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let unread = self.incoming.unread();
+            if unread > 0 {
+                tracing::debug!(
+                    pid = self.pid,
+                    superstep = s,
+                    unread,
+                    "dropping unread packets"
+                );
+            }
+        }
+        self.superstep += 1;
+        let old = std::mem::replace(
+            &mut self.incoming,
+            Incoming::new(self.pid, self.superstep, parts),
+        );
+        self.net.recycle(old.into_buffers());
+        self.via_control.iter_mut().for_each(|c| *c = 0);
+        self.via_data.iter_mut().for_each(|c| *c = 0);
+        self.net.stats.supersteps += 1;
+        drma
+    }
+
+    /// The barrier of `sync`: a rank-ordered all-reduce of the per-destination message counts.
+    fn reduce_counts(&mut self, seq: u64, ctx: &Ctx, counts: Vec<u64>) -> Result<Vec<u64>> {
+        let p = self.nprocs;
+        self.butterfly(
+            seq,
+            op::SYNC,
+            p as u64,
+            ctx,
+            counts,
+            &|v: &Vec<u64>, out: &mut Vec<u8>| {
+                out.extend_from_slice(bytemuck::cast_slice(&v[..]));
+                Ok(())
+            },
+            &|b: &[u8], swap: bool| {
+                if b.len() != p * 8 {
+                    return Err(format!("{} bytes of counts for {p} processes", b.len()));
+                }
+                Ok(crate::number::vec_from_bytes::<u64>(b, swap))
+            },
+            &mut |mut a: Vec<u64>, b: Vec<u64>| {
+                for (x, y) in a.iter_mut().zip(b) {
+                    *x = x.wrapping_add(y);
+                }
+                a
+            },
+        )
+    }
+}

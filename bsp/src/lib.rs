@@ -1,0 +1,164 @@
+//! Bulk-synchronous supersteps with message combining, collectives and remote memory access, on
+//! the port library `ipl`.
+//!
+//! After Green BSP and BSPlib: a program is a sequence of supersteps. In a superstep every
+//! process computes and [`send`](Bsp::send)s typed packets; [`sync`](Bsp::sync) ends the
+//! superstep everywhere, and the packets sent in superstep *s* are read with
+//! [`recv`](Bsp::recv) in superstep *s + 1*. Processes are the nodes of a closed `ipl` pool
+//! ([`Bsp::new`]: one per OS process, started for instance with `ipl-run -n P -- PROGRAM`), or
+//! threads of one process ([`Bsp::local`], [`run_local`]) with the same semantics.
+//!
+//! ```
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Serialize, Deserialize)]
+//! struct Packet {
+//!     from: usize,
+//!     value: f64,
+//! }
+//!
+//! type AnyError = Box<dyn std::error::Error + Send + Sync>;
+//!
+//! fn process(ibis: ipl::Ibis) -> Result<f64, AnyError> {
+//!     let mut bsp = bsp::Bsp::new(ibis)?; // or bsp::Bsp::local(p) for p threads in one process
+//!     let (pid, p) = (bsp.pid(), bsp.nprocs());
+//!     let dest = (pid + 1) % p;
+//!     let packet = Packet { from: pid, value: pid as f64 * 1.5 };
+//!     bsp.send(dest, &packet)?; // packet: serde::Serialize
+//!     bsp.sync()?;
+//!     let mut local_max = f64::MIN;
+//!     while let Some((src, pkt)) = bsp.recv::<Packet>()? {
+//!         // packets from the previous superstep
+//!         assert_eq!((src, pkt.from), ((pid + p - 1) % p, src));
+//!         local_max = local_max.max(pkt.value);
+//!     }
+//!     let m: f64 = bsp.all_reduce(local_max, bsp::Op::Max)?;
+//!     Ok(m)
+//! }
+//!
+//! fn main() -> Result<(), AnyError> {
+//!     // Three nodes of an in-process pool, one per thread.
+//!     let pool = format!("doc-{}", std::process::id());
+//!     let threads: Vec<_> = (0..3u32)
+//!         .map(|rank| {
+//!             let pool = pool.clone();
+//!             std::thread::spawn(move || -> Result<f64, AnyError> {
+//!                 let mut cfg = ipl::Config::inproc(pool, 3);
+//!                 cfg.rank = Some(rank);
+//!                 process(ipl::Ibis::join(cfg)?)
+//!             })
+//!         })
+//!         .collect();
+//!     for t in threads {
+//!         assert_eq!(t.join().unwrap()?, 3.0);
+//!     }
+//!
+//!     // The same with the local form: a closure per thread, results in pid order.
+//!     let sums = bsp::run_local(4, |bsp| {
+//!         for d in 0..bsp.nprocs() {
+//!             bsp.send(d, &(bsp.pid() as u64))?;
+//!         }
+//!         bsp.sync()?;
+//!         let mut sum = 0;
+//!         while let Some((_, v)) = bsp.recv::<u64>()? {
+//!             sum += v;
+//!         }
+//!         Ok(sum)
+//!     })?;
+//!     assert_eq!(sums, vec![6; 4]);
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # Message combining
+//!
+//! Every packet for one destination in one superstep is appended to that destination's buffer
+//! (serialized in `ipl`'s object layout, by an encoder that inlines into the caller, behind a two-byte entry header: a one-byte type
+//! index and the length) and the whole buffer travels as **one message** at `sync`. Packets of
+//! several types can be mixed: each message names its types once, and `recv::<T>()` of the
+//! wrong type is an [`Error::TypeMismatch`] naming both, not garbage. Slices of numbers
+//! ([`send_slice`](Bsp::send_slice), [`send_vec`](Bsp::send_vec)) travel as raw memory; large
+//! ones are written from the vector's own memory and read straight into the vector that
+//! [`recv_slice`](Bsp::recv_slice) returns. Packets a process sends itself never touch the
+//! network: its buffer becomes its own input. A buffer is split only to bound memory: when the
+//! packets buffered for other processes exceed [`Options::memory_budget`], the largest buffers
+//! are sent at once, which a program cannot observe (they are still read after `sync`, in
+//! order).
+//!
+//! # The `sync` protocol, and why it costs log P
+//!
+//! 1. Each process sends each destination it has packets for its combined message. Nothing at
+//!    all goes to a process it has nothing for.
+//! 2. The processes all-reduce (sum) the vector of per-destination message counts by
+//!    recursive doubling: in round *k* a process exchanges one small message with the process
+//!    whose (folded) rank differs in bit *k*. After log2(P) rounds (floor(log2 P) + 2 when P is
+//!    not a power of two: the extra processes fold into a partner first and get the result
+//!    back last) every process knows how many messages are addressed to it. The reduction is
+//!    also the barrier: no process can finish it before every process has contributed, i.e.
+//!    has finished sending.
+//! 3. Each process waits until that many messages have arrived, then carries out the
+//!    superstep's puts and gets ([`Bsp::put`], [`Bsp::get`]) and makes the packets readable.
+//!
+//! So a process sends log2(P) barrier messages (plus one data message per destination it
+//! actually has packets for), never P - 1: a sparse superstep costs every process O(log P)
+//! messages of P counts each, and a superstep with nothing for a peer costs that peer nothing
+//! beyond those rounds. Each count is split in two halves, one per connection (below), so a
+//! process knows exactly what to wait for on each.
+//!
+//! # Connections, flow control, failures
+//!
+//! A process has two receive ports. Its own thread reads the *control* port while it waits in
+//! `sync` or a collective: barrier rounds, collective rounds and data messages up to
+//! [`Options::small_message`] arrive there without any hand-off between threads, which keeps an
+//! empty superstep at one network latency per round. The *data* port is drained continuously by
+//! `ipl`'s upcall thread into memory: large data messages, early sends and large collective
+//! payloads travel there, so a send of any size always completes and two processes sending
+//! each other large messages can never block each other. Every wait is cut into
+//! [`Options::wait_slice`]s; after each slice the process asks the pool whether all peers live,
+//! so a process that dies or leaves ends every other process's `sync` with
+//! [`Error::PeerGone`] naming it, within the registry's detection time plus a short grace
+//! period, instead of a hang.
+//!
+//! # Collectives
+//!
+//! [`all_reduce`](Bsp::all_reduce) (sum, product, min, max or a user function, also
+//! [`all_reduce_slice`](Bsp::all_reduce_slice) and, for any serde type,
+//! [`all_reduce_with`](Bsp::all_reduce_with)), [`broadcast`](Bsp::broadcast),
+//! [`gather`](Bsp::gather) and [`total_exchange`](Bsp::total_exchange) (the seed's
+//! TotalExchangeInt: [`total_exchange_int`](Bsp::total_exchange_int)) take log2(P) rounds
+//! (recursive doubling, binomial trees, Bruck's algorithm). Reductions combine in pid order
+//! along a fixed tree, so results are bit-identical on every process. Every process must call
+//! the same collectives in the same order; collectives do not end the superstep (packets sent
+//! before one are still delivered by the next `sync`). Calling different operations at the same
+//! point is an [`Error::CollectiveMismatch`] where their messages meet.
+//!
+//! # Remote memory
+//!
+//! After BSPlib: [`register`](Bsp::register) an array (every process in the same order),
+//! [`put`](Bsp::put) into another process's part, written at the end of the superstep, and
+//! [`get`](Bsp::get) from it, read at the end of the superstep before that superstep's puts.
+//! See the `drma` rules on [`Bsp::get`].
+
+#![warn(missing_docs)]
+
+mod codec;
+mod collective;
+mod core;
+mod drma;
+mod error;
+mod inbox;
+mod local;
+mod net;
+mod number;
+mod options;
+mod outbox;
+mod wire;
+
+pub use crate::core::Bsp;
+pub use drma::Reg;
+pub use error::{Error, Result};
+pub use inbox::Peek;
+pub use local::{run_local, run_local_with};
+pub use net::Stats;
+pub use number::{Number, Op};
+pub use options::Options;

@@ -1,0 +1,59 @@
+//! Tunable limits of a [`Bsp`](crate::Bsp) process.
+
+use std::time::Duration;
+
+/// Limits and timeouts of one process. `Options::default()` suits most programs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Bytes of outgoing packets (to other processes) buffered in one superstep before the
+    /// largest per-destination buffers are sent early. Early sending changes nothing a program
+    /// can observe: packets are still readable only after the next `sync`, in the same order.
+    /// Packets to the process itself are not counted: they are the next superstep's input.
+    /// Default 64 MiB.
+    pub memory_budget: usize,
+    /// Messages up to this many bytes travel on the control connection, which the waiting
+    /// thread reads itself (lowest latency); larger ones travel on the data connection, which
+    /// a receiving thread drains continuously, so that large transfers can never block each
+    /// other. Default 16 KiB; must be at least 64 bytes.
+    pub small_message: usize,
+    /// How long one wait lasts before the process checks the pool for failed peers.
+    /// Default 50 ms.
+    pub wait_slice: Duration,
+    /// How long a wait goes on after a peer has left the pool normally, for messages it sent
+    /// before leaving. A peer that died gets two wait slices. Default 5 s.
+    pub departure_grace: Duration,
+    /// Longest one wait of a `sync` or collective (for one round's message, or for the data of
+    /// a superstep) may last while every peer is alive; `None` waits as long as the peers live
+    /// (the default: a slow peer is not an error).
+    pub sync_timeout: Option<Duration>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            memory_budget: 64 << 20,
+            small_message: 16 << 10,
+            wait_slice: Duration::from_millis(50),
+            departure_grace: Duration::from_secs(5),
+            sync_timeout: None,
+        }
+    }
+}
+
+impl Options {
+    pub(crate) fn validate(&self) -> Result<(), String> {
+        if self.small_message < 64 {
+            return Err(format!(
+                "small_message must be at least 64 bytes, not {}",
+                self.small_message
+            ));
+        }
+        if self.memory_budget == 0 {
+            return Err("memory_budget must not be 0".into());
+        }
+        if self.wait_slice.is_zero() {
+            return Err("wait_slice must not be 0".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,229 @@
+//! Every collective against a sequential computation, for power-of-two and other process
+//! counts, over the in-process driver and over tcp.
+
+mod common;
+
+use bsp::{Error, Op, Options};
+use common::{run, try_run, Net};
+
+/// Each process's input: deterministic, different per pid, not exactly summable in floating
+/// point (so that the reduction order shows in the result).
+fn input(pid: usize) -> f64 {
+    0.1 * (pid as f64 + 1.0) + 1e-17 * pid as f64
+}
+
+const SHAPES: [(Net, usize); 6] = [
+    (Net::Local, 1),
+    (Net::Local, 2),
+    (Net::Local, 3),
+    (Net::Local, 5),
+    (Net::Local, 8),
+    (Net::Tcp, 3),
+];
+
+#[test]
+fn all_reduce_matches_a_sequential_reduction_and_is_bit_identical() {
+    for (net, p) in SHAPES {
+        let out = run(net, p, |bsp| {
+            let me = bsp.pid();
+            let x = input(me);
+            let sum = bsp.all_reduce(x, Op::Sum)?;
+            let min = bsp.all_reduce(x, Op::Min)?;
+            let max = bsp.all_reduce(x, Op::Max)?;
+            let isum = bsp.all_reduce(me as i64 * 1000 - 7, Op::Sum)?;
+            let prod = bsp.all_reduce(me as u64 + 1, Op::Prod)?;
+            // Not commutative: digits in pid order.
+            let digits = bsp.all_reduce(
+                me as u64 + 1,
+                Op::Custom(|a, b| {
+                    let mut shift = 1;
+                    while shift <= b {
+                        shift *= 10;
+                    }
+                    a * shift + b
+                }),
+            )?;
+            let mut v = [me as f32, -(me as f32), 1.0];
+            bsp.all_reduce_slice(&mut v, Op::Max)?;
+            let words = bsp.all_reduce_with(vec![format!("p{me}")], |mut a, b| {
+                a.extend(b);
+                a
+            })?;
+            Ok((sum.to_bits(), min, max, isum, prod, digits, v, words))
+        });
+        let seq_isum: i64 = (0..p as i64).map(|i| i * 1000 - 7).sum();
+        let seq_prod: u64 = (1..=p as u64).product();
+        let seq_digits: u64 = (1..=p as u64).fold(0, |a, b| a * 10 + b);
+        let seq_words: Vec<String> = (0..p).map(|i| format!("p{i}")).collect();
+        let seq_sum: f64 = (0..p).map(input).sum();
+        for (pid, r) in out.iter().enumerate() {
+            // Bit-identical on every process.
+            assert_eq!(
+                r.0, out[0].0,
+                "sum differs between pid 0 and {pid} at P = {p}"
+            );
+            assert!((f64::from_bits(r.0) - seq_sum).abs() < 1e-12, "P = {p}");
+            assert_eq!((r.1, r.2), (input(0), input(p - 1)));
+            assert_eq!((r.3, r.4, r.5), (seq_isum, seq_prod, seq_digits), "P = {p}");
+            assert_eq!(r.6, [p as f32 - 1.0, 0.0, 1.0]);
+            assert_eq!(r.7, seq_words);
+        }
+    }
+}
+
+#[test]
+fn the_float_sum_follows_the_documented_tree() {
+    // With P = 3 processes 0 and 1 pair up first, then meet 2: (x0 + x1) + x2.
+    let out = run(Net::Local, 3, |bsp| {
+        let x = [1e16, 1.0, -1e16][bsp.pid()];
+        bsp.all_reduce(x, Op::Sum)
+    });
+    assert_eq!(out, vec![(1e16 + 1.0) - 1e16; 3]);
+    // With P = 4: (x0 + x1) + (x2 + x3).
+    let out = run(Net::Local, 4, |bsp| {
+        let x = [1e16, 1.0, -1e16, 1.0][bsp.pid()];
+        bsp.all_reduce(x, Op::Sum)
+    });
+    assert_eq!(out, vec![(1e16 + 1.0) + (-1e16 + 1.0); 4]);
+}
+
+#[test]
+fn broadcast_and_gather_from_every_root() {
+    for (net, p) in SHAPES {
+        run(net, p, |bsp| {
+            let (me, p) = (bsp.pid(), bsp.nprocs());
+            for root in 0..p {
+                let value = (me == root).then(|| vec![format!("from {root}"); root + 1]);
+                let got: Vec<String> = bsp.broadcast(root, value)?;
+                assert_eq!(got, vec![format!("from {root}"); root + 1]);
+                let all = bsp.gather(root, &(me, me as f64 * 0.5))?;
+                if me == root {
+                    let want: Vec<(usize, f64)> = (0..p).map(|i| (i, i as f64 * 0.5)).collect();
+                    assert_eq!(all, Some(want));
+                } else {
+                    assert_eq!(all, None);
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+#[test]
+fn total_exchange_transposes_and_keeps_the_minus_one_convention() {
+    for (net, p) in SHAPES {
+        run(net, p, |bsp| {
+            let (me, p) = (bsp.pid(), bsp.nprocs());
+            let send: Vec<u64> = (0..p).map(|d| (me * 100 + d) as u64).collect();
+            let got = bsp.total_exchange(&send)?;
+            let want: Vec<u64> = (0..p).map(|s| (s * 100 + me) as u64).collect();
+            assert_eq!(got, want);
+            // TotalExchangeInt: only even pids send, and only to odd pids.
+            let mut v: Vec<i32> = (0..p)
+                .map(|d| {
+                    if me % 2 == 0 && d % 2 == 1 {
+                        (me * 10 + d) as i32
+                    } else {
+                        -1
+                    }
+                })
+                .collect();
+            bsp.total_exchange_int(&mut v)?;
+            for (s, x) in v.iter().enumerate() {
+                let want = if s % 2 == 0 && me % 2 == 1 {
+                    (s * 10 + me) as i32
+                } else {
+                    -1
+                };
+                assert_eq!(*x, want, "pid {me} from {s}");
+            }
+            Ok(())
+        });
+    }
+}
+
+#[test]
+fn collectives_do_not_end_the_superstep() {
+    run(Net::Local, 4, |bsp| {
+        let (me, p) = (bsp.pid(), bsp.nprocs());
+        bsp.send((me + 1) % p, &me)?;
+        let s = bsp.all_reduce(1u32, Op::Sum)?;
+        let b: u8 = bsp.broadcast(2, (me == 2).then_some(9))?;
+        assert_eq!((s, b, bsp.superstep()), (4, 9, 0));
+        // Nothing readable before the sync, the packet after it.
+        assert_eq!(bsp.recv::<usize>()?, None);
+        bsp.sync()?;
+        assert_eq!(
+            bsp.recv::<usize>()?,
+            Some(((me + p - 1) % p, (me + p - 1) % p))
+        );
+        // Packets of the previous superstep stay readable across a collective.
+        bsp.send(me, &7u16)?;
+        bsp.sync()?;
+        bsp.gather(0, &me)?;
+        assert_eq!(bsp.recv::<u16>()?, Some((me, 7)));
+        Ok(())
+    });
+}
+
+#[test]
+fn large_collective_payloads_take_the_data_connection() {
+    for net in [Net::Local, Net::Tcp] {
+        run(net, 3, |bsp| {
+            let me = bsp.pid();
+            let mut v: Vec<f64> = (0..200_000).map(|i| (i % 7) as f64 + me as f64).collect();
+            bsp.all_reduce_slice(&mut v, Op::Sum)?;
+            assert!(v
+                .iter()
+                .enumerate()
+                .all(|(i, x)| *x == 3.0 * (i % 7) as f64 + 3.0));
+            let big = (me == 1).then(|| vec![me as u32; 100_000]);
+            let got: Vec<u32> = bsp.broadcast(1, big)?;
+            assert_eq!(got, vec![1; 100_000]);
+            let all = bsp.gather(0, &vec![me as u8; 50_000])?;
+            if me == 0 {
+                let all = all.unwrap();
+                assert!(all
+                    .iter()
+                    .enumerate()
+                    .all(|(i, v)| v == &vec![i as u8; 50_000]));
+            }
+            assert!(bsp.stats().bulk_payloads >= 1, "{:?}", bsp.stats());
+            Ok(())
+        });
+    }
+}
+
+#[test]
+fn mismatched_collectives_are_errors_not_hangs() {
+    let opts = Options {
+        departure_grace: std::time::Duration::from_millis(200),
+        ..common::opts()
+    };
+    // Different operations at the same point.
+    let e = try_run(Net::Local, 2, opts.clone(), |bsp| {
+        if bsp.pid() == 0 {
+            bsp.all_reduce(1u32, Op::Sum)?;
+        } else {
+            bsp.sync()?;
+        }
+        Ok(())
+    })
+    .unwrap_err();
+    assert!(matches!(e, Error::CollectiveMismatch { .. }), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("all_reduce") && text.contains("sync"),
+        "{text}"
+    );
+    // The same operation with different arguments.
+    let e = try_run(Net::Local, 2, opts, |bsp| {
+        let op = if bsp.pid() == 0 { Op::Sum } else { Op::Max };
+        bsp.all_reduce(1.0f64, op)?;
+        Ok(())
+    })
+    .unwrap_err();
+    assert!(matches!(e, Error::CollectiveMismatch { .. }), "{e}");
+    let text = e.to_string();
+    assert!(text.contains("sum") && text.contains("max"), "{text}");
+}

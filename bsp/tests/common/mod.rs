@@ -1,0 +1,118 @@
+//! Running a BSP program on P threads, over the in-process driver or over tcp, with a time bound.
+#![allow(dead_code)]
+
+pub mod program;
+
+use bsp::{Bsp, Options};
+use ipl::{Config, Ibis, RegistryServer};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Longest one pool of a test may take.
+pub const LIMIT: Duration = Duration::from_secs(60);
+
+/// How the processes of a test are connected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Net {
+    /// Threads over ipl's in-process driver (`Bsp::local`).
+    Local,
+    /// Threads over ipl's tcp driver, with an in-process registry.
+    Tcp,
+}
+
+pub const NETS: [Net; 2] = [Net::Local, Net::Tcp];
+
+fn unique(name: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{name}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Options of test runs: a sync timeout so that a protocol bug fails instead of hanging.
+pub fn opts() -> Options {
+    Options {
+        sync_timeout: Some(Duration::from_secs(40)),
+        ..Options::default()
+    }
+}
+
+/// Runs `f` on `p` processes; returns every process's result in pid order, or the error that
+/// ended the run. Panics if the run takes longer than [`LIMIT`].
+pub fn try_run<T, F>(net: Net, p: usize, opts: Options, f: F) -> bsp::Result<Vec<T>>
+where
+    T: Send + 'static,
+    F: Fn(&mut Bsp) -> bsp::Result<T> + Send + Sync + 'static,
+{
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = match net {
+            Net::Local => bsp::run_local_with(p, opts, f),
+            Net::Tcp => run_tcp(p, opts, f),
+        };
+        let _ = tx.send(r);
+    });
+    rx.recv_timeout(LIMIT)
+        .unwrap_or_else(|_| panic!("{p} processes over {net:?} did not finish within {LIMIT:?}"))
+}
+
+/// Like [`try_run`], failing the test on an error.
+pub fn run<T, F>(net: Net, p: usize, f: F) -> Vec<T>
+where
+    T: Send + 'static,
+    F: Fn(&mut Bsp) -> bsp::Result<T> + Send + Sync + 'static,
+{
+    try_run(net, p, opts(), f).unwrap_or_else(|e| panic!("{p} processes over {net:?}: {e}"))
+}
+
+/// `p` threads, each a node of a tcp pool whose registry runs in this process.
+fn run_tcp<T, F>(p: usize, opts: Options, f: F) -> bsp::Result<Vec<T>>
+where
+    T: Send + 'static,
+    F: Fn(&mut Bsp) -> bsp::Result<T> + Send + Sync + 'static,
+{
+    let secret = "bsp-test";
+    let registry = RegistryServer::start("127.0.0.1:0", secret).expect("registry");
+    let pool = unique("bsp-tcp");
+    let f = Arc::new(f);
+    let handles: Vec<_> = (0..p)
+        .map(|rank| {
+            let mut cfg = Config::tcp(&pool, p as u32, registry.address().to_string(), secret);
+            cfg.rank = Some(rank as u32);
+            cfg.join_timeout = Duration::from_secs(30);
+            let (f, opts) = (f.clone(), opts.clone());
+            std::thread::spawn(move || -> bsp::Result<T> {
+                let ibis = Ibis::join(cfg).map_err(|source| bsp::Error::Ipl {
+                    pid: rank,
+                    superstep: 0,
+                    what: "joining".into(),
+                    source: Box::new(source),
+                })?;
+                let mut bsp = Bsp::with_options(ibis, opts)?;
+                f(&mut bsp)
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    let mut first_err = None;
+    let mut peer_err = None;
+    for h in handles {
+        match h.join().expect("process thread panicked") {
+            Ok(v) => out.push(v),
+            Err(e) if e.is_peer_failure() => {
+                peer_err.get_or_insert(e);
+            }
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    drop(registry);
+    match first_err.or(peer_err) {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}

@@ -221,16 +221,17 @@ impl PortShared {
         progressed
     }
 
+    /// The next message, or `None` once `deadline` has passed without one.
     pub(crate) fn receive_until(
         self: &Arc<Self>,
         deadline: Option<Instant>,
-    ) -> Result<ReadMessage> {
+    ) -> Result<Option<ReadMessage>> {
         let mut rx = match deadline {
             None => self.rx.lock_arc(),
-            Some(d) => self
-                .rx
-                .try_lock_arc_until(d)
-                .ok_or_else(|| self.timeout(d))?,
+            Some(d) => match self.rx.try_lock_arc_until(d) {
+                Some(rx) => rx,
+                None => return Ok(None),
+            },
         };
         let spin_until = Instant::now() + self.spin;
         loop {
@@ -241,13 +242,13 @@ impl PortShared {
             let wake_at_ns = match self.find_ready(&mut rx) {
                 Ready::Message(i, h) => {
                     rx.conns[i].consume(HEADER_LEN);
-                    return Ok(ReadMessage::from_port(
+                    return Ok(Some(ReadMessage::from_port(
                         rx,
                         i,
                         h.len,
                         h.big_endian,
                         self.stall,
-                    ));
+                    )));
                 }
                 Ready::Nothing { wake_at_ns } => wake_at_ns,
             };
@@ -257,7 +258,7 @@ impl PortShared {
             let now = Instant::now();
             if let Some(d) = deadline {
                 if now >= d {
-                    return Err(self.timeout(d));
+                    return Ok(None);
                 }
             }
             if now < spin_until {
@@ -318,10 +319,10 @@ impl PortShared {
         }
     }
 
-    fn timeout(&self, since: Instant) -> Error {
+    fn timeout(&self, waited: Duration) -> Error {
         Error::Timeout {
             what: format!("a message on port '{}' of {}", self.name, self.owner),
-            waited: since.elapsed(),
+            waited,
         }
     }
 
@@ -446,7 +447,8 @@ impl<'a> ReceivePortBuilder<'a> {
                     .name(format!("ipl-upcall-{}", self.name))
                     .spawn(move || loop {
                         match s.receive_until(None) {
-                            Ok(m) => {
+                            Ok(None) => {}
+                            Ok(Some(m)) => {
                                 if let Err(e) = handler(m) {
                                     tracing::warn!(port = %s.name, "message upcall failed: {e}");
                                 }
@@ -504,23 +506,25 @@ impl ReceivePort {
     /// Waits for the next message. Returns an error only when the port is closed.
     pub fn receive(&self) -> Result<ReadMessage> {
         self.explicit()?;
-        self.shared.receive_until(None)
+        loop {
+            if let Some(m) = self.shared.receive_until(None)? {
+                return Ok(m);
+            }
+        }
     }
 
     /// Waits at most `d` for the next message; `Error::Timeout` when none came.
     pub fn receive_timeout(&self, d: Duration) -> Result<ReadMessage> {
         self.explicit()?;
-        self.shared.receive_until(Some(Instant::now() + d))
+        self.shared
+            .receive_until(Some(Instant::now() + d))?
+            .ok_or_else(|| self.shared.timeout(d))
     }
 
     /// The next message if one is available now, without waiting.
     pub fn poll(&self) -> Result<Option<ReadMessage>> {
         self.explicit()?;
-        match self.shared.receive_until(Some(Instant::now())) {
-            Ok(m) => Ok(Some(m)),
-            Err(Error::Timeout { .. }) => Ok(None),
-            Err(e) => Err(e),
-        }
+        self.shared.receive_until(Some(Instant::now()))
     }
 
     /// Closes the port: connected senders get errors, an upcall thread finishes its current

@@ -128,7 +128,17 @@ impl SendPort {
         let mut backoff = Duration::from_millis(2);
         let (stream, link) = loop {
             ibis.pool.check_alive(std::slice::from_ref(node))?;
-            match transport::connect_once(ibis, node, &req)? {
+            let attempt = transport::connect_once(ibis, node, &req);
+            // A node that is leaving or dying breaks connections in odd ways (a handshake cut
+            // short looks like a secret mismatch); name its departure instead where it is known.
+            let attempt = match attempt {
+                Err(e) => {
+                    ibis.pool.check_alive(std::slice::from_ref(node))?;
+                    return Err(e);
+                }
+                Ok(o) => o,
+            };
+            match attempt {
                 Outcome::Connected(stream, link) => break (stream, link),
                 Outcome::Reply(ConnectReply::NoSuchPort) => {
                     if start.elapsed() >= timeout {

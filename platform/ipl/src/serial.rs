@@ -52,6 +52,7 @@ impl de::Error for FormatError {
 type Res<T> = std::result::Result<T, FormatError>;
 
 /// Serializes `value` onto the end of `out`; `swap` writes the opposite of the native order.
+#[inline]
 pub fn encode_into<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>, swap: bool) -> Res<()> {
     value.serialize(&mut Encoder { out, swap })
 }
@@ -64,6 +65,7 @@ pub fn to_vec<T: Serialize + ?Sized>(value: &T) -> Res<Vec<u8>> {
 }
 
 /// Deserializes a value that occupies all of `bytes`; `swap` when the writer's order differs.
+#[inline]
 pub fn decode<'de, T: serde::Deserialize<'de>>(bytes: &'de [u8], swap: bool) -> Res<T> {
     let mut d = Decoder { input: bytes, swap };
     let v = T::deserialize(&mut d)?;
@@ -132,79 +134,102 @@ impl<'a, 'b> ser::Serializer for &'b mut Encoder<'a> {
     type SerializeStruct = Compound<'a, 'b>;
     type SerializeStructVariant = Compound<'a, 'b>;
 
+    #[inline]
     fn serialize_bool(self, v: bool) -> Res<()> {
         self.out.push(v as u8);
         Ok(())
     }
+    #[inline]
     fn serialize_i8(self, v: i8) -> Res<()> {
         self.out.push(v as u8);
         Ok(())
     }
+    #[inline]
     fn serialize_i16(self, v: i16) -> Res<()> {
         put!(self, v)
     }
+    #[inline]
     fn serialize_i32(self, v: i32) -> Res<()> {
         put!(self, v)
     }
+    #[inline]
     fn serialize_i64(self, v: i64) -> Res<()> {
         put!(self, v)
     }
+    #[inline]
     fn serialize_i128(self, v: i128) -> Res<()> {
         put!(self, v)
     }
+    #[inline]
     fn serialize_u8(self, v: u8) -> Res<()> {
         self.out.push(v);
         Ok(())
     }
+    #[inline]
     fn serialize_u16(self, v: u16) -> Res<()> {
         put!(self, v)
     }
+    #[inline]
     fn serialize_u32(self, v: u32) -> Res<()> {
         put!(self, v)
     }
+    #[inline]
     fn serialize_u64(self, v: u64) -> Res<()> {
         put!(self, v)
     }
+    #[inline]
     fn serialize_u128(self, v: u128) -> Res<()> {
         put!(self, v)
     }
+    #[inline]
     fn serialize_f32(self, v: f32) -> Res<()> {
         put!(self, v.to_bits())
     }
+    #[inline]
     fn serialize_f64(self, v: f64) -> Res<()> {
         put!(self, v.to_bits())
     }
+    #[inline]
     fn serialize_char(self, v: char) -> Res<()> {
         put!(self, v as u32)
     }
+    #[inline]
     fn serialize_str(self, v: &str) -> Res<()> {
         self.serialize_bytes(v.as_bytes())
     }
+    #[inline]
     fn serialize_bytes(self, v: &[u8]) -> Res<()> {
         self.len(v.len())?;
         self.out.extend_from_slice(v);
         Ok(())
     }
+    #[inline]
     fn serialize_none(self) -> Res<()> {
         self.out.push(0);
         Ok(())
     }
+    #[inline]
     fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Res<()> {
         self.out.push(1);
         value.serialize(self)
     }
+    #[inline]
     fn serialize_unit(self) -> Res<()> {
         Ok(())
     }
+    #[inline]
     fn serialize_unit_struct(self, _: &'static str) -> Res<()> {
         Ok(())
     }
+    #[inline]
     fn serialize_unit_variant(self, _: &'static str, idx: u32, _: &'static str) -> Res<()> {
         put!(self, idx)
     }
+    #[inline]
     fn serialize_newtype_struct<T: Serialize + ?Sized>(self, _: &'static str, v: &T) -> Res<()> {
         v.serialize(self)
     }
+    #[inline]
     fn serialize_newtype_variant<T: Serialize + ?Sized>(
         self,
         _: &'static str,
@@ -215,6 +240,7 @@ impl<'a, 'b> ser::Serializer for &'b mut Encoder<'a> {
         put!(self, idx)?;
         v.serialize(self)
     }
+    #[inline]
     fn serialize_seq(self, len: Option<usize>) -> Res<Self::SerializeSeq> {
         let len_at = match len {
             Some(n) => {
@@ -233,6 +259,7 @@ impl<'a, 'b> ser::Serializer for &'b mut Encoder<'a> {
             count: 0,
         })
     }
+    #[inline]
     fn serialize_tuple(self, _: usize) -> Res<Self::SerializeTuple> {
         Ok(Compound {
             enc: self,
@@ -240,9 +267,11 @@ impl<'a, 'b> ser::Serializer for &'b mut Encoder<'a> {
             count: 0,
         })
     }
+    #[inline]
     fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Res<Self::SerializeTupleStruct> {
         self.serialize_tuple(0)
     }
+    #[inline]
     fn serialize_tuple_variant(
         self,
         _: &'static str,
@@ -253,12 +282,15 @@ impl<'a, 'b> ser::Serializer for &'b mut Encoder<'a> {
         put!(self, idx)?;
         self.serialize_tuple(0)
     }
+    #[inline]
     fn serialize_map(self, len: Option<usize>) -> Res<Self::SerializeMap> {
         self.serialize_seq(len)
     }
+    #[inline]
     fn serialize_struct(self, _: &'static str, _: usize) -> Res<Self::SerializeStruct> {
         self.serialize_tuple(0)
     }
+    #[inline]
     fn serialize_struct_variant(
         self,
         _: &'static str,
@@ -276,6 +308,7 @@ macro_rules! compound_impl {
         impl ser::$trait for Compound<'_, '_> {
             type Ok = ();
             type Error = FormatError;
+            #[inline]
             fn $method<T: Serialize + ?Sized>(&mut self, $($key: &'static str,)? value: &T) -> Res<()> {
                 $(let _ = $key;)?
                 self.count += 1;
@@ -298,13 +331,16 @@ compound_impl!(SerializeStructVariant, serialize_field, key);
 impl ser::SerializeMap for Compound<'_, '_> {
     type Ok = ();
     type Error = FormatError;
+    #[inline]
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Res<()> {
         self.count += 1;
         key.serialize(&mut *self.enc)
     }
+    #[inline]
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Res<()> {
         value.serialize(&mut *self.enc)
     }
+    #[inline]
     fn end(self) -> Res<()> {
         self.finish()
     }
@@ -375,6 +411,7 @@ struct Counted<'a, 'de> {
 
 impl<'de> SeqAccess<'de> for Counted<'_, 'de> {
     type Error = FormatError;
+    #[inline]
     fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Res<Option<T::Value>> {
         if self.left == 0 {
             return Ok(None);
@@ -389,6 +426,7 @@ impl<'de> SeqAccess<'de> for Counted<'_, 'de> {
 
 impl<'de> de::MapAccess<'de> for Counted<'_, 'de> {
     type Error = FormatError;
+    #[inline]
     fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Res<Option<K::Value>> {
         if self.left == 0 {
             return Ok(None);
@@ -396,6 +434,7 @@ impl<'de> de::MapAccess<'de> for Counted<'_, 'de> {
         self.left -= 1;
         seed.deserialize(&mut *self.de).map(Some)
     }
+    #[inline]
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Res<V::Value> {
         seed.deserialize(&mut *self.de)
     }
@@ -407,6 +446,7 @@ impl<'de> de::MapAccess<'de> for Counted<'_, 'de> {
 impl<'de> de::EnumAccess<'de> for &mut Decoder<'de> {
     type Error = FormatError;
     type Variant = Self;
+    #[inline]
     fn variant_seed<V: DeserializeSeed<'de>>(self, seed: V) -> Res<(V::Value, Self)> {
         let idx = get!(self, u32);
         let v = seed.deserialize(idx.into_deserializer())?;
@@ -416,18 +456,22 @@ impl<'de> de::EnumAccess<'de> for &mut Decoder<'de> {
 
 impl<'de> de::VariantAccess<'de> for &mut Decoder<'de> {
     type Error = FormatError;
+    #[inline]
     fn unit_variant(self) -> Res<()> {
         Ok(())
     }
+    #[inline]
     fn newtype_variant_seed<T: DeserializeSeed<'de>>(self, seed: T) -> Res<T::Value> {
         seed.deserialize(self)
     }
+    #[inline]
     fn tuple_variant<V: Visitor<'de>>(self, len: usize, visitor: V) -> Res<V::Value> {
         visitor.visit_seq(Counted {
             de: self,
             left: len,
         })
     }
+    #[inline]
     fn struct_variant<V: Visitor<'de>>(
         self,
         fields: &'static [&'static str],
@@ -442,6 +486,7 @@ impl<'de> de::VariantAccess<'de> for &mut Decoder<'de> {
 
 macro_rules! de_prim {
     ($method:ident, $visit:ident, $t:ty) => {
+        #[inline]
         fn $method<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
             visitor.$visit(get!(self, $t))
         }
@@ -451,11 +496,13 @@ macro_rules! de_prim {
 impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
     type Error = FormatError;
 
+    #[inline]
     fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Res<V::Value> {
         Err(fmt_err(
             "the object format is not self-describing; read the type that was written".into(),
         ))
     }
+    #[inline]
     fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
         match self.byte()? {
             0 => visitor.visit_bool(false),
@@ -463,9 +510,11 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
             b => Err(fmt_err(format!("invalid bool byte {b}"))),
         }
     }
+    #[inline]
     fn deserialize_i8<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
         visitor.visit_i8(self.byte()? as i8)
     }
+    #[inline]
     fn deserialize_u8<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
         visitor.visit_u8(self.byte()?)
     }
@@ -477,32 +526,40 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
     de_prim!(deserialize_u32, visit_u32, u32);
     de_prim!(deserialize_u64, visit_u64, u64);
     de_prim!(deserialize_u128, visit_u128, u128);
+    #[inline]
     fn deserialize_f32<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
         visitor.visit_f32(f32::from_bits(get!(self, u32)))
     }
+    #[inline]
     fn deserialize_f64<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
         visitor.visit_f64(f64::from_bits(get!(self, u64)))
     }
+    #[inline]
     fn deserialize_char<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
         let c = get!(self, u32);
         visitor
             .visit_char(char::from_u32(c).ok_or_else(|| fmt_err(format!("invalid char {c:#x}")))?)
     }
+    #[inline]
     fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
         let b = self.bytes()?;
         visitor.visit_borrowed_str(
             std::str::from_utf8(b).map_err(|e| fmt_err(format!("invalid UTF-8: {e}")))?,
         )
     }
+    #[inline]
     fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
         self.deserialize_str(visitor)
     }
+    #[inline]
     fn deserialize_bytes<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
         visitor.visit_borrowed_bytes(self.bytes()?)
     }
+    #[inline]
     fn deserialize_byte_buf<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
         self.deserialize_bytes(visitor)
     }
+    #[inline]
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
         match self.byte()? {
             0 => visitor.visit_none(),
@@ -510,25 +567,31 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
             b => Err(fmt_err(format!("invalid option tag {b}"))),
         }
     }
+    #[inline]
     fn deserialize_unit<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
         visitor.visit_unit()
     }
+    #[inline]
     fn deserialize_unit_struct<V: Visitor<'de>>(self, _: &'static str, v: V) -> Res<V::Value> {
         v.visit_unit()
     }
+    #[inline]
     fn deserialize_newtype_struct<V: Visitor<'de>>(self, _: &'static str, v: V) -> Res<V::Value> {
         v.visit_newtype_struct(self)
     }
+    #[inline]
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
         let left = self.len()?;
         visitor.visit_seq(Counted { de: self, left })
     }
+    #[inline]
     fn deserialize_tuple<V: Visitor<'de>>(self, len: usize, visitor: V) -> Res<V::Value> {
         visitor.visit_seq(Counted {
             de: self,
             left: len,
         })
     }
+    #[inline]
     fn deserialize_tuple_struct<V: Visitor<'de>>(
         self,
         _: &'static str,
@@ -537,10 +600,12 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
     ) -> Res<V::Value> {
         self.deserialize_tuple(len, visitor)
     }
+    #[inline]
     fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
         let left = self.len()?;
         visitor.visit_map(Counted { de: self, left })
     }
+    #[inline]
     fn deserialize_struct<V: Visitor<'de>>(
         self,
         _: &'static str,
@@ -549,6 +614,7 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
     ) -> Res<V::Value> {
         self.deserialize_tuple(fields.len(), visitor)
     }
+    #[inline]
     fn deserialize_enum<V: Visitor<'de>>(
         self,
         _: &'static str,
@@ -557,9 +623,11 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
     ) -> Res<V::Value> {
         visitor.visit_enum(self)
     }
+    #[inline]
     fn deserialize_identifier<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
         visitor.visit_u32(get!(self, u32))
     }
+    #[inline]
     fn deserialize_ignored_any<V: Visitor<'de>>(self, _: V) -> Res<V::Value> {
         Err(fmt_err(
             "the object format cannot skip unknown values".into(),

@@ -284,6 +284,14 @@ macro_rules! read_prim {
     )*};
 }
 
+/// The origin of messages read from memory, shared so that reading one allocates nothing.
+fn memory_origin() -> NodeId {
+    static ORIGIN: std::sync::OnceLock<NodeId> = std::sync::OnceLock::new();
+    ORIGIN
+        .get_or_init(|| NodeId::new("", u32::MAX, "memory", "memory", "memory"))
+        .clone()
+}
+
 impl ReadMessage {
     pub(crate) fn from_port(
         rx: ArcMutexGuard<RawMutex, PortRx>,
@@ -310,7 +318,7 @@ impl ReadMessage {
             remaining: data.len() as u64,
             src: Source::Memory { data, pos: 0 },
             swap: swapped,
-            origin: NodeId::new("", u32::MAX, "memory", "memory", "memory"),
+            origin: memory_origin(),
             stall: Duration::ZERO,
         }
     }

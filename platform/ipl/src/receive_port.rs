@@ -241,7 +241,9 @@ impl PortShared {
             self.adopt(&mut rx);
             let wake_at_ns = match self.find_ready(&mut rx) {
                 Ready::Message(i, h) => {
-                    rx.conns[i].consume(HEADER_LEN);
+                    let c = &mut rx.conns[i];
+                    c.consume(HEADER_LEN);
+                    c.small_reads = h.len >= crate::transport::conn::LARGE_MESSAGE;
                     return Ok(Some(ReadMessage::from_port(
                         rx,
                         i,

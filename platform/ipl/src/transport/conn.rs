@@ -23,6 +23,10 @@ use std::time::{Duration, Instant};
 pub(crate) const BUF_CAP: usize = 64 * 1024;
 /// Reads at least this large go straight into the caller's memory.
 const DIRECT_MIN: usize = 16 * 1024;
+/// Messages at least this large switch their connection to small header reads.
+pub(crate) const LARGE_MESSAGE: u64 = 32 * 1024;
+/// Size of a header read after a large message: a header and a small message fit.
+const SMALL_READ: usize = 4096;
 /// Bytes an in-process pipe buffers before its sender waits.
 const PIPE_CAP: usize = 4 << 20;
 /// Chunk size of in-process transfers.
@@ -246,6 +250,10 @@ pub(crate) struct InConn {
     start: usize,
     end: usize,
     pub eof: bool,
+    /// Set after a large message: the next header is looked for with a small read, so that the
+    /// bulk of a large payload goes from the socket straight into the reader's memory instead
+    /// of through this buffer. Streams of small messages keep reading in large batches.
+    pub small_reads: bool,
 }
 
 impl InConn {
@@ -261,6 +269,7 @@ impl InConn {
             start: 0,
             end: leftover.len(),
             eof: false,
+            small_reads: false,
         }
     }
 
@@ -290,7 +299,12 @@ impl InConn {
             self.end -= self.start;
             self.start = 0;
         }
-        match self.stream.read(&mut self.buf[self.end..]) {
+        let limit = if self.small_reads {
+            (self.end + SMALL_READ).min(self.buf.len())
+        } else {
+            self.buf.len()
+        };
+        match self.stream.read(&mut self.buf[self.end..limit]) {
             Ok(0) => {
                 self.eof = true;
                 Ok(Fill::Eof)

@@ -385,7 +385,7 @@ impl ReadMessage {
 
     fn expect_tag(&mut self, want: u8) -> Result<()> {
         let mut t = [0u8];
-        self.raw(&mut t, &tag_name(want))?;
+        self.raw(&mut t, "an item tag")?;
         if t[0] != want {
             return Err(self.decode_err(format!(
                 "expected {} but the message has {}",

@@ -67,7 +67,17 @@ pub fn to_vec<T: Serialize + ?Sized>(value: &T) -> Res<Vec<u8>> {
 /// Deserializes a value that occupies all of `bytes`; `swap` when the writer's order differs.
 #[inline]
 pub fn decode<'de, T: serde::Deserialize<'de>>(bytes: &'de [u8], swap: bool) -> Res<T> {
-    let mut d = Decoder { input: bytes, swap };
+    // The byte order is a type parameter so the common native path has no per-value branch.
+    if swap {
+        decode_in::<T, true>(bytes)
+    } else {
+        decode_in::<T, false>(bytes)
+    }
+}
+
+#[inline]
+fn decode_in<'de, T: serde::Deserialize<'de>, const SWAP: bool>(bytes: &'de [u8]) -> Res<T> {
+    let mut d = Decoder::<SWAP> { input: bytes };
     let v = T::deserialize(&mut d)?;
     if !d.input.is_empty() {
         return Err(fmt_err(format!(
@@ -346,9 +356,8 @@ impl ser::SerializeMap for Compound<'_, '_> {
     }
 }
 
-struct Decoder<'de> {
+struct Decoder<'de, const SWAP: bool> {
     input: &'de [u8],
-    swap: bool,
 }
 
 macro_rules! get {
@@ -364,7 +373,7 @@ macro_rules! get {
         let (head, rest) = $self.input.split_at(N);
         $self.input = rest;
         let v = <$t>::from_ne_bytes(head.try_into().expect("length checked"));
-        if $self.swap {
+        if SWAP {
             v.swap_bytes()
         } else {
             v
@@ -372,7 +381,7 @@ macro_rules! get {
     }};
 }
 
-impl<'de> Decoder<'de> {
+impl<'de, const SWAP: bool> Decoder<'de, SWAP> {
     #[inline]
     fn len(&mut self) -> Res<usize> {
         let n = get!(self, u64);
@@ -404,12 +413,12 @@ impl<'de> Decoder<'de> {
     }
 }
 
-struct Counted<'a, 'de> {
-    de: &'a mut Decoder<'de>,
+struct Counted<'a, 'de, const SWAP: bool> {
+    de: &'a mut Decoder<'de, SWAP>,
     left: usize,
 }
 
-impl<'de> SeqAccess<'de> for Counted<'_, 'de> {
+impl<'de, const SWAP: bool> SeqAccess<'de> for Counted<'_, 'de, SWAP> {
     type Error = FormatError;
     #[inline]
     fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Res<Option<T::Value>> {
@@ -424,7 +433,7 @@ impl<'de> SeqAccess<'de> for Counted<'_, 'de> {
     }
 }
 
-impl<'de> de::MapAccess<'de> for Counted<'_, 'de> {
+impl<'de, const SWAP: bool> de::MapAccess<'de> for Counted<'_, 'de, SWAP> {
     type Error = FormatError;
     #[inline]
     fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Res<Option<K::Value>> {
@@ -443,7 +452,7 @@ impl<'de> de::MapAccess<'de> for Counted<'_, 'de> {
     }
 }
 
-impl<'de> de::EnumAccess<'de> for &mut Decoder<'de> {
+impl<'de, const SWAP: bool> de::EnumAccess<'de> for &mut Decoder<'de, SWAP> {
     type Error = FormatError;
     type Variant = Self;
     #[inline]
@@ -454,7 +463,7 @@ impl<'de> de::EnumAccess<'de> for &mut Decoder<'de> {
     }
 }
 
-impl<'de> de::VariantAccess<'de> for &mut Decoder<'de> {
+impl<'de, const SWAP: bool> de::VariantAccess<'de> for &mut Decoder<'de, SWAP> {
     type Error = FormatError;
     #[inline]
     fn unit_variant(self) -> Res<()> {
@@ -493,7 +502,7 @@ macro_rules! de_prim {
     };
 }
 
-impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
+impl<'de, const SWAP: bool> de::Deserializer<'de> for &mut Decoder<'de, SWAP> {
     type Error = FormatError;
 
     #[inline]

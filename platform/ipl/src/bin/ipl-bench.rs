@@ -362,10 +362,10 @@ fn main() {
             ipl_rt.add(&i).expect("same bounds");
             busy_rt.add(&b).expect("same bounds");
             block_rt
-                .add(&raw_round_trip(per, false))
+                .add(raw_round_trip(per, false))
                 .expect("same bounds");
             pair_rt
-                .add(&raw_round_trip_one_way_pair(per))
+                .add(raw_round_trip_one_way_pair(per))
                 .expect("same bounds");
         }
         println!("1-byte round trip (us)           median      p99");

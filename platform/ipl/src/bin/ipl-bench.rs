@@ -14,7 +14,7 @@ use ipl::{Config, Connection, Ibis, PortType, ReadMessage, RegistryServer, Write
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Measure the port library against raw sockets and other serializers.
 #[derive(Parser, Debug)]
@@ -316,30 +316,52 @@ fn tree(depth: u32, n: &mut i32) -> Option<Box<Tree>> {
     }))
 }
 
-/// Median MB/s of `payload` bytes for `write` (producing bytes) and `read` (consuming them).
-fn ser_bench<W, R>(payload: usize, repeat: usize, write: W, read: R) -> (f64, f64)
-where
-    W: Fn() -> Vec<u8>,
-    R: Fn(Vec<u8>),
-{
-    let iters = (20_000_000 / payload).max(50);
-    let mut w_rates = Vec::new();
-    let mut r_rates = Vec::new();
-    for _ in 0..repeat {
-        let t = Instant::now();
-        let mut encoded = Vec::with_capacity(iters);
-        for _ in 0..iters {
-            encoded.push(write());
-        }
-        w_rates.push((iters * payload) as f64 / t.elapsed().as_secs_f64() / 1e6);
-        let t = Instant::now();
-        for e in encoded {
-            read(e);
-        }
-        r_rates.push((iters * payload) as f64 / t.elapsed().as_secs_f64() / 1e6);
-    }
-    (median(w_rates), median(r_rates))
+/// One serialization measurement: a library writing and reading one kind of data.
+struct SerCase<'a> {
+    data: &'static str,
+    lib: &'static str,
+    payload: usize,
+    write: Box<dyn Fn() -> Vec<u8> + 'a>,
+    read: Box<dyn Fn(Vec<u8>) + 'a>,
 }
+
+impl<'a> SerCase<'a> {
+    fn new(
+        data: &'static str,
+        lib: &'static str,
+        payload: usize,
+        write: impl Fn() -> Vec<u8> + 'a,
+        read: impl Fn(Vec<u8>) + 'a,
+    ) -> Self {
+        SerCase {
+            data,
+            lib,
+            payload,
+            write: Box::new(write),
+            read: Box::new(read),
+        }
+    }
+
+    /// MB/s of payload for writing (producing bytes) and reading them back. Each message is
+    /// read right after it is written, as a received message is read while it is fresh.
+    fn measure(&self) -> (f64, f64) {
+        let iters = (20_000_000 / self.payload).max(50);
+        let (mut w, mut r) = (Duration::ZERO, Duration::ZERO);
+        for _ in 0..iters {
+            let t0 = Instant::now();
+            let bytes = (self.write)();
+            let t1 = Instant::now();
+            (self.read)(bytes);
+            r += t1.elapsed();
+            w += t1 - t0;
+        }
+        let mb = (iters * self.payload) as f64 / 1e6;
+        (mb / w.as_secs_f64(), mb / r.as_secs_f64())
+    }
+}
+
+/// Per-repetition write and read rates of one case.
+type Rates = (Vec<f64>, Vec<f64>);
 
 fn main() {
     let args = Args::parse();
@@ -418,15 +440,12 @@ fn main() {
         let t = tree(10, &mut n).expect("tree");
         assert_eq!(n, 1023);
         let tree_payload = 1023 * 16;
-        let mut rows: Vec<(&str, &str, (f64, f64))> = Vec::new();
-        let r = args.repeat;
         let into = std::cell::RefCell::new(vec![0f64; KB100 / 8]);
-        rows.push((
-            "f64 100 KB",
-            "ipl",
-            ser_bench(
+        let cases: Vec<SerCase> = vec![
+            SerCase::new(
+                "f64 100 KB",
+                "ipl",
                 KB100,
-                r,
                 || {
                     let mut w = WriteMessage::detached();
                     w.write_slice(&data[..]);
@@ -441,49 +460,37 @@ fn main() {
                     std::hint::black_box(&out);
                 },
             ),
-        ));
-        rows.push((
-            "f64 100 KB",
-            "postcard",
-            ser_bench(
+            SerCase::new(
+                "f64 100 KB",
+                "postcard",
                 KB100,
-                r,
                 || postcard::to_allocvec(&data).expect("encode"),
                 |b| {
                     std::hint::black_box(postcard::from_bytes::<Vec<f64>>(&b).expect("decode"));
                 },
             ),
-        ));
-        rows.push((
-            "f64 100 KB",
-            "bitcode serde",
-            ser_bench(
+            SerCase::new(
+                "f64 100 KB",
+                "bitcode serde",
                 KB100,
-                r,
                 || bitcode::serialize(&data).expect("encode"),
                 |b| {
                     std::hint::black_box(bitcode::deserialize::<Vec<f64>>(&b).expect("decode"));
                 },
             ),
-        ));
-        rows.push((
-            "f64 100 KB",
-            "bitcode derive",
-            ser_bench(
+            SerCase::new(
+                "f64 100 KB",
+                "bitcode derive",
                 KB100,
-                r,
                 || bitcode::encode(&data),
                 |b| {
                     std::hint::black_box(bitcode::decode::<Vec<f64>>(&b).expect("decode"));
                 },
             ),
-        ));
-        rows.push((
-            "tree 1023",
-            "ipl",
-            ser_bench(
+            SerCase::new(
+                "tree 1023",
+                "ipl",
                 tree_payload,
-                r,
                 || {
                     let mut w = WriteMessage::detached();
                     w.write(&t).expect("encode");
@@ -497,61 +504,79 @@ fn main() {
                     );
                 },
             ),
-        ));
-        rows.push((
-            "tree 1023",
-            "postcard",
-            ser_bench(
+            SerCase::new(
+                "tree 1023",
+                "postcard",
                 tree_payload,
-                r,
                 || postcard::to_allocvec(&t).expect("encode"),
                 |b| {
                     std::hint::black_box(postcard::from_bytes::<Tree>(&b).expect("decode"));
                 },
             ),
-        ));
-        rows.push((
-            "tree 1023",
-            "bitcode serde",
-            ser_bench(
+            SerCase::new(
+                "tree 1023",
+                "bitcode serde",
                 tree_payload,
-                r,
                 || bitcode::serialize(&t).expect("encode"),
                 |b| {
                     std::hint::black_box(bitcode::deserialize::<Tree>(&b).expect("decode"));
                 },
             ),
-        ));
+        ];
+        // Every case once per repetition, in turn, so that load changes hit them all alike.
+        let reps = args.repeat.max(1);
+        let mut rates: Vec<Rates> = cases.iter().map(|_| (Vec::new(), Vec::new())).collect();
+        for _ in 0..reps {
+            for (c, r) in cases.iter().zip(rates.iter_mut()) {
+                let (w, rd) = c.measure();
+                r.0.push(w);
+                r.1.push(rd);
+            }
+        }
         println!("serialization throughput (MB/s of payload)   write       read");
-        for (data, lib, (w, rd)) in &rows {
-            println!("  {data:<12} {lib:<16}              {w:>8.0}   {rd:>8.0}");
+        for (c, (w, rd)) in cases.iter().zip(&rates) {
+            let (w, rd) = (median(w.clone()), median(rd.clone()));
+            println!(
+                "  {:<12} {:<16}              {w:>8.0}   {rd:>8.0}",
+                c.data, c.lib
+            );
             json.insert(
-                format!("ser_{}_{}", data.replace(' ', "_"), lib.replace(' ', "_")),
+                format!(
+                    "ser_{}_{}",
+                    c.data.replace(' ', "_"),
+                    c.lib.replace(' ', "_")
+                ),
                 serde_json::json!({"write": w, "read": rd}),
             );
         }
-        let best_other = |d: &str, f: fn(&(f64, f64)) -> f64| {
-            rows.iter()
-                .filter(|(x, l, _)| *x == d && *l != "ipl")
-                .map(|(_, _, v)| f(v))
-                .fold(0.0, f64::max)
-        };
-        let ipl_tree = rows
+        // Per repetition: ipl over the fastest other library on the tree; then the median.
+        let tree_rows: Vec<usize> = (0..cases.len())
+            .filter(|&i| cases[i].data == "tree 1023")
+            .collect();
+        let ipl_row = *tree_rows
             .iter()
-            .find(|(d, l, _)| *d == "tree 1023" && *l == "ipl")
-            .expect("row")
-            .2;
-        let (bw, br) = (
-            best_other("tree 1023", |v| v.0),
-            best_other("tree 1023", |v| v.1),
-        );
+            .find(|&&i| cases[i].lib == "ipl")
+            .expect("ipl row");
+        let ratio = |pick: fn(&Rates) -> &Vec<f64>| {
+            median(
+                (0..reps)
+                    .map(|k| {
+                        let best = tree_rows
+                            .iter()
+                            .filter(|&&i| i != ipl_row)
+                            .map(|&i| pick(&rates[i])[k])
+                            .fold(0.0, f64::max);
+                        pick(&rates[ipl_row])[k] / best
+                    })
+                    .collect(),
+            )
+        };
+        let (wr, rr) = (ratio(|r| &r.0), ratio(|r| &r.1));
         println!(
-            "  tree: ipl / fastest other: write {:.2}x, read {:.2}x (target >= 1.00x)",
-            ipl_tree.0 / bw,
-            ipl_tree.1 / br
+            "  tree: ipl / fastest other: write {wr:.2}x, read {rr:.2}x, medians over {reps} rounds (target >= 1.00x)"
         );
-        json.insert("tree_ratio_write".into(), (ipl_tree.0 / bw).into());
-        json.insert("tree_ratio_read".into(), (ipl_tree.1 / br).into());
+        json.insert("tree_ratio_write".into(), wr.into());
+        json.insert("tree_ratio_read".into(), rr.into());
     }
     if let Some(path) = args.json {
         let text = serde_json::to_string_pretty(&serde_json::Value::Object(json)).expect("json");

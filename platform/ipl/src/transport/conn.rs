@@ -23,6 +23,9 @@ use std::time::{Duration, Instant};
 pub(crate) const BUF_CAP: usize = 64 * 1024;
 /// Reads at least this large go straight into the caller's memory.
 const DIRECT_MIN: usize = 16 * 1024;
+/// How long a reader in the middle of a message, or a writer whose socket is full, yields
+/// before it parks in poll(2).
+const MID_MESSAGE_SPIN: Duration = Duration::from_micros(50);
 /// Messages at least this large switch their connection to small header reads.
 pub(crate) const LARGE_MESSAGE: u64 = 32 * 1024;
 /// Size of a header read after a large message: a header and a small message fit.
@@ -333,7 +336,13 @@ impl InConn {
                 "peer closed the connection in the middle of a message",
             ));
         }
-        if since.elapsed() > stall {
+        let idle = since.elapsed();
+        if idle < MID_MESSAGE_SPIN {
+            // The rest of a message is usually microseconds away: yield rather than park.
+            std::thread::yield_now();
+            return Ok(());
+        }
+        if idle > stall {
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!("no data for {stall:?} in the middle of a message"),
@@ -621,6 +630,10 @@ pub(crate) fn send_message(
         }
         if progressed {
             last_progress = Instant::now();
+            continue;
+        }
+        if last_progress.elapsed() < MID_MESSAGE_SPIN {
+            std::thread::yield_now();
             continue;
         }
         for (i, _, _) in &pending {

@@ -368,71 +368,8 @@ fn main() {
     let mut json = serde_json::Map::new();
     let us = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
 
-    if args.only.contains(&Part::Latency) {
-        // Alternate short blocks of each kind so that load changing during the run (this is
-        // often a shared machine) affects ipl and its references alike; report the medians of
-        // all round trips and the median of the per-block ratios.
-        let blocks = args.repeat.max(1) as u32;
-        let per = (args.round_trips / blocks).max(100);
-        eprintln!("round trips ({blocks} blocks of {per} each)...");
-        let (mut ipl_rt, mut busy_rt, mut block_rt, mut pair_rt) = (hist(), hist(), hist(), hist());
-        let mut ratios = Vec::new();
-        for _ in 0..blocks {
-            let i = ipl_round_trip(per);
-            let b = raw_round_trip(per, true);
-            ratios.push(us(&i, 0.5) / us(&b, 0.5));
-            ipl_rt.add(&i).expect("same bounds");
-            busy_rt.add(&b).expect("same bounds");
-            block_rt
-                .add(raw_round_trip(per, false))
-                .expect("same bounds");
-            pair_rt
-                .add(raw_round_trip_one_way_pair(per))
-                .expect("same bounds");
-        }
-        println!("1-byte round trip (us)           median      p99");
-        for (name, h) in [
-            ("ipl over tcp", &ipl_rt),
-            ("raw tcp, busy polling", &busy_rt),
-            ("raw tcp, blocking", &block_rt),
-            ("raw tcp, busy, 2 one-way", &pair_rt),
-        ] {
-            println!("  {name:<28} {:>8.2} {:>8.2}", us(h, 0.5), us(h, 0.99));
-            json.insert(
-                format!("rtt_us_{}", name.replace([' ', ','], "_")),
-                serde_json::json!({"median": us(h, 0.5), "p99": us(h, 0.99)}),
-            );
-        }
-        let rt_ratio = median(ratios.clone());
-        println!(
-            "  ipl / busy-polling raw: {rt_ratio:.2}x, median of {blocks} alternating blocks (target <= 1.20x)"
-        );
-        json.insert("rtt_ratio_ipl_over_busy_raw".into(), rt_ratio.into());
-        json.insert("rtt_ratio_blocks".into(), ratios.into());
-    }
-    if args.only.contains(&Part::Throughput) {
-        eprintln!("throughput...");
-        let (mut ipl_all, mut raw_all, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..args.repeat.max(1) {
-            let i = median(ipl_throughput(args.messages, 1));
-            let r = median(raw_throughput(args.messages, 1));
-            ratios.push(i / r);
-            ipl_all.push(i);
-            raw_all.push(r);
-        }
-        let (ipl_tp, raw_tp, tp_ratio) = (median(ipl_all), median(raw_all), median(ratios.clone()));
-        println!("acked one-way throughput, 100 KB messages (MB/s)");
-        println!("  ipl f64 slices               {ipl_tp:>8.0}");
-        println!("  raw tcp byte buffers         {raw_tp:>8.0}");
-        println!(
-            "  ipl / raw: {tp_ratio:.2}x, median of {} alternating rounds (target >= 0.90x)",
-            ratios.len()
-        );
-        json.insert("throughput_mb_s_ipl_f64".into(), ipl_tp.into());
-        json.insert("throughput_mb_s_raw_tcp".into(), raw_tp.into());
-        json.insert("throughput_ratio".into(), tp_ratio.into());
-        json.insert("throughput_ratio_rounds".into(), ratios.into());
-    }
+    // Serialization first: it is sensitive to the allocator's state, which the network parts'
+    // large buffers change.
     if args.only.contains(&Part::Serialization) {
         eprintln!("serialization...");
         let data: Vec<f64> = (0..KB100 / 8).map(|i| i as f64 * 0.5).collect();
@@ -577,6 +514,71 @@ fn main() {
         );
         json.insert("tree_ratio_write".into(), wr.into());
         json.insert("tree_ratio_read".into(), rr.into());
+    }
+    if args.only.contains(&Part::Latency) {
+        // Alternate short blocks of each kind so that load changing during the run (this is
+        // often a shared machine) affects ipl and its references alike; report the medians of
+        // all round trips and the median of the per-block ratios.
+        let blocks = args.repeat.max(1) as u32;
+        let per = (args.round_trips / blocks).max(100);
+        eprintln!("round trips ({blocks} blocks of {per} each)...");
+        let (mut ipl_rt, mut busy_rt, mut block_rt, mut pair_rt) = (hist(), hist(), hist(), hist());
+        let mut ratios = Vec::new();
+        for _ in 0..blocks {
+            let i = ipl_round_trip(per);
+            let b = raw_round_trip(per, true);
+            ratios.push(us(&i, 0.5) / us(&b, 0.5));
+            ipl_rt.add(&i).expect("same bounds");
+            busy_rt.add(&b).expect("same bounds");
+            block_rt
+                .add(raw_round_trip(per, false))
+                .expect("same bounds");
+            pair_rt
+                .add(raw_round_trip_one_way_pair(per))
+                .expect("same bounds");
+        }
+        println!("1-byte round trip (us)           median      p99");
+        for (name, h) in [
+            ("ipl over tcp", &ipl_rt),
+            ("raw tcp, busy polling", &busy_rt),
+            ("raw tcp, blocking", &block_rt),
+            ("raw tcp, busy, 2 one-way", &pair_rt),
+        ] {
+            println!("  {name:<28} {:>8.2} {:>8.2}", us(h, 0.5), us(h, 0.99));
+            json.insert(
+                format!("rtt_us_{}", name.replace([' ', ','], "_")),
+                serde_json::json!({"median": us(h, 0.5), "p99": us(h, 0.99)}),
+            );
+        }
+        let rt_ratio = median(ratios.clone());
+        println!(
+            "  ipl / busy-polling raw: {rt_ratio:.2}x, median of {blocks} alternating blocks (target <= 1.20x)"
+        );
+        json.insert("rtt_ratio_ipl_over_busy_raw".into(), rt_ratio.into());
+        json.insert("rtt_ratio_blocks".into(), ratios.into());
+    }
+    if args.only.contains(&Part::Throughput) {
+        eprintln!("throughput...");
+        let (mut ipl_all, mut raw_all, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..args.repeat.max(1) {
+            let i = median(ipl_throughput(args.messages, 1));
+            let r = median(raw_throughput(args.messages, 1));
+            ratios.push(i / r);
+            ipl_all.push(i);
+            raw_all.push(r);
+        }
+        let (ipl_tp, raw_tp, tp_ratio) = (median(ipl_all), median(raw_all), median(ratios.clone()));
+        println!("acked one-way throughput, 100 KB messages (MB/s)");
+        println!("  ipl f64 slices               {ipl_tp:>8.0}");
+        println!("  raw tcp byte buffers         {raw_tp:>8.0}");
+        println!(
+            "  ipl / raw: {tp_ratio:.2}x, median of {} alternating rounds (target >= 0.90x)",
+            ratios.len()
+        );
+        json.insert("throughput_mb_s_ipl_f64".into(), ipl_tp.into());
+        json.insert("throughput_mb_s_raw_tcp".into(), raw_tp.into());
+        json.insert("throughput_ratio".into(), tp_ratio.into());
+        json.insert("throughput_ratio_rounds".into(), ratios.into());
     }
     if let Some(path) = args.json {
         let text = serde_json::to_string_pretty(&serde_json::Value::Object(json)).expect("json");

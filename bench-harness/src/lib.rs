@@ -1,0 +1,13 @@
+//! The bench harness: runs the platform's workloads and micro-benchmarks over process and
+//! thread counts and records the runs (work in progress).
+
+#![warn(missing_docs)]
+
+pub mod apps;
+pub mod config;
+pub mod error;
+pub mod exec;
+pub mod launch;
+pub mod machine;
+
+pub use error::{Error, Result};

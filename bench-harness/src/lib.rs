@@ -3,11 +3,15 @@
 
 #![warn(missing_docs)]
 
+pub mod analysis;
 pub mod apps;
 pub mod config;
 pub mod error;
 pub mod exec;
 pub mod launch;
 pub mod machine;
+pub mod micro;
+pub mod reference;
+pub mod store;
 
 pub use error::{Error, Result};

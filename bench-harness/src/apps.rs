@@ -29,7 +29,7 @@ pub struct AppSpec {
 
 fn sor_sizes(s: Size) -> &'static [&'static str] {
     match s {
-        Size::Tiny => &["-n", "48"],
+        Size::Tiny => &["-n", "32"],
         Size::Small => &["-n", "400"],
         Size::Medium => &["-n", "1024"],
         Size::Large => &["-n", "4096"],

@@ -28,7 +28,7 @@ pub enum Command {
     /// where the app has them), plus the micro-benchmarks: a few minutes on a laptop.
     Quick(QuickArgs),
     /// A sweep over apps, process and thread counts, with repetitions.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Redraw the charts and tables of a stored result set without running anything.
     Plot(PlotArgs),
 }
@@ -76,16 +76,26 @@ pub struct AppList(pub Vec<String>);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MicroList(pub Vec<Micro>);
 
+/// The message for clap, which names the option and the whole value itself: just the
+/// reason, with the offending element where it is part of a list.
+fn reason(s: &str, e: crate::Error) -> String {
+    match e {
+        crate::Error::InvalidArgument { value, reason, .. } if value == s => reason,
+        crate::Error::InvalidArgument { value, reason, .. } => format!("'{value}': {reason}"),
+        other => other.to_string(),
+    }
+}
+
 fn parse_nodes(s: &str) -> Result<Counts, String> {
     config::parse_counts("--nodes", s)
         .map(Counts)
-        .map_err(|e| e.to_string())
+        .map_err(|e| reason(s, e))
 }
 
 fn parse_threads(s: &str) -> Result<Counts, String> {
     config::parse_counts("--threads", s)
         .map(Counts)
-        .map_err(|e| e.to_string())
+        .map_err(|e| reason(s, e))
 }
 
 fn parse_apps(s: &str) -> Result<AppList, String> {
@@ -103,7 +113,7 @@ fn parse_micro(s: &str) -> Result<MicroList, String> {
     }
     let mut v = Vec::new();
     for item in s.split(',') {
-        let m = Micro::parse(item).map_err(|e| e.to_string())?;
+        let m = Micro::parse(item).map_err(|e| reason(s, e))?;
         if !v.contains(&m) {
             v.push(m);
         }
@@ -112,32 +122,29 @@ fn parse_micro(s: &str) -> Result<MicroList, String> {
 }
 
 fn parse_app_args(s: &str) -> Result<(String, Vec<String>), String> {
-    config::parse_app_args(s).map_err(|e| e.to_string())
+    config::parse_app_args(s).map_err(|e| reason(s, e))
+}
+
+fn parse_micro_args(s: &str) -> Result<(String, Vec<String>), String> {
+    config::parse_micro_args(s).map_err(|e| reason(s, e))
 }
 
 fn parse_timeout(s: &str) -> Result<Duration, String> {
-    config::parse_timeout(s).map_err(|e| e.to_string())
+    config::parse_timeout(s).map_err(|e| reason(s, e))
 }
 
 fn parse_latency(s: &str) -> Result<String, String> {
     config::parse_latency(s)
         .map(|_| s.trim().to_string())
-        .map_err(|e| e.to_string())
+        .map_err(|e| reason(s, e))
 }
 
-fn parse_repeat(s: &str) -> Result<u32, String> {
+/// A count of at least 1 (repetitions, clusters); clap names the option in its message.
+fn parse_positive(s: &str) -> Result<u32, String> {
     match s.trim().parse::<u32>() {
-        Ok(0) => Err("invalid --repeat '0': must be at least 1".into()),
+        Ok(0) => Err("must be at least 1".into()),
         Ok(n) => Ok(n),
-        Err(_) => Err(format!("invalid --repeat '{s}': not a whole number")),
-    }
-}
-
-fn parse_clusters(s: &str) -> Result<u32, String> {
-    match s.trim().parse::<u32>() {
-        Ok(0) => Err("invalid --clusters '0': must be at least 1".into()),
-        Ok(n) => Ok(n),
-        Err(_) => Err(format!("invalid --clusters '{s}': not a whole number")),
+        Err(_) => Err("not a whole number".into()),
     }
 }
 
@@ -155,7 +162,7 @@ pub struct RunArgs {
     pub threads: Counts,
     /// Repetitions of every point, the sequential baseline included (medians are reported,
     /// min and max kept).
-    #[arg(long, value_parser = parse_repeat, default_value = "5")]
+    #[arg(long, value_parser = parse_positive, default_value = "5")]
     pub repeat: u32,
     /// Problem-size preset.
     #[arg(long, value_enum, default_value = "medium")]
@@ -171,7 +178,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub hostfile: Option<PathBuf>,
     /// Emulated clusters: ranks are spread over this many locations (ipl-run --clusters).
-    #[arg(long, value_parser = parse_clusters)]
+    #[arg(long, value_parser = parse_positive)]
     pub clusters: Option<u32>,
     /// Latency added between clusters, e.g. 20ms (ipl-run --wan-latency).
     #[arg(long, value_parser = parse_latency)]
@@ -179,9 +186,16 @@ pub struct RunArgs {
     /// Micro-benchmarks to run after the apps: ipl-bench, satin-bench, bsp-bench, all or none.
     #[arg(long, value_parser = parse_micro, default_value = "none")]
     pub micro: MicroList,
+    /// Repetitions of every micro-benchmark [default: --repeat].
+    #[arg(long, value_parser = parse_positive)]
+    pub micro_repeat: Option<u32>,
     /// Run the micro-benchmarks with their own (long) default settings instead of short ones.
     #[arg(long)]
     pub micro_full: bool,
+    /// Exact arguments for one micro-benchmark, as BENCH=ARGS
+    /// (e.g. --micro-args 'ipl-bench=--only latency --round-trips 5000'); repeatable.
+    #[arg(long = "micro-args", value_parser = parse_micro_args)]
+    pub micro_args: Vec<(String, Vec<String>)>,
     /// Print every command the sweep would run, and run nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -214,11 +228,13 @@ impl RunArgs {
             wan_latency: self.wan_latency.clone(),
             timeout: self.common.timeout.unwrap_or(Duration::from_secs(600)),
             micro: self.micro.0.clone(),
+            micro_repeat: self.micro_repeat.unwrap_or(self.repeat),
             micro_settings: if self.micro_full {
                 MicroSettings::FULL
             } else {
                 MicroSettings::SHORT
             },
+            micro_args: self.micro_args.iter().cloned().collect(),
         }
     }
 }

@@ -157,8 +157,14 @@ pub struct SweepConfig {
     pub timeout: Duration,
     /// Micro-benchmarks to run after the apps.
     pub micro: Vec<Micro>,
+    /// Repetitions of every micro-benchmark.
+    pub micro_repeat: u32,
     /// Settings of the micro-benchmarks.
     pub micro_settings: MicroSettings,
+    /// Exact arguments for a micro-benchmark instead of the settings, by binary name
+    /// (`--json FILE` is still added where the benchmark takes it).
+    #[serde(default)]
+    pub micro_args: BTreeMap<String, Vec<String>>,
 }
 
 impl SweepConfig {
@@ -179,7 +185,9 @@ impl SweepConfig {
             wan_latency: None,
             timeout: Duration::from_secs(120),
             micro: Micro::ALL.to_vec(),
+            micro_repeat: 3,
             micro_settings: MicroSettings::SHORT,
+            micro_args: BTreeMap::new(),
         }
     }
 
@@ -203,6 +211,9 @@ impl SweepConfig {
         check_counts("--threads", &self.threads)?;
         if self.repeat == 0 {
             return Err(Error::invalid("--repeat", "0", "must be at least 1"));
+        }
+        if self.micro_repeat == 0 {
+            return Err(Error::invalid("--micro-repeat", "0", "must be at least 1"));
         }
         if self.timeout.is_zero() {
             return Err(Error::invalid(
@@ -355,6 +366,22 @@ pub fn parse_app_args(s: &str) -> Result<(String, Vec<String>)> {
     ))
 }
 
+/// Parses `BENCH=ARGS` for `--micro-args` (e.g. `ipl-bench=--only latency`).
+pub fn parse_micro_args(s: &str) -> Result<(String, Vec<String>)> {
+    let Some((bench, args)) = s.split_once('=') else {
+        return Err(Error::invalid(
+            "--micro-args",
+            s,
+            "write BENCH=ARGUMENTS, e.g. --micro-args 'ipl-bench=--only latency'",
+        ));
+    };
+    let m = Micro::parse(bench)?;
+    Ok((
+        m.binary().to_string(),
+        args.split_whitespace().map(str::to_string).collect(),
+    ))
+}
+
 /// Parses a latency such as `20ms`, `500us` or `1s` (the forms `ipl-run --wan-latency` takes).
 pub fn parse_latency(s: &str) -> Result<Duration> {
     humantime::parse_duration(s.trim())
@@ -433,6 +460,10 @@ mod tests {
         assert_eq!(app, "sor");
         assert_eq!(args, ["-n", "64", "--iterations", "3"]);
         assert!(parse_app_args("sor").is_err());
+        let (bench, args) = parse_micro_args("ipl=--only latency").unwrap();
+        assert_eq!(bench, "ipl-bench");
+        assert_eq!(args, ["--only", "latency"]);
+        assert!(parse_micro_args("mpi-bench=-x").is_err());
         assert_eq!(parse_latency("20ms").unwrap(), Duration::from_millis(20));
         assert!(parse_latency("fast").is_err());
         assert_eq!(parse_timeout("1.5").unwrap(), Duration::from_millis(1500));

@@ -39,11 +39,18 @@ pub fn probe(micro: Micro, bin_dir: &Path) -> Result<Option<MicroProbe>> {
     }))
 }
 
-/// The command for one run; `json_out` is where it writes its JSON figures if it can.
-pub fn command(p: &MicroProbe, s: &MicroSettings, json_out: &Path) -> CommandLine {
+/// The command for one run: `exact` arguments where given, else those of the settings `s`;
+/// `json_out` is where it writes its JSON figures if it can.
+pub fn command(
+    p: &MicroProbe,
+    s: &MicroSettings,
+    exact: Option<&[String]>,
+    json_out: &Path,
+) -> CommandLine {
     let mut args: Vec<String> = Vec::new();
-    match p.micro {
-        Micro::IplBench => {
+    match (exact, p.micro) {
+        (Some(e), _) => args.extend(e.iter().cloned()),
+        (None, Micro::IplBench) => {
             args.extend([
                 "--round-trips".into(),
                 s.round_trips.to_string(),
@@ -53,10 +60,10 @@ pub fn command(p: &MicroProbe, s: &MicroSettings, json_out: &Path) -> CommandLin
                 s.inner_repeat.to_string(),
             ]);
         }
-        Micro::SatinBench => {
+        (None, Micro::SatinBench) => {
             args.extend(["--reps".into(), s.inner_repeat.to_string()]);
         }
-        Micro::BspBench => {
+        (None, Micro::BspBench) => {
             if p.quick && *s == MicroSettings::SHORT {
                 args.push("--quick".into());
             }
@@ -81,7 +88,7 @@ mod tests {
             quick: false,
         };
         assert_eq!(
-            command(&p, &MicroSettings::SHORT, Path::new("out.json")).display(),
+            command(&p, &MicroSettings::SHORT, None, Path::new("out.json")).display(),
             "/b/ipl-bench --round-trips 3000 --messages 20 --repeat 3 --json out.json"
         );
         let p = MicroProbe {
@@ -91,7 +98,7 @@ mod tests {
             quick: false,
         };
         assert_eq!(
-            command(&p, &MicroSettings::FULL, Path::new("x")).display(),
+            command(&p, &MicroSettings::FULL, None, Path::new("x")).display(),
             "/b/satin-bench --reps 7"
         );
         let p = MicroProbe {
@@ -101,8 +108,13 @@ mod tests {
             quick: true,
         };
         assert_eq!(
-            command(&p, &MicroSettings::SHORT, Path::new("x")).display(),
+            command(&p, &MicroSettings::SHORT, None, Path::new("x")).display(),
             "/b/bsp-bench --quick"
+        );
+        let exact = ["--size".to_string(), "3".to_string()];
+        assert_eq!(
+            command(&p, &MicroSettings::SHORT, Some(&exact), Path::new("x")).display(),
+            "/b/bsp-bench --size 3"
         );
         assert!(probe(Micro::BspBench, Path::new("/nonexistent"))
             .unwrap()

@@ -283,7 +283,7 @@ fn task_key(t: &Task, apps: &[PreparedApp], micros: &[MicroProbe]) -> (String, S
     }
 }
 
-fn task_label(t: &Task, apps: &[PreparedApp], micros: &[MicroProbe], repeat: u32) -> String {
+fn task_label(t: &Task, apps: &[PreparedApp], micros: &[MicroProbe], c: &SweepConfig) -> String {
     match t {
         Task::App {
             app,
@@ -297,10 +297,20 @@ fn task_label(t: &Task, apps: &[PreparedApp], micros: &[MicroProbe], repeat: u32
                 Version::Sequential => "sequential".to_string(),
                 Version::Parallel => format!("P={nodes} T={threads}"),
             };
-            format!("{} {point} (run {}/{repeat})", apps[*app].spec.name, r + 1)
+            format!(
+                "{} {point} (run {}/{})",
+                apps[*app].spec.name,
+                r + 1,
+                c.repeat
+            )
         }
         Task::Micro { micro, repeat: r } => {
-            format!("{} (run {}/{repeat})", micros[*micro].micro.binary(), r + 1)
+            format!(
+                "{} (run {}/{})",
+                micros[*micro].micro.binary(),
+                r + 1,
+                c.micro_repeat
+            )
         }
     }
 }
@@ -432,7 +442,7 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
             }
         }
     }
-    for repeat in 0..config.repeat {
+    for repeat in 0..config.micro_repeat {
         for m in 0..micros.len() {
             tasks.push(Task::Micro { micro: m, repeat });
         }
@@ -443,6 +453,7 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
         micro::command(
             m,
             &config.micro_settings,
+            config.micro_args.get(m.micro.binary()).map(Vec::as_slice),
             &dir.join(store::files::MICRO_DIR)
                 .join(format!("{}-{repeat}.json", m.micro.binary())),
         )
@@ -527,7 +538,7 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
             interrupted = true;
             break;
         }
-        let label = task_label(task, &prepared, &micros, config.repeat);
+        let label = task_label(task, &prepared, &micros, config);
         let left: f64 = tasks[i..]
             .iter()
             .map(|t| {

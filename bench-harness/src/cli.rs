@@ -48,7 +48,7 @@ pub struct Common {
     #[arg(long)]
     pub bin_dir: Option<PathBuf>,
     /// Upper bound on each run, in seconds or with a unit (90s, 10m); a run past it is killed
-    /// with everything it started.
+    /// with everything it started [default: 600 s for run, 120 s for quick].
     #[arg(long, value_parser = parse_timeout)]
     pub timeout: Option<Duration>,
     /// No progress bar (one line per run on standard error instead).

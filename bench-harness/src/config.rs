@@ -158,6 +158,7 @@ pub struct SweepConfig {
     /// Micro-benchmarks to run after the apps.
     pub micro: Vec<Micro>,
     /// Repetitions of every micro-benchmark.
+    #[serde(default = "one")]
     pub micro_repeat: u32,
     /// Settings of the micro-benchmarks.
     pub micro_settings: MicroSettings,
@@ -268,6 +269,10 @@ impl SweepConfig {
         }
         Ok(())
     }
+}
+
+fn one() -> u32 {
+    1
 }
 
 fn check_counts(what: &str, v: &[u32]) -> Result<()> {

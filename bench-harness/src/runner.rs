@@ -15,7 +15,7 @@ use crate::store::{
     self, AppEntry, Meta, MicroRecord, Reported, ResultSet, RunRecord, SetWriter, Status, Version,
 };
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -530,6 +530,7 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
     }
 
     let mut estimator = Estimator::default();
+    let mut warned: HashSet<(String, &str)> = HashSet::new();
     let mut measured = 0;
     let mut interrupted = false;
     let total = tasks.len();
@@ -589,7 +590,11 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
                 );
                 writer.append_run(&rec)?;
                 let shown = rec.seconds_measured();
-                if rec.status != Status::Ok && rec.status != Status::Interrupted {
+                // Warn once per point and kind of problem, not for every repetition.
+                if rec.status != Status::Ok
+                    && rec.status != Status::Interrupted
+                    && warned.insert((key.clone(), rec.status.name()))
+                {
                     say(format!(
                         "warning: {label}: {}{}",
                         rec.status.name(),
@@ -637,7 +642,10 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
                         }),
                     ),
                 };
-                if status != Status::Ok && status != Status::Interrupted {
+                if status != Status::Ok
+                    && status != Status::Interrupted
+                    && warned.insert((key.clone(), status.name()))
+                {
                     say(format!(
                         "warning: {label}: {}{}",
                         status.name(),

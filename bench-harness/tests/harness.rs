@@ -621,6 +621,37 @@ fn cluster_launchers_build_command_lines_and_say_when_missing() {
         "{}",
         text(&o.stdout)
     );
+    let hosts = out.join("hosts");
+    std::fs::write(&hosts, "localhost\n").unwrap();
+    let o = harness(&[
+        "run",
+        "--dry-run",
+        "--apps",
+        "sor",
+        "--size",
+        "tiny",
+        "--nodes",
+        "8",
+        "--repeat",
+        "1",
+        "--launcher",
+        "hostfile",
+        "--hostfile",
+        hosts.to_str().unwrap(),
+        "--bin-dir",
+        b,
+        "--results-dir",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        text(&o.stdout).contains(&format!(
+            "{b}/ipl-run -n 8 --hostfile {} -- {sor} -n 32",
+            hosts.display()
+        )),
+        "{}",
+        text(&o.stdout)
+    );
+    std::fs::remove_file(&hosts).unwrap();
     // Without --dry-run, a launcher that is not installed is named, with the command.
     for launcher in ["mpirun", "srun"] {
         let installed = std::env::var_os("PATH")

@@ -26,6 +26,36 @@ pub fn median(v: &[f64]) -> Option<f64> {
     }
 }
 
+/// The phases of the Barnes-Hut profile tables of seed 003 (appendix A), in their order.
+pub const BARNES_HUT_PHASES: [&str; 8] = [
+    "load_balancing",
+    "tree_construction",
+    "center_of_mass",
+    "essential_tree_exchange",
+    "center_of_mass_update",
+    "force_computation",
+    "position_update",
+    "garbage_collection",
+];
+
+/// Sorts phase names for display: Barnes-Hut phases in the order of the seed's profile
+/// tables, everything else after them in alphabetical order.
+///
+/// ```
+/// let mut p = vec!["position_update".to_string(), "force_computation".into(), "zeta".into(), "load_balancing".into()];
+/// bench_harness::analysis::order_phases(&mut p);
+/// assert_eq!(p, ["load_balancing", "force_computation", "position_update", "zeta"]);
+/// ```
+pub fn order_phases(names: &mut [String]) {
+    let rank = |n: &str| {
+        BARNES_HUT_PHASES
+            .iter()
+            .position(|p| *p == n)
+            .unwrap_or(BARNES_HUT_PHASES.len())
+    };
+    names.sort_by(|a, b| rank(a).cmp(&rank(b)).then_with(|| a.cmp(b)));
+}
+
 /// One point of a sweep: an app's version at P processes of T threads, over its repetitions.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PointSummary {

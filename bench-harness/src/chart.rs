@@ -54,6 +54,17 @@ fn ensure_font() -> Result<(), String> {
     }
 }
 
+/// An axis label: at most six decimals, trailing zeros dropped (no `0.6000000000000001`).
+pub fn tick(v: f64) -> String {
+    let s = format!("{v:.6}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" {
+        "0".into()
+    } else {
+        s.to_string()
+    }
+}
+
 fn err<E: std::fmt::Display>(e: E) -> String {
     e.to_string()
 }
@@ -404,6 +415,7 @@ impl PhaseChart<'_> {
                 }
             }
         }
+        crate::analysis::order_phases(&mut names);
         if self.points.iter().any(|p| self.rest(p) > 0.0) {
             names.push(OTHER_PHASE.into());
         }
@@ -422,7 +434,8 @@ impl PhaseChart<'_> {
         }
     }
 
-    fn value(&self, p: &PointSummary, phase: &str) -> f64 {
+    /// Median seconds of `phase` at point `p` (the rest of the total for [`OTHER_PHASE`]).
+    pub fn value(&self, p: &PointSummary, phase: &str) -> f64 {
         if phase == OTHER_PHASE {
             self.rest(p)
         } else {
@@ -477,7 +490,7 @@ impl Chart for PhaseChart<'_> {
             .x_labels(n as usize + 1)
             .x_label_formatter(&fmt)
             .y_labels(10)
-            .y_label_formatter(&|v| format!("{v}"))
+            .y_label_formatter(&|v| tick(*v))
             .label_style(label_style())
             .axis_desc_style(axis_style())
             .light_line_style(RGBColor(240, 240, 240))
@@ -638,7 +651,7 @@ impl Chart for LatencyChart<'_> {
             .x_labels(n as usize + 1)
             .x_label_formatter(&fmt)
             .y_labels(12)
-            .y_label_formatter(&|v| format!("{v}"))
+            .y_label_formatter(&|v| tick(*v))
             .label_style(label_style())
             .axis_desc_style(axis_style())
             .light_line_style(RGBColor(240, 240, 240))
@@ -702,4 +715,22 @@ pub fn phases(chart: &PhaseChart<'_>, base: &Path) -> Result<Vec<PathBuf>> {
 /// Draws a latency chart to `<base>.png` and `<base>.svg`.
 pub fn latency(chart: &LatencyChart<'_>, base: &Path) -> Result<Vec<PathBuf>> {
     render(chart, base)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks() {
+        assert_eq!(tick(0.6000000000000001), "0.6");
+        assert_eq!(tick(1000.0), "1000");
+        assert_eq!(tick(0.0), "0");
+        assert_eq!(tick(2.5), "2.5");
+        assert_eq!(time_unit(0.5), (1e3, "ms"));
+        assert_eq!(time_unit(2e-4), (1e6, "µs"));
+        assert_eq!(time_unit(3.0), (1.0, "s"));
+        assert_eq!(percentile_label(50.0), "50% (median)");
+        assert_eq!(percentile_label(99.9), "99.9%");
+    }
 }

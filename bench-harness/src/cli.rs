@@ -277,6 +277,17 @@ fn options(
 fn print_rendered(r: &Rendered) {
     println!();
     print!("{}", r.table);
+    if !r.latency.is_empty() {
+        println!("\nipl-bench, 1-byte round trip (µs, median over runs):");
+        for s in &r.latency {
+            let cells: Vec<String> = s
+                .points
+                .iter()
+                .map(|(p, med, _, _)| format!("p{p} {med:>9.2}"))
+                .collect();
+            println!("  {:<28} {}", s.name, cells.join("  "));
+        }
+    }
     if !r.charts.is_empty() {
         println!("\ncharts:");
         for c in &r.charts {

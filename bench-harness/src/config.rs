@@ -170,8 +170,8 @@ pub struct SweepConfig {
 
 impl SweepConfig {
     /// The quick demonstration: every known app at the small size, sequentially and at 1 and
-    /// 2 processes with 1 and 2 threads, three repetitions, all micro-benchmarks with short
-    /// settings, local processes only.
+    /// 2 processes with 1 and 2 threads, three repetitions, all micro-benchmarks twice with
+    /// short settings, local processes only.
     pub fn quick() -> SweepConfig {
         SweepConfig {
             apps: apps::known().iter().map(|a| a.name.to_string()).collect(),
@@ -186,7 +186,7 @@ impl SweepConfig {
             wan_latency: None,
             timeout: Duration::from_secs(120),
             micro: Micro::ALL.to_vec(),
-            micro_repeat: 3,
+            micro_repeat: 2,
             micro_settings: MicroSettings::SHORT,
             micro_args: BTreeMap::new(),
         }

@@ -236,16 +236,65 @@ fn commands(set: &ResultSet) -> String {
     out
 }
 
-fn subtitle(set: &ResultSet, app: Option<&str>) -> String {
+fn subtitle(set: &ResultSet, app: Option<&str>, bars: bool) -> String {
     let m = &set.meta;
     let params = app
         .and_then(|a| m.apps.iter().find(|e| e.probe.name == a))
         .map(|e| format!("{} {} · ", e.probe.name, e.params.join(" ")))
         .unwrap_or_default();
     format!(
-        "{params}{} cores, {} · median of {} runs, bars min-max · set {}",
-        m.machine.cores, m.machine.cpu, m.config.repeat, m.name
+        "{params}{} cores, {} · median of {} runs{} · set {}",
+        m.machine.cores,
+        m.machine.cpu,
+        m.config.repeat,
+        if bars { ", bars min-max" } else { "" },
+        m.name
     )
+}
+
+/// Per-app tables of median milliseconds per phase, one column per point (like the profile
+/// tables of the Barnes-Hut report).
+fn phase_tables(set: &ResultSet, summary: &[PointSummary]) -> String {
+    let mut s = String::new();
+    for entry in &set.meta.apps {
+        let app = entry.probe.name.as_str();
+        let points: Vec<&PointSummary> = summary
+            .iter()
+            .filter(|p| p.app == app && !p.phases.is_empty())
+            .collect();
+        if points.is_empty() {
+            continue;
+        }
+        let c = PhaseChart {
+            app,
+            subtitle: String::new(),
+            points: points.clone(),
+            cores: set.meta.machine.cores,
+        };
+        let _ = write!(
+            s,
+            "\n### {app}: median milliseconds per phase\n\n| phase | {} |\n|---|{}\n",
+            points
+                .iter()
+                .map(|p| p.label())
+                .collect::<Vec<_>>()
+                .join(" | "),
+            "---|".repeat(points.len())
+        );
+        for phase in c.phases() {
+            let cells: Vec<String> = points
+                .iter()
+                .map(|p| format!("{:.3}", c.value(p, &phase) * 1e3))
+                .collect();
+            let _ = writeln!(s, "| {} | {} |", phase.replace('_', " "), cells.join(" | "));
+        }
+        let totals: Vec<String> = points
+            .iter()
+            .map(|p| opt(p.median.map(|m| m * 1e3), 3))
+            .collect();
+        let _ = writeln!(s, "| total | {} |", totals.join(" | "));
+    }
+    s
 }
 
 fn readme(set: &ResultSet, r: &Rendered) -> String {
@@ -340,6 +389,7 @@ fn readme(set: &ResultSet, r: &Rendered) -> String {
           \"vs reference\" compares with the published speedup for the same problem and \
           processor count where there is one (Barnes-Hut: Suel C code, seed 003 appendix A).\n\n";
     s += &markdown_table(&r.summary);
+    s += &phase_tables(set, &r.summary);
     if !r.charts.is_empty() {
         s += "\n## Charts\n\n";
         for c in r
@@ -424,7 +474,7 @@ pub fn render(set: &ResultSet) -> Result<Rendered> {
                 };
                 let c = ScalingChart {
                     app,
-                    subtitle: subtitle(set, Some(app)),
+                    subtitle: subtitle(set, Some(app), true),
                     points: parallel.clone(),
                     threads: entry.threads.clone(),
                     max_nodes: entry.nodes.iter().copied().max().unwrap_or(1),
@@ -446,7 +496,7 @@ pub fn render(set: &ResultSet) -> Result<Rendered> {
         if !with_phases.is_empty() {
             let c = PhaseChart {
                 app,
-                subtitle: subtitle(set, Some(app)),
+                subtitle: subtitle(set, Some(app), false),
                 points: with_phases,
                 cores,
             };

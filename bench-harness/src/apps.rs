@@ -57,7 +57,7 @@ fn barnes_hut_sizes(s: Size) -> &'static [&'static str] {
 fn master_worker_sizes(s: Size) -> &'static [&'static str] {
     match s {
         Size::Tiny => &["-n", "20000", "--chunk", "2000", "--quiet"],
-        Size::Small => &["-n", "2000000", "--chunk", "20000", "--quiet"],
+        Size::Small => &["-n", "6000000", "--chunk", "20000", "--quiet"],
         Size::Medium => &["-n", "20000000", "--chunk", "100000", "--quiet"],
         Size::Large => &["-n", "100000000", "--chunk", "200000", "--quiet"],
     }

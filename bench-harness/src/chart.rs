@@ -306,11 +306,24 @@ impl Chart for ScalingChart<'_> {
             for (p, v) in pts.iter().filter(|(p, _)| p.oversubscribed) {
                 any_over = true;
                 let label = format!("oversubscribed ({}×{})", p.nodes, p.threads);
+                // Labels of points on the right half go to the left, so they stay inside.
+                let right_half = p.nodes as f64 > x_max * 0.6;
+                let (dx, h) = if right_half {
+                    (-10, plotters::style::text_anchor::HPos::Right)
+                } else {
+                    (10, plotters::style::text_anchor::HPos::Left)
+                };
+                let style = TextStyle::from((FAMILY, 13).into_font()).color(&OVER).pos(
+                    plotters::style::text_anchor::Pos::new(
+                        h,
+                        plotters::style::text_anchor::VPos::Bottom,
+                    ),
+                );
                 chart
                     .draw_series(std::iter::once(
                         EmptyElement::at((p.nodes as f64, v.0))
                             + TriangleMarker::new((0, 0), 8, OVER.stroke_width(2))
-                            + Text::new(label, (9, -20), (FAMILY, 13).into_font().color(&OVER)),
+                            + Text::new(label, (dx, -8), style),
                     ))
                     .map_err(err)?;
             }

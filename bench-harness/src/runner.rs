@@ -84,10 +84,12 @@ struct PreparedApp {
     entry: AppEntry,
 }
 
-/// The JSON result line of a run: the line of rank 0 (`[0] {...}` under `ipl-run`) or an
-/// unprefixed line, and how many ranks printed one.
+/// The JSON result line of a run, and how many ranks printed one: the line of rank 0
+/// (`[0] {...}` under `ipl-run`) or an unprefixed line (other launchers); failing those, the
+/// line of the lowest rank (an app whose elected master is not rank 0, such as
+/// master-worker, prints its result there).
 pub fn find_result_line(stdout: &str) -> (Option<serde_json::Value>, usize) {
-    let mut chosen = None;
+    let mut best: Option<(u32, serde_json::Value)> = None;
     let mut count = 0;
     for line in stdout.lines() {
         let line = line.trim();
@@ -105,11 +107,12 @@ pub fn find_result_line(stdout: &str) -> (Option<serde_json::Value>, usize) {
             continue;
         }
         count += 1;
-        if chosen.is_none() && matches!(rank, None | Some(0)) {
-            chosen = Some(v);
+        let r = rank.unwrap_or(0);
+        if best.as_ref().map_or(true, |(b, _)| r < *b) {
+            best = Some((r, v));
         }
     }
-    (chosen, count)
+    (best.map(|(_, v)| v), count)
 }
 
 fn last_line(s: &str) -> Option<String> {
@@ -743,6 +746,9 @@ mod tests {
         assert_eq!(v.unwrap()["total_seconds"], 1.5);
         assert_eq!(n, 1);
         assert_eq!(find_result_line("{\"no\":1}\n{broken\n").1, 0);
+        let (v, n) = find_result_line("[1] x\n[2] {\"app\":\"master-worker\",\"nodes\":3}\n");
+        assert_eq!(v.unwrap()["nodes"], 3);
+        assert_eq!(n, 1);
     }
 
     fn outcome(exit: Exit, stdout: &str) -> Outcome {

@@ -37,7 +37,7 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct Common {
     /// Name of the result set (a new directory under --results-dir)
-    /// [default: <command>-<UTC date>-<time>].
+    /// [default: quick-YYYYMMDD-HHMMSS or run-YYYYMMDD-HHMMSS, UTC].
     #[arg(long)]
     pub name: Option<String>,
     /// Directory the result set is created in [default: results/ at the workspace root].

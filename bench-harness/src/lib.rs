@@ -29,6 +29,13 @@
 //! derives: `summary.csv`, `summary.json`, `phases.csv`, `latency.csv`, `commands.txt`,
 //! `README.md` and `charts/`. See [`store`] and [`report`].
 //!
+//! # Tests
+//!
+//! `tests/harness.rs` drives the `bench-harness` binary on the real app binaries at the `tiny`
+//! size. It finds them in `target/<profile>/` (the parent of the test executable's `deps/`)
+//! and first runs `cargo build -p sor -p raytracer -p barnes-hut -p ipl --bins` for that
+//! profile, a no-op when they are up to date.
+//!
 //! # Example
 //!
 //! Summarizing runs and drawing a speedup chart from the library:

@@ -501,7 +501,14 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
         harness_version: env!("CARGO_PKG_VERSION").to_string(),
         invocation: opts.invocation.clone(),
         config: config.clone(),
-        git: GitInfo::of(&opts.bin_dir),
+        // The binaries' repository; failing that (binaries copied elsewhere), the one the
+        // harness runs in.
+        git: match GitInfo::of(&opts.bin_dir) {
+            g if g.revision == "unknown" => std::env::current_dir()
+                .map(|d| GitInfo::of(&d))
+                .unwrap_or(g),
+            g => g,
+        },
         machine,
         bin_dir: opts.bin_dir.clone(),
         apps: prepared.iter().map(|a| a.entry.clone()).collect(),

@@ -368,13 +368,18 @@ fn readme(set: &ResultSet, r: &Rendered) -> String {
         s,
         "\nReproduce (at the revision above, after `cargo build --release --workspace --bins`):\n\n\
          ```sh\n{}\n```\n\nRedraw the charts and tables from the stored runs: \
-         `bench-harness plot results/{}`. Every command the sweep ran is in `{}`.\n",
+         `bench-harness plot {}`. Every command the sweep ran is in `{}`.\n",
         m.invocation
             .iter()
             .map(|w| crate::exec::quote(w))
             .collect::<Vec<_>>()
             .join(" "),
-        m.name,
+        // Committed sets live in results/; others are named by where they are.
+        if set.dir.parent().and_then(|p| p.file_name()) == Some("results".as_ref()) {
+            format!("results/{}", m.name)
+        } else {
+            set.dir.display().to_string()
+        },
         files::COMMANDS
     );
     if !m.notes.is_empty() {

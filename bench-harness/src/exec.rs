@@ -1,0 +1,362 @@
+//! Running child processes with a time bound: each child leads its own process group, so a
+//! timeout or an interruption ends it and everything it started (the ranks under `ipl-run`).
+
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// A command to run: program, arguments and extra environment variables.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandLine {
+    /// The program (a path, or a name looked up on `PATH`).
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Environment variables set for it, on top of the harness's own environment.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<(String, String)>,
+}
+
+impl CommandLine {
+    /// A command without extra environment.
+    pub fn new(program: impl Into<String>, args: impl IntoIterator<Item = String>) -> Self {
+        CommandLine {
+            program: program.into(),
+            args: args.into_iter().collect(),
+            env: Vec::new(),
+        }
+    }
+
+    /// The program followed by its arguments.
+    pub fn argv(&self) -> Vec<String> {
+        std::iter::once(self.program.clone())
+            .chain(self.args.iter().cloned())
+            .collect()
+    }
+
+    /// The command as one shell line (words quoted where needed), environment first.
+    pub fn display(&self) -> String {
+        let env = self.env.iter().map(|(k, v)| format!("{k}={}", quote(v)));
+        env.chain(self.argv().iter().map(|w| quote(w)))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+impl fmt::Display for CommandLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.display())
+    }
+}
+
+/// Quotes `w` for a POSIX shell when it holds anything but plain word characters.
+pub fn quote(w: &str) -> String {
+    let plain = !w.is_empty()
+        && w.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+    if plain {
+        w.to_string()
+    } else {
+        format!("'{}'", w.replace('\'', r"'\''"))
+    }
+}
+
+/// How a child ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Exit {
+    /// It exited with this status.
+    Code(i32),
+    /// A signal it did not cause us to send ended it.
+    Signal(i32),
+    /// It ran past its time bound and was killed.
+    TimedOut,
+    /// The harness was interrupted (Ctrl-C) and killed it.
+    Interrupted,
+}
+
+impl Exit {
+    /// Exited with status 0.
+    pub fn success(self) -> bool {
+        self == Exit::Code(0)
+    }
+
+    fn of(status: ExitStatus) -> Exit {
+        match (status.code(), status.signal()) {
+            (Some(c), _) => Exit::Code(c),
+            (None, Some(s)) => Exit::Signal(s),
+            (None, None) => Exit::Code(-1),
+        }
+    }
+}
+
+impl fmt::Display for Exit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Exit::Code(c) => write!(f, "exit status {c}"),
+            Exit::Signal(s) => write!(f, "killed by signal {s}"),
+            Exit::TimedOut => f.write_str("timed out"),
+            Exit::Interrupted => f.write_str("interrupted"),
+        }
+    }
+}
+
+/// The outcome of a finished child.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// How it ended.
+    pub exit: Exit,
+    /// Wall-clock seconds from start to end.
+    pub wall_seconds: f64,
+    /// Everything it wrote to standard output.
+    pub stdout: String,
+    /// Everything it wrote to standard error.
+    pub stderr: String,
+}
+
+fn spawn(cmd: &CommandLine, stdout: Stdio, stderr: Stdio) -> Result<Child> {
+    let mut c = Command::new(&cmd.program);
+    c.args(&cmd.args)
+        .envs(cmd.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        // Its own process group: the terminal's Ctrl-C reaches the harness only, and a kill
+        // of the group reaches every process the child started.
+        .process_group(0);
+    c.spawn()
+        .map_err(|e| Error::io(format!("cannot start {}", cmd.display()), e))
+}
+
+fn signal_group(pgid: u32, sig: libc::c_int) {
+    // SAFETY: kill(2) on the process group we created for the child; an empty group gives
+    // ESRCH, which is harmless.
+    unsafe {
+        libc::kill(-(pgid as libc::pid_t), sig);
+    }
+}
+
+/// Waits for `child` until it exits, `timeout` passes or `stop` is set; in the latter cases
+/// its process group gets SIGTERM, then SIGKILL after a grace period. Whatever is left of the
+/// group after the child exits is killed too.
+fn wait_bounded(child: &mut Child, timeout: Duration, stop: &AtomicBool) -> Result<(Exit, f64)> {
+    let start = Instant::now();
+    let pgid = child.id();
+    let mut pause = Duration::from_micros(200);
+    let forced = loop {
+        if let Some(status) = child
+            .try_wait()
+            .map_err(|e| Error::io("waiting for a child process", e))?
+        {
+            let wall = start.elapsed().as_secs_f64();
+            signal_group(pgid, libc::SIGKILL);
+            return Ok((Exit::of(status), wall));
+        }
+        if stop.load(Ordering::Relaxed) {
+            break Exit::Interrupted;
+        }
+        if start.elapsed() >= timeout {
+            break Exit::TimedOut;
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(10));
+    };
+    let wall = start.elapsed().as_secs_f64();
+    tracing::debug!(pid = pgid, ?forced, "ending the child's process group");
+    signal_group(pgid, libc::SIGTERM);
+    let grace = Instant::now();
+    while grace.elapsed() < Duration::from_secs(2) {
+        if child
+            .try_wait()
+            .map_err(|e| Error::io("waiting for a child process", e))?
+            .is_some()
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    signal_group(pgid, libc::SIGKILL);
+    child
+        .wait()
+        .map_err(|e| Error::io("waiting for a killed child process", e))?;
+    Ok((forced, wall))
+}
+
+/// Runs `cmd` with its output going to the files `stdout` and `stderr`, bounded by `timeout`
+/// and by the `stop` flag, and returns the outcome with the files' contents.
+pub fn run_logged(
+    cmd: &CommandLine,
+    timeout: Duration,
+    stop: &AtomicBool,
+    stdout: &Path,
+    stderr: &Path,
+) -> Result<Outcome> {
+    let create = |p: &Path| {
+        File::create(p).map_err(|e| Error::io(format!("cannot create {}", p.display()), e))
+    };
+    let mut child = spawn(cmd, create(stdout)?.into(), create(stderr)?.into())?;
+    let (exit, wall_seconds) = wait_bounded(&mut child, timeout, stop)?;
+    let read = |p: &Path| -> Result<String> {
+        let mut s = Vec::new();
+        File::open(p)
+            .and_then(|mut f| f.read_to_end(&mut s))
+            .map_err(|e| Error::io(format!("cannot read {}", p.display()), e))?;
+        Ok(String::from_utf8_lossy(&s).into_owned())
+    };
+    Ok(Outcome {
+        exit,
+        wall_seconds,
+        stdout: read(stdout)?,
+        stderr: read(stderr)?,
+    })
+}
+
+/// Runs `cmd` with its output captured in memory, bounded by `timeout`.
+pub fn run_captured(cmd: &CommandLine, timeout: Duration) -> Result<Outcome> {
+    let mut child = spawn(cmd, Stdio::piped(), Stdio::piped())?;
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            String::from_utf8_lossy(&buf).into_owned()
+        })
+    };
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
+    let never = AtomicBool::new(false);
+    let (exit, wall_seconds) = wait_bounded(&mut child, timeout, &never)?;
+    Ok(Outcome {
+        exit,
+        wall_seconds,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    })
+}
+
+/// The full path of `program` on `PATH`, if it is there.
+pub fn which(program: &str) -> Option<std::path::PathBuf> {
+    if program.contains('/') {
+        let p = Path::new(program);
+        return p.is_file().then(|| p.to_path_buf());
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(program))
+            .find(|p| p.is_file())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str) -> CommandLine {
+        CommandLine::new("sh", ["-c".to_string(), script.to_string()])
+    }
+
+    #[test]
+    fn captures_output_and_status() {
+        let o = run_captured(
+            &sh("echo out; echo err >&2; exit 3"),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        assert_eq!(o.exit, Exit::Code(3));
+        assert_eq!(o.stdout, "out\n");
+        assert_eq!(o.stderr, "err\n");
+    }
+
+    #[test]
+    fn timeout_kills_the_whole_group() {
+        let dir = std::env::temp_dir().join(format!("bh-exec-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pidfile = dir.join("grandchild.pid");
+        // The child starts a grandchild that would outlive it, then sleeps itself.
+        let script = format!("sleep 30 & echo $! > {}; sleep 30", pidfile.display());
+        let stop = AtomicBool::new(false);
+        let t = Instant::now();
+        let o = run_logged(
+            &sh(&script),
+            Duration::from_millis(300),
+            &stop,
+            &dir.join("o"),
+            &dir.join("e"),
+        )
+        .unwrap();
+        assert_eq!(o.exit, Exit::TimedOut);
+        assert!(t.elapsed() < Duration::from_secs(10));
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // The grandchild was in the group and is gone (or a zombie about to be reaped by
+        // init): signal 0 fails, or /proc shows state Z.
+        std::thread::sleep(Duration::from_millis(100));
+        // SAFETY: signal 0 only checks for existence.
+        let alive = unsafe { libc::kill(pid, 0) } == 0;
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| s.contains(") Z "))
+            .unwrap_or(true);
+        assert!(!alive || zombie, "grandchild {pid} survived the timeout");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn stop_flag_interrupts() {
+        let dir = std::env::temp_dir().join(format!("bh-exec-stop-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let stop = AtomicBool::new(true);
+        let o = run_logged(
+            &sh("sleep 30"),
+            Duration::from_secs(60),
+            &stop,
+            &dir.join("o"),
+            &dir.join("e"),
+        )
+        .unwrap();
+        assert_eq!(o.exit, Exit::Interrupted);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn quoting_and_lookup() {
+        let mut c = CommandLine::new(
+            "ipl-run",
+            ["-n", "2", "--", "a b", "it's"].map(String::from),
+        );
+        c.env.push(("IPL_SPIN".into(), "0".into()));
+        assert_eq!(c.display(), r"IPL_SPIN=0 ipl-run -n 2 -- 'a b' 'it'\''s'");
+        assert!(which("sh").is_some());
+        assert!(which("surely-not-a-program-here").is_none());
+    }
+
+    #[test]
+    fn missing_program_is_an_error() {
+        let e = run_captured(
+            &CommandLine::new("/nonexistent/x", []),
+            Duration::from_secs(1),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("cannot start /nonexistent/x"));
+    }
+}

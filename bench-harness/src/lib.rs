@@ -1,0 +1,95 @@
+//! The bench harness: runs the platform's workloads (`sor`, `raytracer`, `barnes-hut`,
+//! `master-worker`) and micro-benchmarks (`ipl-bench`, `satin-bench`, `bsp-bench`) over
+//! process and thread counts, records every run in a result set under `results/`, computes
+//! speedup against the sequential baseline measured in the same sweep, and draws speedup,
+//! efficiency, per-phase and latency charts (PNG and SVG, with a bundled font).
+//!
+//! # Command line
+//!
+//! ```text
+//! bench-harness quick                      # every app small, seq + P=1,2 x T=1,2, micro-benchmarks
+//! bench-harness run --apps sor,raytracer --nodes 1,2,4,8 --threads 1,2 --repeat 5 --size medium \
+//!                   [--launcher local|mpirun|srun|hostfile] [--clusters 2 --wan-latency 20ms]
+//! bench-harness plot results/<set>          # redraw charts and tables from the stored runs
+//! ```
+//!
+//! The binaries are taken from the directory of the harness's own executable (so
+//! `cargo build --release --workspace --bins && target/release/bench-harness quick` works),
+//! or from `--bin-dir`. Apps follow `apps/README.md`: `APP --seq` is the sequential baseline
+//! (binaries that do not accept `--seq` yet run their plain, sequential version instead, which
+//! the set's notes record), the parallel version runs under the launcher, and rank 0 prints one
+//! JSON result line.
+//!
+//! # A result set
+//!
+//! `results/<name>/` holds `meta.json` (machine, revision, configuration, the harness's command
+//! line, the apps' binaries and parameters), `runs.jsonl` and `runs.csv` (one record per run,
+//! appended as each run ends, so Ctrl-C keeps what was measured), `micro.jsonl` and `micro/`
+//! (micro-benchmark output), `logs/` (every run's standard output and error), and what `plot`
+//! derives: `summary.csv`, `summary.json`, `phases.csv`, `latency.csv`, `commands.txt`,
+//! `README.md` and `charts/`. See [`store`] and [`report`].
+//!
+//! # Tests
+//!
+//! `tests/harness.rs` drives the `bench-harness` binary on the real app binaries at the `tiny`
+//! size. It finds them in `target/<profile>/` (the parent of the test executable's `deps/`)
+//! and first runs `cargo build -p sor -p raytracer -p barnes-hut -p ipl --bins` for that
+//! profile, a no-op when they are up to date.
+//!
+//! # Example
+//!
+//! Summarizing runs and drawing a speedup chart from the library:
+//!
+//! ```
+//! use bench_harness::analysis::summarize;
+//! use bench_harness::chart::{self, Metric, ScalingChart};
+//! use bench_harness::store::{RunRecord, Version};
+//!
+//! let runs = vec![
+//!     RunRecord::ok("sor", Version::Sequential, 1, 1, 8.0),
+//!     RunRecord::ok("sor", Version::Parallel, 2, 1, 4.4),
+//!     RunRecord::ok("sor", Version::Parallel, 4, 1, 2.5),
+//! ];
+//! let points = summarize(&runs, 4);
+//! assert_eq!(points[2].label(), "P=4 T=1");
+//! assert!((points[2].speedup.unwrap() - 3.2).abs() < 1e-9);
+//! assert!((points[2].efficiency.unwrap() - 0.8).abs() < 1e-9);
+//!
+//! let dir = std::env::temp_dir().join(format!("bench-harness-doc-{}", std::process::id()));
+//! std::fs::create_dir_all(&dir)?;
+//! let speedup = ScalingChart {
+//!     app: "sor",
+//!     subtitle: "sor -n 1024 · 4 cores".into(),
+//!     points: points.iter().filter(|p| p.version == Version::Parallel).collect(),
+//!     threads: vec![1],
+//!     max_nodes: 4,
+//!     cores: 4,
+//!     metric: Metric::Speedup,
+//!     empty_reason: String::new(),
+//! };
+//! let files = chart::scaling(&speedup, &dir.join("speedup-sor"))?;
+//! assert!(files.iter().all(|f| f.is_file()));
+//! let svg = std::fs::read_to_string(&files[1])?;
+//! assert!(svg.contains("speedup over the sequential version"));
+//! std::fs::remove_dir_all(&dir)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod analysis;
+pub mod apps;
+pub mod chart;
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod exec;
+pub mod launch;
+pub mod machine;
+pub mod micro;
+pub mod reference;
+pub mod report;
+pub mod runner;
+pub mod store;
+
+pub use error::{Error, Result};

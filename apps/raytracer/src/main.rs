@@ -220,7 +220,10 @@ fn run(args: Args) -> Result<(), AppError> {
                 path: path.display().to_string(),
                 source,
             })?;
-            (SceneSource::Description(desc), path.display().to_string())
+            (
+                SceneSource::Description(Box::new(desc)),
+                path.display().to_string(),
+            )
         }
         None => (
             SceneSource::Balls(args.size_factor),

@@ -50,7 +50,7 @@ pub enum SceneSource {
     /// wherever it is needed.
     Balls(u32),
     /// A scene given in full, such as one read from an NFF file.
-    Description(SceneDescription),
+    Description(Box<SceneDescription>),
 }
 
 impl SceneSource {

@@ -99,7 +99,7 @@ fn tasks_are_registered_and_decode_from_bytes() {
         nff_scene.background = raytracer::Vec3::new(0.2, 0.3, 0.4);
         for source in [
             SceneSource::Balls(2),
-            SceneSource::Description(nff_scene.clone()),
+            SceneSource::Description(Box::new(nff_scene.clone())),
         ] {
             let f = frame(source.clone(), 40, 30, settings);
             let tile = Tile {
@@ -140,7 +140,7 @@ fn an_invalid_frame_does_not_decode() {
         // Encode a valid task, then swap in an invalid scene with the same
         // encoding layout: a task is encoded as frame, tile, leaf.
         let f = Frame {
-            source: SceneSource::Description(bad.clone()),
+            source: SceneSource::Description(Box::new(bad.clone())),
             width: 8,
             height: 8,
             settings: RenderSettings::default(),
@@ -152,7 +152,7 @@ fn an_invalid_frame_does_not_decode() {
     };
     assert!(matches!(
         SharedFrame::new(Frame {
-            source: SceneSource::Description(bad),
+            source: SceneSource::Description(Box::new(bad)),
             width: 8,
             height: 8,
             settings: RenderSettings::default(),

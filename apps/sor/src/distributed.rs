@@ -8,7 +8,7 @@
 //! processes all-reduce the maximum of their changes, so every process sees
 //! the same global change and [`try_iterate`] stops all of them after the
 //! same iteration. Red/black ordering makes the result bit-identical to
-//! [`solve`](crate::solve) for every `P` and thread count.
+//! [`solve()`](crate::solve()) for every `P` and thread count.
 //!
 //! ```
 //! use sor::{gather_grid, solve, solve_distributed, Grid, Params, Stop};

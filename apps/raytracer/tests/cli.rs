@@ -7,9 +7,9 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// Longest one run may take.
+/// Longest the runs of one test may take together.
 const LIMIT: Duration = Duration::from_secs(60);
 
 /// A child process that is killed when the test ends (`ipl-run` takes its
@@ -34,8 +34,8 @@ fn read_all(mut pipe: impl Read + Send + 'static) -> Receiver<String> {
     rx
 }
 
-/// Runs `cmd` to its end within [`LIMIT`]: exit status, stdout, stderr.
-fn output(cmd: &mut Command) -> (ExitStatus, String, String) {
+/// Runs `cmd` to its end before `deadline`: exit status, stdout, stderr.
+fn output(cmd: &mut Command, deadline: Instant) -> (ExitStatus, String, String) {
     let mut child = Reaped(
         cmd.stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -45,17 +45,17 @@ fn output(cmd: &mut Command) -> (ExitStatus, String, String) {
     let out = read_all(child.0.stdout.take().expect("stdout is piped"));
     let err = read_all(child.0.stderr.take().expect("stderr is piped"));
     let finished = |rx: Receiver<String>| {
-        rx.recv_timeout(LIMIT)
-            .unwrap_or_else(|_| panic!("{cmd:?} did not finish within {LIMIT:?}"))
+        rx.recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|_| panic!("{cmd:?} did not finish within the test's {LIMIT:?}"))
     };
     let (out, err) = (finished(out), finished(err));
     let status = child.0.wait().expect("wait for the child");
     (status, out, err)
 }
 
-/// The one JSON line a successful run printed.
-fn result_line(cmd: &mut Command) -> serde_json::Value {
-    let (status, out, err) = output(cmd);
+/// The one JSON line a successful run printed before `deadline`.
+fn result_line(cmd: &mut Command, deadline: Instant) -> serde_json::Value {
+    let (status, out, err) = output(cmd, deadline);
     assert!(status.success(), "{cmd:?}: {status}\n{out}\n{err}");
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 1, "one result line: {out}");
@@ -103,14 +103,15 @@ fn raytracer() -> Command {
 
 #[test]
 fn seq_and_parallel_print_the_same_checksum() {
-    let seq = result_line(raytracer().arg("--seq").args(SMALL));
+    let d = Instant::now() + LIMIT;
+    let seq = result_line(raytracer().arg("--seq").args(SMALL), d);
     assert_eq!(seq["version"], "sequential");
     assert_eq!(
         (seq["nodes"].as_u64(), seq["threads"].as_u64()),
         (Some(1), Some(1))
     );
     for threads in ["1", "3"] {
-        let par = result_line(raytracer().args(SMALL).args(["--threads", threads]));
+        let par = result_line(raytracer().args(SMALL).args(["--threads", threads]), d);
         assert_eq!(par["app"], "raytracer");
         assert_eq!(par["version"], "parallel");
         assert_eq!(par["nodes"], 1);
@@ -121,19 +122,22 @@ fn seq_and_parallel_print_the_same_checksum() {
         assert!(par["satin"]["jobs_executed"].as_u64() >= Some(36));
     }
     // A different image gives a different checksum.
-    let other = result_line(raytracer().arg("--seq").args(SMALL).args(["--aa", "2"]));
+    let other = result_line(raytracer().arg("--seq").args(SMALL).args(["--aa", "2"]), d);
     assert_ne!(other["checksum"], seq["checksum"]);
 }
 
 #[test]
 fn parallel_runs_under_ipl_run_with_one_node() {
-    let seq = result_line(raytracer().arg("--seq").args(SMALL));
+    let launcher = ipl_run();
+    let d = Instant::now() + LIMIT;
+    let seq = result_line(raytracer().arg("--seq").args(SMALL), d);
     let par = result_line(
-        Command::new(ipl_run())
+        Command::new(launcher)
             .args(["-n", "1", "--no-prefix", "--"])
             .arg(env!("CARGO_BIN_EXE_raytracer"))
             .args(SMALL)
             .args(["--threads", "2"]),
+        d,
     );
     assert_eq!(
         (par["nodes"].as_u64(), par["threads"].as_u64()),
@@ -145,16 +149,19 @@ fn parallel_runs_under_ipl_run_with_one_node() {
 #[test]
 fn more_than_one_node_is_refused_with_a_clear_message() {
     let expected = "multi-process raytracing needs satin's in_pool";
-    let (status, out, err) = output(raytracer().args(SMALL).env("IPL_POOL_SIZE", "2"));
+    let launcher = ipl_run();
+    let d = Instant::now() + LIMIT;
+    let (status, out, err) = output(raytracer().args(SMALL).env("IPL_POOL_SIZE", "2"), d);
     assert!(!status.success());
     assert!(out.is_empty(), "{out}");
     assert!(err.contains(expected) && err.contains("2 nodes"), "{err}");
 
     let (status, out, err) = output(
-        Command::new(ipl_run())
+        Command::new(launcher)
             .args(["-n", "2", "--no-prefix", "--"])
             .arg(env!("CARGO_BIN_EXE_raytracer"))
             .args(SMALL),
+        d,
     );
     assert!(!status.success());
     assert!(out.is_empty(), "{out}");
@@ -165,6 +172,7 @@ fn more_than_one_node_is_refused_with_a_clear_message() {
             .arg("--seq")
             .args(SMALL)
             .env("IPL_POOL_SIZE", "2"),
+        d,
     );
     assert_eq!(v["version"], "sequential");
 }

@@ -7,11 +7,11 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sor::{solve, Grid, Params, Stop};
 
-/// Longest one run may take.
+/// Longest the runs of one test may take together.
 const LIMIT: Duration = Duration::from_secs(60);
 
 /// A child process that is killed when the test ends (`ipl-run` takes its
@@ -35,14 +35,14 @@ impl Reaped {
         )
     }
 
-    /// Standard output and error to their end (the child's exit) within
-    /// [`LIMIT`], and the exit status.
-    fn output(mut self) -> (ExitStatus, String, String) {
+    /// Standard output and error to their end (the child's exit) before
+    /// `deadline`, and the exit status.
+    fn output(mut self, deadline: Instant) -> (ExitStatus, String, String) {
         let out = read_all(self.0.stdout.take().expect("stdout is piped"));
         let err = read_all(self.0.stderr.take().expect("stderr is piped"));
         let finished = |rx: Receiver<String>| {
-            rx.recv_timeout(LIMIT)
-                .unwrap_or_else(|_| panic!("the run did not finish within {LIMIT:?}"))
+            rx.recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .unwrap_or_else(|_| panic!("the test's runs did not finish within {LIMIT:?}"))
         };
         let (out, err) = (finished(out), finished(err));
         let status = self.0.wait().expect("wait for the child");
@@ -81,9 +81,9 @@ fn ipl_run() -> PathBuf {
     launcher
 }
 
-/// The one JSON line a run printed.
-fn result_line(cmd: &mut Command) -> serde_json::Value {
-    let (status, out, err) = Reaped::start(cmd).output();
+/// The one JSON line a run printed, before `deadline`.
+fn result_line(cmd: &mut Command, deadline: Instant) -> serde_json::Value {
+    let (status, out, err) = Reaped::start(cmd).output(deadline);
     assert!(status.success(), "{cmd:?}: {status}\n{out}\n{err}");
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 1, "one result line from rank 0 only: {out}");
@@ -128,9 +128,10 @@ fn check(v: &serde_json::Value, version: &str, nodes: u64, threads: u64, n: usiz
 #[test]
 fn seq_and_one_process_print_the_library_result() {
     let n = 33;
-    let v = result_line(sor().args(["--seq", "-n", "33"]));
+    let deadline = Instant::now() + LIMIT;
+    let v = result_line(sor().args(["--seq", "-n", "33"]), deadline);
     check(&v, "sequential", 1, 1, n, Stop::Converged);
-    let v = result_line(sor().args(["-n", "33", "--threads", "2"]));
+    let v = result_line(sor().args(["-n", "33", "--threads", "2"]), deadline);
     check(&v, "parallel", 1, 2, n, Stop::Converged);
     assert!(v["seconds"]["exchange"].as_f64().is_some());
 }
@@ -139,6 +140,8 @@ fn seq_and_one_process_print_the_library_result() {
 fn two_processes_under_ipl_run_match_the_sequential_grid() {
     // 37 rows over 2 processes: blocks of 19 and 18.
     let n = 37;
+    let launcher = ipl_run();
+    let deadline = Instant::now() + LIMIT;
     for (args, stop, threads) in [
         (vec![], Stop::Converged, 1),
         (
@@ -148,12 +151,13 @@ fn two_processes_under_ipl_run_match_the_sequential_grid() {
         ),
     ] {
         let v = result_line(
-            Command::new(ipl_run())
+            Command::new(&launcher)
                 .args(["-n", "2", "--no-prefix", "--"])
                 .arg(env!("CARGO_BIN_EXE_sor"))
                 .args(["-n", "37"])
                 .args(&args)
                 .env("IPL_SPIN", "20us"),
+            deadline,
         );
         check(&v, "parallel", 2, threads, n, stop);
     }
@@ -161,13 +165,14 @@ fn two_processes_under_ipl_run_match_the_sequential_grid() {
 
 #[test]
 fn a_pool_larger_than_the_grid_fails_with_a_message() {
+    let launcher = ipl_run();
     let (status, out, err) = Reaped::start(
-        Command::new(ipl_run())
+        Command::new(launcher)
             .args(["-n", "3", "--no-prefix", "--"])
             .arg(env!("CARGO_BIN_EXE_sor"))
             .args(["-n", "2"]),
     )
-    .output();
+    .output(Instant::now() + LIMIT);
     assert!(!status.success());
     assert!(out.is_empty(), "{out}");
     assert!(

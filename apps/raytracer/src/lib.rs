@@ -7,7 +7,9 @@
 //! shades any rectangle of pixels ([`shade`] documents the shading model).
 //! Because every pixel is a pure function of its coordinates, any split of
 //! the image renders bit-identically, which is what the divide-and-conquer
-//! renderer relies on: [`render_split`] is its sequential form.
+//! renderer relies on: [`render_split`] is its sequential form, and
+//! [`render_parallel`] runs the same split as Satin tasks ([`RenderTask`],
+//! see [`parallel`]).
 //!
 //! ```
 //! use raytracer::{balls, render_full, render_split, Camera, RenderSettings, Scene};
@@ -29,6 +31,7 @@ pub mod bvh;
 pub mod camera;
 pub mod canvas;
 pub mod nff;
+pub mod parallel;
 pub mod ray;
 pub mod render;
 pub mod scene;
@@ -40,6 +43,7 @@ pub use balls::balls;
 pub use camera::{Camera, CameraError};
 pub use canvas::{Canvas, ImageError};
 pub use nff::{NffError, NffErrorKind};
+pub use parallel::{render_parallel, Frame, FrameError, RenderTask, SceneSource, SharedFrame};
 pub use render::{
     pixel_color, quantize, render_full, render_recursive, render_split, render_tile,
     RenderSettings, Tile,

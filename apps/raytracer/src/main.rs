@@ -1,21 +1,39 @@
-//! Sequential ray tracer: renders the SPD balls scene (or an NFF file),
-//! writes a PNG and prints one JSON line with timings and the image checksum.
+//! Ray tracer: renders the SPD balls scene (or an NFF file) sequentially
+//! (`--seq`) or as Satin divide-and-conquer tasks, writes a PNG and prints
+//! one JSON line with timings and the image checksum.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use raytracer::{balls, nff, render_full, render_split, Camera, RenderSettings, Scene};
+use raytracer::{
+    balls, nff, render_full, render_parallel, render_split, Camera, Canvas, Frame, FrameError,
+    ImageError, RenderSettings, Scene, SceneSource, SharedFrame,
+};
 use serde_json::json;
+use thiserror::Error;
 
 /// Ray-trace the Standard Procedural Databases "balls" scene (a sphereflake
-/// on a floor, three lights) or an NFF file, sequentially, and print one JSON
-/// result line: parameters, seconds per phase and an FNV-1a checksum of the
-/// RGB bytes.
+/// on a floor, three lights) or an NFF file and print one JSON result line:
+/// parameters, seconds per phase and an FNV-1a checksum of the RGB bytes.
+///
+/// Without --seq the screen is split four ways recursively into Satin tasks
+/// that --threads worker threads share by work stealing; the image is
+/// bit-identical to the sequential one. The pool of the IPL_* environment
+/// must have one node (no IPL_* variables, or `ipl-run -n 1`).
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
+    /// Render sequentially (the correctness oracle and speedup baseline)
+    /// instead of with the divide-and-conquer runtime.
+    #[arg(long)]
+    seq: bool,
+
+    /// Worker threads of the divide-and-conquer runtime (per process).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    threads: u32,
+
     /// Recursion depth of the sphereflake: 1 + 9 + ... + 9^k spheres
     /// (2 gives 91 spheres, the Satin "balls2" input; at most 7).
     #[arg(long, default_value_t = balls::DEFAULT_SIZE_FACTOR,
@@ -46,8 +64,10 @@ struct Args {
     max_depth: u32,
 
     /// Split the screen four ways recursively until tiles are at most this
-    /// many pixels on a side (the divide-and-conquer split points); 0 renders
-    /// the image as one tile, row by row. The image is identical either way.
+    /// many pixels on a side (the divide-and-conquer split points: the
+    /// parallel render's leaf tasks); 0 renders the image as one tile, row by
+    /// row (pixel-sized leaves in parallel). The image is identical either
+    /// way.
     #[arg(long, default_value_t = 64)]
     tile: u32,
 
@@ -64,67 +84,205 @@ struct Args {
     write_nff: Option<PathBuf>,
 }
 
-fn run(args: Args) -> Result<(), String> {
-    let total_start = Instant::now();
+/// What stopped a run.
+#[derive(Debug, Error)]
+enum AppError {
+    /// An input or output file could not be read or written.
+    #[error("cannot {what} {path}: {source}")]
+    File {
+        /// What was being done.
+        what: &'static str,
+        /// The file.
+        path: String,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The NFF file does not parse.
+    #[error("{path}: {source}")]
+    Nff {
+        /// The file.
+        path: String,
+        /// Where and why.
+        #[source]
+        source: raytracer::NffError,
+    },
+    /// The scene or camera is invalid.
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+    /// The PNG could not be written.
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    /// The `IPL_*` environment does not describe a pool.
+    #[error("cannot read the pool configuration from the IPL_* environment: {0}")]
+    Config(#[source] ipl::Error),
+    /// Joining the pool failed.
+    #[error("cannot join the pool: {0}")]
+    Join(#[source] ipl::Error),
+    /// The pool has more than one node.
+    #[error(
+        "multi-process raytracing needs satin's in_pool, which this build lacks; \
+         the pool has {0} nodes: run with one node (no IPL_* variables or ipl-run -n 1), \
+         more threads with --threads, or --seq"
+    )]
+    MultiProcess(String),
+    /// The divide-and-conquer runtime failed.
+    #[error("parallel render: {0}")]
+    Satin(#[from] satin::Error),
+}
 
+/// The one-node pool the parallel version runs on.
+fn join_pool() -> Result<ipl::Ibis, AppError> {
+    let config = ipl::Config::from_env().map_err(AppError::Config)?;
+    match config.size {
+        Some(1) => {}
+        Some(n) => return Err(AppError::MultiProcess(n.to_string())),
+        None => return Err(AppError::MultiProcess("an open number of".into())),
+    }
+    ipl::Ibis::join(config).map_err(AppError::Join)
+}
+
+/// A finished render and how long its phases took.
+struct Rendered {
+    image: Canvas,
+    scene_seconds: f64,
+    render_seconds: f64,
+    spheres: usize,
+    polygons: usize,
+    lights: usize,
+    /// The runtime's statistics and the seconds it took to start.
+    stats: Option<(satin::Stats, f64)>,
+}
+
+fn render_sequential(
+    desc: &raytracer::SceneDescription,
+    width: u32,
+    height: u32,
+    settings: &RenderSettings,
+    tile: u32,
+) -> Result<Rendered, AppError> {
     let build_start = Instant::now();
-    let (desc, scene_name) = match &args.nff {
+    let scene = Scene::build(desc).map_err(FrameError::from)?;
+    let camera = Camera::new(&desc.view, width, height).map_err(FrameError::from)?;
+    let scene_seconds = build_start.elapsed().as_secs_f64();
+    let render_start = Instant::now();
+    let image = if tile == 0 {
+        render_full(&scene, &camera, settings)
+    } else {
+        render_split(&scene, &camera, settings, tile)
+    };
+    Ok(Rendered {
+        image,
+        scene_seconds,
+        render_seconds: render_start.elapsed().as_secs_f64(),
+        spheres: scene.sphere_count(),
+        polygons: scene.polygon_count(),
+        lights: scene.lights().len(),
+        stats: None,
+    })
+}
+
+fn render_with_satin(frame: Frame, threads: u32, tile: u32) -> Result<Rendered, AppError> {
+    let build_start = Instant::now();
+    let shared = SharedFrame::new(frame)?;
+    let scene_seconds = build_start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    let runtime = satin::Runtime::local().threads(threads as usize);
+    runtime.start()?;
+    let start_seconds = start.elapsed().as_secs_f64();
+    let render_start = Instant::now();
+    let image = render_parallel(&runtime, &shared, tile)?;
+    let render_seconds = render_start.elapsed().as_secs_f64();
+    let scene = shared.scene();
+    Ok(Rendered {
+        image,
+        scene_seconds,
+        render_seconds,
+        spheres: scene.sphere_count(),
+        polygons: scene.polygon_count(),
+        lights: scene.lights().len(),
+        stats: Some((runtime.stats(), start_seconds)),
+    })
+}
+
+fn run(args: Args) -> Result<(), AppError> {
+    let total_start = Instant::now();
+    let pool = if args.seq { None } else { Some(join_pool()?) };
+
+    let (source, scene_name) = match &args.nff {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("cannot read NFF file {}: {e}", path.display()))?;
-            let desc = nff::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-            (desc, path.display().to_string())
+            let text = std::fs::read_to_string(path).map_err(|source| AppError::File {
+                what: "read NFF file",
+                path: path.display().to_string(),
+                source,
+            })?;
+            let desc = nff::parse(&text).map_err(|source| AppError::Nff {
+                path: path.display().to_string(),
+                source,
+            })?;
+            (
+                SceneSource::Description(Box::new(desc)),
+                path.display().to_string(),
+            )
         }
         None => (
-            balls(args.size_factor),
+            SceneSource::Balls(args.size_factor),
             format!("balls{}", args.size_factor),
         ),
     };
+    let desc = source.description();
     if let Some(path) = &args.write_nff {
-        std::fs::write(path, nff::write(&desc))
-            .map_err(|e| format!("cannot write NFF file {}: {e}", path.display()))?;
+        std::fs::write(path, nff::write(&desc)).map_err(|source| AppError::File {
+            what: "write NFF file",
+            path: path.display().to_string(),
+            source,
+        })?;
     }
     let width = args.width.unwrap_or(desc.view.width);
     let height = args.height.unwrap_or(desc.view.height);
-    let scene = Scene::build(&desc).map_err(|e| format!("invalid scene: {e}"))?;
-    let camera =
-        Camera::new(&desc.view, width, height).map_err(|e| format!("invalid camera: {e}"))?;
-    let scene_seconds = build_start.elapsed().as_secs_f64();
-    tracing::info!(
-        spheres = scene.sphere_count(),
-        polygons = scene.polygon_count(),
-        lights = scene.lights().len(),
-        "scene built"
-    );
-
     let settings = RenderSettings {
         max_depth: args.max_depth,
         aa: args.aa,
     };
-    let render_start = Instant::now();
-    let image = if args.tile == 0 {
-        render_full(&scene, &camera, &settings)
+    let threads = if args.seq { 1 } else { args.threads };
+
+    let rendered = if args.seq {
+        render_sequential(&desc, width, height, &settings, args.tile)?
     } else {
-        render_split(&scene, &camera, &settings, args.tile)
+        drop(desc);
+        let frame = Frame {
+            source,
+            width,
+            height,
+            settings,
+        };
+        render_with_satin(frame, threads, args.tile)?
     };
-    let render_seconds = render_start.elapsed().as_secs_f64();
-    let checksum = image.checksum();
+    tracing::info!(
+        spheres = rendered.spheres,
+        polygons = rendered.polygons,
+        lights = rendered.lights,
+        render_seconds = rendered.render_seconds,
+        stats = ?rendered.stats,
+        "rendered"
+    );
+    let checksum = rendered.image.checksum();
 
     let png_start = Instant::now();
     if !args.no_png {
-        image.write_png(&args.output).map_err(|e| e.to_string())?;
+        rendered.image.write_png(&args.output)?;
     }
     let png_seconds = png_start.elapsed().as_secs_f64();
 
-    let line = json!({
-        "version": "sequential",
+    let mut line = json!({
+        "version": if args.seq { "sequential" } else { "parallel" },
         "app": "raytracer",
         "parameters": {
             "scene": scene_name,
             "size_factor": args.nff.is_none().then_some(args.size_factor),
-            "spheres": scene.sphere_count(),
-            "polygons": scene.polygon_count(),
-            "lights": scene.lights().len(),
+            "spheres": rendered.spheres,
+            "polygons": rendered.polygons,
+            "lights": rendered.lights,
             "width": width,
             "height": height,
             "aa": args.aa,
@@ -133,16 +291,26 @@ fn run(args: Args) -> Result<(), String> {
             "output": (!args.no_png).then(|| args.output.display().to_string()),
         },
         "nodes": 1,
-        "threads": 1,
+        "threads": threads,
         "seconds": {
-            "scene_build": scene_seconds,
-            "render": render_seconds,
+            "scene_build": rendered.scene_seconds,
+            "render": rendered.render_seconds,
             "png_write": png_seconds,
         },
         "total_seconds": total_start.elapsed().as_secs_f64(),
         "checksum": format!("{checksum:016x}"),
     });
+    if let Some((stats, start_seconds)) = rendered.stats {
+        line["seconds"]["runtime_start"] = json!(start_seconds);
+        line["satin"] = json!({
+            "spawns": stats.spawns,
+            "jobs_executed": stats.jobs_executed,
+            "local_steals": stats.local_steals,
+            "idle_seconds": stats.idle.as_secs_f64(),
+        });
+    }
     println!("{line}");
+    drop(pool);
     Ok(())
 }
 
@@ -156,8 +324,8 @@ fn main() -> ExitCode {
         .init();
     match run(Args::parse()) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            tracing::error!("{message}");
+        Err(e) => {
+            tracing::error!("{e}");
             ExitCode::FAILURE
         }
     }

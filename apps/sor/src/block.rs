@@ -10,8 +10,9 @@
 
 use std::ops::Range;
 
+use crate::grid::row_checksums;
 use crate::params::initial_value;
-use crate::sweep::{relax_rows, Colour};
+use crate::sweep::{relax_rows, Colour, SplitSweep};
 
 /// Rows `range` of an `n x n` problem with their ghost rows.
 #[derive(Clone, Debug, PartialEq)]
@@ -90,5 +91,24 @@ impl Block {
         let (above, rest) = self.data.split_at_mut(w);
         let (rows, below) = rest.split_at_mut(rest.len() - w);
         relax_rows(colour, omega, above, rows, below, self.range.start)
+    }
+
+    /// [`relax`](Block::relax) with the owned rows cut into the parts of
+    /// `sweep` and relaxed by the threads of the current rayon pool;
+    /// bit-identical to [`relax`](Block::relax).
+    ///
+    /// # Panics
+    /// If `sweep` was not made for this block's rows and width.
+    pub fn relax_split(&mut self, colour: Colour, omega: f64, sweep: &mut SplitSweep) -> f64 {
+        let w = self.width;
+        let (above, rest) = self.data.split_at_mut(w);
+        let (rows, below) = rest.split_at_mut(rest.len() - w);
+        sweep.relax(colour, omega, above, rows, below, self.range.start)
+    }
+
+    /// The [`checksum`](crate::checksum) of each owned row, in order: this
+    /// block's part of [`Grid::checksum`](crate::Grid::checksum).
+    pub fn row_checksums(&self) -> Vec<u64> {
+        row_checksums(self.rows(), self.width)
     }
 }

@@ -11,12 +11,36 @@ const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 /// 64-bit FNV-1a over the little-endian bytes of the values' bit patterns:
 /// equal only for bit-identical data.
 pub fn checksum(values: &[f64]) -> u64 {
-    values.iter().fold(FNV_OFFSET, |h, v| {
-        v.to_bits()
-            .to_le_bytes()
-            .iter()
-            .fold(h, |h, &b| (h ^ b as u64).wrapping_mul(FNV_PRIME))
-    })
+    values
+        .iter()
+        .fold(FNV_OFFSET, |h, v| fnv_bytes(h, &v.to_bits().to_le_bytes()))
+}
+
+/// [`checksum`] of each row of `rows`, which holds whole rows of `width`
+/// values.
+///
+/// # Panics
+/// If `width` is zero.
+pub fn row_checksums(rows: &[f64], width: usize) -> Vec<u64> {
+    rows.chunks(width).map(checksum).collect()
+}
+
+/// The checksum of consecutive rows from the [`checksum`]s of the rows, in
+/// row order: 64-bit FNV-1a over their little-endian bytes.
+///
+/// This is how [`Grid::checksum`] sums a grid, so that row-distributed
+/// processes can each hash their own rows in parallel and one of them
+/// combine the results in row order.
+pub fn combine_rows(row_sums: impl IntoIterator<Item = u64>) -> u64 {
+    row_sums
+        .into_iter()
+        .fold(FNV_OFFSET, |h, s| fnv_bytes(h, &s.to_le_bytes()))
+}
+
+fn fnv_bytes(h: u64, bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .fold(h, |h, &b| (h ^ b as u64).wrapping_mul(FNV_PRIME))
 }
 
 /// The grid of one SOR problem.
@@ -87,9 +111,11 @@ impl Grid {
         relax_rows(colour, omega, above, interior, below, 1)
     }
 
-    /// [`checksum`] of the whole grid.
+    /// Checksum of the whole grid, borders included: [`combine_rows`] over
+    /// the [`checksum`] of every row. Equal only for bit-identical grids
+    /// (up to hash collisions).
     pub fn checksum(&self) -> u64 {
-        checksum(&self.data)
+        combine_rows(row_checksums(&self.data, self.width()))
     }
 }
 
@@ -115,5 +141,24 @@ mod tests {
         b.rows_mut(2..3)[1] = -0.0;
         assert_ne!(a.checksum(), b.checksum());
         assert_eq!(checksum(&[]), FNV_OFFSET);
+    }
+
+    #[test]
+    fn checksum_is_fnv1a_of_bytes_and_of_row_sums() {
+        // FNV-1a of the single byte "a" is the published test vector.
+        assert_eq!(fnv_bytes(FNV_OFFSET, b"a"), 0xaf63_dc4c_8601_ec8c);
+        let v = [1.5f64, -2.25];
+        let mut bytes = Vec::new();
+        for x in v {
+            bytes.extend_from_slice(&x.to_bits().to_le_bytes());
+        }
+        assert_eq!(checksum(&v), fnv_bytes(FNV_OFFSET, &bytes));
+
+        let g = Grid::new(3);
+        let rows: Vec<u64> = (0..5).map(|i| checksum(g.row(i))).collect();
+        assert_eq!(row_checksums(g.values(), 5), rows);
+        assert_eq!(g.checksum(), combine_rows(rows.iter().copied()));
+        // Rows in another order sum differently.
+        assert_ne!(g.checksum(), combine_rows(rows.iter().rev().copied()));
     }
 }

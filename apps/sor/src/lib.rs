@@ -6,10 +6,12 @@
 //! a block of rows, given the row above and the row below. The sequential
 //! solver ([`solve()`]) applies it to the whole interior with the border rows
 //! as neighbours; the threaded solver ([`solve_threaded`]) to one block per
-//! thread; a row-distributed solver gives each process a [`Block`] from
-//! [`row_blocks`], exchanges ghost rows before every half-iteration and
-//! all-reduces the largest change after each iteration, driving the loop
-//! with [`iterate`]. Red/black ordering makes all of them bit-identical.
+//! thread; the row-distributed solver ([`solve_distributed`], on the `bsp`
+//! layer) gives each process a [`Block`] from [`row_blocks`], exchanges
+//! ghost rows before every half-iteration and all-reduces the largest change
+//! after each iteration, driving the loop with [`try_iterate`]. Red/black
+//! ordering makes all of them bit-identical. The example below plays the
+//! row-distributed algorithm by hand in one thread.
 //!
 //! ```
 //! use sor::{row_blocks, solve, Block, Colour, Grid, Params, Stop};
@@ -45,6 +47,7 @@
 #![warn(missing_docs)]
 
 pub mod block;
+pub mod distributed;
 pub mod grid;
 pub mod params;
 pub mod partition;
@@ -52,8 +55,11 @@ pub mod solve;
 pub mod sweep;
 
 pub use block::Block;
-pub use grid::{checksum, Grid};
+pub use distributed::{
+    gather_checksum, gather_grid, solve_distributed, Distributed, DistributedError, Phases,
+};
+pub use grid::{checksum, combine_rows, row_checksums, Grid};
 pub use params::Params;
 pub use partition::{row_blocks, PartitionError};
-pub use solve::{iterate, solve, solve_threaded, Outcome, SolveError, Stop};
-pub use sweep::{relax_rows, Colour};
+pub use solve::{iterate, solve, solve_threaded, try_iterate, Outcome, SolveError, Stop};
+pub use sweep::{relax_rows, Colour, SplitSweep};

@@ -1,21 +1,36 @@
-//! Sequential (optionally multi-threaded) red/black SOR with the Ibis
-//! reference setup; prints one JSON result line.
+//! Red/black SOR with the Ibis reference setup: `sor --seq` runs the
+//! sequential solver, `sor` the row-distributed one on the pool of the
+//! `IPL_*` environment; prints one JSON result line (from process 0).
 
 use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
 use serde_json::json;
-use sor::{solve, solve_threaded, Grid, Params, Stop};
+use sor::{
+    gather_checksum, solve, solve_distributed, solve_threaded, DistributedError, Grid, Params,
+    SolveError, Stop,
+};
+use thiserror::Error;
 
 /// Red/black successive over-relaxation on an (N+2) x (N+2) grid with fixed
 /// borders (top 4.56, bottom 9.85, left 7.32, right 6.88, interior starting
-/// at 0) and the Ibis SOR relaxation factor and stopping rule. Prints one
-/// JSON line: parameters, seconds per phase, iterations and an FNV-1a
-/// checksum of the final grid's bits.
+/// at 0) and the Ibis SOR relaxation factor and stopping rule.
+///
+/// Without --seq the rows are distributed over the processes of the pool
+/// that the IPL_* environment describes (`ipl-run -n P -- sor ...` starts P
+/// of them; with no IPL_* variables the pool is this one process), which
+/// exchange boundary rows every half-iteration. Prints one JSON line:
+/// parameters, seconds per phase, iterations and a checksum of the final
+/// grid's bits, equal for the sequential and every parallel run.
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
+    /// Run the sequential solver (the correctness oracle and speedup
+    /// baseline) instead of the row-distributed one.
+    #[arg(long)]
+    seq: bool,
+
     /// Interior size N: the grid has N + 2 rows and columns.
     #[arg(long, short, default_value_t = 1024,
           value_parser = clap::value_parser!(u64).range(1..=65536))]
@@ -26,18 +41,56 @@ struct Args {
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
     iterations: Option<u64>,
 
-    /// Threads relaxing row blocks in parallel (1 = plain sequential loop);
-    /// the result is bit-identical for every thread count.
+    /// Threads relaxing row blocks in parallel within each process (1 = a
+    /// plain loop); the result is bit-identical for every thread count.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1024))]
     threads: u64,
 }
 
-fn run(args: Args) -> Result<(), String> {
+/// What stopped a run.
+#[derive(Debug, Error)]
+enum AppError {
+    /// The threaded sequential solver could not start.
+    #[error("sequential solve: {0}")]
+    Solve(#[from] SolveError),
+    /// The `IPL_*` environment does not describe a pool.
+    #[error("cannot read the pool configuration from the IPL_* environment: {0}")]
+    Config(#[source] ipl::Error),
+    /// Joining the pool failed.
+    #[error("cannot join the pool: {0}")]
+    Join(#[source] ipl::Error),
+    /// The bulk-synchronous layer failed outside the solver.
+    #[error("bulk-synchronous layer: {what}: {source}")]
+    Bsp {
+        /// What was being done.
+        what: &'static str,
+        /// The layer's error.
+        #[source]
+        source: bsp::Error,
+    },
+    /// The row-distributed solver failed.
+    #[error("distributed solve: {0}")]
+    Distributed(#[from] DistributedError),
+}
+
+fn parameters(args: &Args, params: &Params) -> serde_json::Value {
+    json!({
+        "n": params.n,
+        "omega": params.omega,
+        "stop_tolerance": params.stop_tolerance,
+        "iterations": args.iterations,
+    })
+}
+
+fn stop(args: &Args) -> Stop {
+    args.iterations.map_or(Stop::Converged, Stop::Iterations)
+}
+
+fn run_sequential(args: &Args) -> Result<(), AppError> {
     let total_start = Instant::now();
     let n = args.n as usize;
     let threads = args.threads as usize;
     let params = Params::reference(n);
-    let stop = args.iterations.map_or(Stop::Converged, Stop::Iterations);
 
     let init_start = Instant::now();
     let mut grid = Grid::new(n);
@@ -51,9 +104,9 @@ fn run(args: Args) -> Result<(), String> {
 
     let solve_start = Instant::now();
     let outcome = if threads == 1 {
-        solve(&mut grid, &params, stop)
+        solve(&mut grid, &params, stop(args))
     } else {
-        solve_threaded(&mut grid, &params, stop, threads).map_err(|e| e.to_string())?
+        solve_threaded(&mut grid, &params, stop(args), threads)?
     };
     let solve_seconds = solve_start.elapsed().as_secs_f64();
 
@@ -64,12 +117,7 @@ fn run(args: Args) -> Result<(), String> {
     let line = json!({
         "version": "sequential",
         "app": "sor",
-        "parameters": {
-            "n": n,
-            "omega": params.omega,
-            "stop_tolerance": params.stop_tolerance,
-            "iterations": args.iterations,
-        },
+        "parameters": parameters(args, &params),
         "nodes": 1,
         "threads": threads,
         "seconds": {
@@ -86,6 +134,58 @@ fn run(args: Args) -> Result<(), String> {
     Ok(())
 }
 
+fn run_parallel(args: &Args) -> Result<(), AppError> {
+    let join_start = Instant::now();
+    let config = ipl::Config::from_env().map_err(AppError::Config)?;
+    let ibis = ipl::Ibis::join(config).map_err(AppError::Join)?;
+    let bsp_err = |what| move |source| AppError::Bsp { what, source };
+    let mut bsp = bsp::Bsp::new(ibis).map_err(bsp_err("starting"))?;
+    // Every process starts the clock at the end of the same superstep.
+    bsp.sync().map_err(bsp_err("the starting barrier"))?;
+    let join_seconds = join_start.elapsed().as_secs_f64();
+
+    let total_start = Instant::now();
+    let n = args.n as usize;
+    let threads = args.threads as usize;
+    let params = Params::reference(n);
+    tracing::info!(
+        pid = bsp.pid(),
+        nprocs = bsp.nprocs(),
+        n,
+        threads,
+        "starting the distributed solve"
+    );
+    let run = solve_distributed(&mut bsp, &params, stop(args), threads)?;
+    let checksum_start = Instant::now();
+    let checksum = gather_checksum(&mut bsp, &run.block)?;
+    let checksum_seconds = checksum_start.elapsed().as_secs_f64();
+    let total_seconds = total_start.elapsed().as_secs_f64();
+
+    if let Some(checksum) = checksum {
+        let line = json!({
+            "version": "parallel",
+            "app": "sor",
+            "parameters": parameters(args, &params),
+            "nodes": bsp.nprocs(),
+            "threads": threads,
+            "seconds": {
+                "init": run.phases.init,
+                "relax": run.phases.relax,
+                "exchange": run.phases.exchange,
+                "reduce": run.phases.reduce,
+                "checksum": checksum_seconds,
+            },
+            "total_seconds": total_seconds,
+            "join_seconds": join_seconds,
+            "iterations": run.outcome.iterations,
+            "max_change": run.outcome.max_change,
+            "checksum": format!("{checksum:016x}"),
+        });
+        println!("{line}");
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -94,10 +194,16 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
-    match run(Args::parse()) {
+    let args = Args::parse();
+    let result = if args.seq {
+        run_sequential(&args)
+    } else {
+        run_parallel(&args)
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            tracing::error!("{message}");
+        Err(e) => {
+            tracing::error!("{e}");
             ExitCode::FAILURE
         }
     }

@@ -1,15 +1,14 @@
 //! The iteration loop and its sequential and multi-threaded drivers.
 
-use std::ops::Range;
+use std::convert::Infallible;
 
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::grid::Grid;
 use crate::params::Params;
-use crate::partition::{row_blocks, PartitionError};
-use crate::sweep::{relax_rows, Colour};
+use crate::partition::PartitionError;
+use crate::sweep::{Colour, SplitSweep};
 
 /// When to stop iterating.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,6 +47,19 @@ pub enum SolveError {
 /// colour's change; taking both is what "the largest change of an
 /// iteration" says.)
 pub fn iterate(stop: Stop, tolerance: f64, mut iteration: impl FnMut() -> f64) -> Outcome {
+    match try_iterate(stop, tolerance, || Ok::<f64, Infallible>(iteration())) {
+        Ok(outcome) => outcome,
+        Err(never) => match never {},
+    }
+}
+
+/// [`iterate`] for iterations that can fail (a distributed iteration
+/// exchanges rows): the first error ends the loop and is returned.
+pub fn try_iterate<E>(
+    stop: Stop,
+    tolerance: f64,
+    mut iteration: impl FnMut() -> Result<f64, E>,
+) -> Result<Outcome, E> {
     let mut outcome = Outcome {
         iterations: 0,
         max_change: f64::INFINITY,
@@ -58,9 +70,9 @@ pub fn iterate(stop: Stop, tolerance: f64, mut iteration: impl FnMut() -> f64) -
             Stop::Iterations(k) => outcome.iterations >= k,
         };
         if done {
-            return outcome;
+            return Ok(outcome);
         }
-        outcome.max_change = iteration();
+        outcome.max_change = iteration()?;
         outcome.iterations += 1;
         tracing::trace!(
             iteration = outcome.iterations,
@@ -80,53 +92,27 @@ pub fn solve(grid: &mut Grid, params: &Params, stop: Stop) -> Outcome {
 }
 
 /// Solves with `threads` threads, each relaxing one block of rows per
-/// half-iteration; bit-identical to [`solve`].
+/// half-iteration (a [`SplitSweep`] of the interior); bit-identical to
+/// [`solve`].
 pub fn solve_threaded(
     grid: &mut Grid,
     params: &Params,
     stop: Stop,
     threads: usize,
 ) -> Result<Outcome, SolveError> {
-    let blocks = row_blocks(grid.n(), threads.min(grid.n()).max(1))?;
+    let mut sweep = SplitSweep::new(grid.n(), grid.width(), threads.max(1))?;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads.max(1))
         .build()?;
-    let width = grid.width();
-    let mut ghosts = vec![(vec![0.0; width], vec![0.0; width]); blocks.len()];
     Ok(pool.install(|| {
         iterate(stop, params.stop_tolerance, || {
-            let red = relax_blocks(grid, &blocks, &mut ghosts, Colour::Red, params.omega);
-            let black = relax_blocks(grid, &blocks, &mut ghosts, Colour::Black, params.omega);
+            let mut half = |colour| {
+                let (above, interior, below) = grid.split_interior();
+                sweep.relax(colour, params.omega, above, interior, below, 1)
+            };
+            let red = half(Colour::Red);
+            let black = half(Colour::Black);
             red.max(black)
         })
     }))
-}
-
-/// One half-iteration with the blocks relaxed in parallel. Each block reads
-/// copies of the rows bordering it, taken before the sweep; the cells it
-/// reads there have the other colour and do not change during the sweep.
-fn relax_blocks(
-    grid: &mut Grid,
-    blocks: &[Range<usize>],
-    ghosts: &mut [(Vec<f64>, Vec<f64>)],
-    colour: Colour,
-    omega: f64,
-) -> f64 {
-    for (b, (above, below)) in blocks.iter().zip(ghosts.iter_mut()) {
-        above.copy_from_slice(grid.row(b.start - 1));
-        below.copy_from_slice(grid.row(b.end));
-    }
-    let width = grid.width();
-    let (_, mut rest, _) = grid.split_interior();
-    let mut parts = Vec::with_capacity(blocks.len());
-    for b in blocks {
-        let (head, tail) = rest.split_at_mut(b.len() * width);
-        parts.push((head, b.start));
-        rest = tail;
-    }
-    parts
-        .into_par_iter()
-        .zip(ghosts.par_iter())
-        .map(|((rows, first), (above, below))| relax_rows(colour, omega, above, rows, below, first))
-        .reduce(|| 0.0, f64::max)
 }

@@ -1,0 +1,253 @@
+//! The divide-and-conquer renderer on the Satin runtime.
+//!
+//! A [`RenderTask`] renders one tile: a tile larger than the leaf size
+//! spawns one child per quadrant ([`Tile::quadrants`]), runs the last one
+//! itself, syncs, and pastes the children's canvases into its own; a leaf
+//! renders its pixels with [`render_tile`]. These are the split points of
+//! [`render_recursive`](crate::render_recursive), so the image is
+//! bit-identical to the sequential render however the work is spread.
+//!
+//! Tasks are plain data so that a stolen one can travel to another process:
+//! the tile, the leaf size and a [`SharedFrame`], which serializes as the
+//! [`Frame`] it was built from (the scene's *recipe*, a few bytes for the
+//! balls scene) and is rebuilt on arrival. A process decoding many tasks of
+//! one frame builds its scene once.
+//!
+//! ```
+//! use raytracer::{render_split, Frame, RenderSettings, SceneSource, SharedFrame};
+//!
+//! let frame = Frame {
+//!     source: SceneSource::Balls(1),
+//!     width: 48,
+//!     height: 40,
+//!     settings: RenderSettings::default(),
+//! };
+//! let shared = SharedFrame::new(frame)?;
+//! let runtime = satin::Runtime::local().threads(2);
+//! let image = raytracer::render_parallel(&runtime, &shared, 8)?;
+//! let sequential = render_split(shared.scene(), shared.camera(), shared.settings(), 8);
+//! assert_eq!(image.checksum(), sequential.checksum());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::borrow::Cow;
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use thiserror::Error;
+
+use crate::balls::balls;
+use crate::camera::{Camera, CameraError};
+use crate::canvas::Canvas;
+use crate::render::{render_tile, RenderSettings, Tile};
+use crate::scene::SceneDescription;
+use crate::world::{Scene, SceneError};
+
+/// Where the scene of a [`Frame`] comes from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum SceneSource {
+    /// The SPD balls scene of this size factor ([`balls()`]), generated
+    /// wherever it is needed.
+    Balls(u32),
+    /// A scene given in full, such as one read from an NFF file.
+    Description(Box<SceneDescription>),
+}
+
+impl SceneSource {
+    /// The scene description.
+    pub fn description(&self) -> Cow<'_, SceneDescription> {
+        match self {
+            SceneSource::Balls(size_factor) => Cow::Owned(balls(*size_factor)),
+            SceneSource::Description(desc) => Cow::Borrowed(desc),
+        }
+    }
+}
+
+/// Everything a render needs besides the tile: the scene, the image size
+/// and how rays are traced.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Frame {
+    /// The scene (its view is the camera).
+    pub source: SceneSource,
+    /// Image width in pixels.
+    pub width: u32,
+    /// Image height in pixels.
+    pub height: u32,
+    /// Ray-tracing settings.
+    pub settings: RenderSettings,
+}
+
+/// Why a [`Frame`] could not be prepared for rendering.
+#[derive(Debug, Error, PartialEq)]
+pub enum FrameError {
+    /// The scene is invalid.
+    #[error("invalid scene: {0}")]
+    Scene(#[from] SceneError),
+    /// The view and image size give no camera.
+    #[error("invalid camera: {0}")]
+    Camera(#[from] CameraError),
+}
+
+struct Prepared {
+    frame: Frame,
+    scene: Scene,
+    camera: Camera,
+}
+
+/// A [`Frame`] with its scene and camera built, shared by every task of one
+/// render (cloning is cheap).
+///
+/// Serializes as its [`Frame`]; deserializing builds the scene again, or
+/// reuses the one this process built for the frame it decoded last.
+#[derive(Clone)]
+pub struct SharedFrame(Arc<Prepared>);
+
+impl SharedFrame {
+    /// Builds the scene and camera of `frame`.
+    ///
+    /// # Errors
+    /// If the scene is invalid or the camera cannot be set up.
+    pub fn new(frame: Frame) -> Result<SharedFrame, FrameError> {
+        let desc = frame.source.description();
+        let scene = Scene::build(&desc)?;
+        let camera = Camera::new(&desc.view, frame.width, frame.height)?;
+        drop(desc);
+        Ok(SharedFrame(Arc::new(Prepared {
+            frame,
+            scene,
+            camera,
+        })))
+    }
+
+    /// The frame this was built from.
+    pub fn frame(&self) -> &Frame {
+        &self.0.frame
+    }
+
+    /// The scene, ready to trace.
+    pub fn scene(&self) -> &Scene {
+        &self.0.scene
+    }
+
+    /// The camera for the frame's image size.
+    pub fn camera(&self) -> &Camera {
+        &self.0.camera
+    }
+
+    /// The ray-tracing settings.
+    pub fn settings(&self) -> &RenderSettings {
+        &self.0.frame.settings
+    }
+
+    /// The tile covering the whole image.
+    pub fn full_tile(&self) -> Tile {
+        Tile::full(self.0.frame.width, self.0.frame.height)
+    }
+
+    /// [`SharedFrame::new`], reusing the frame this process decoded last if
+    /// it is the same one: a process that receives many tasks of one render
+    /// builds its scene once.
+    fn decoded(frame: Frame) -> Result<SharedFrame, FrameError> {
+        static LAST: Mutex<Option<SharedFrame>> = Mutex::new(None);
+        // A panic while building leaves at worst a stale entry behind.
+        let mut last = LAST.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(shared) = last.as_ref().filter(|s| s.0.frame == frame) {
+            return Ok(shared.clone());
+        }
+        let shared = SharedFrame::new(frame)?;
+        tracing::debug!(
+            spheres = shared.scene().sphere_count(),
+            "built the scene of a received frame"
+        );
+        *last = Some(shared.clone());
+        Ok(shared)
+    }
+}
+
+impl std::fmt::Debug for SharedFrame {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("SharedFrame").field(&self.0.frame).finish()
+    }
+}
+
+impl Serialize for SharedFrame {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.frame.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for SharedFrame {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<SharedFrame, D::Error> {
+        let frame = Frame::deserialize(deserializer)?;
+        SharedFrame::decoded(frame).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The Satin task that renders `tile` of `frame`, splitting it four ways
+/// while it is larger than `leaf` x `leaf` pixels (see
+/// [`Tile::needs_split`]); its output is the tile's [`Canvas`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RenderTask {
+    /// What is rendered.
+    pub frame: SharedFrame,
+    /// The pixels this task covers.
+    pub tile: Tile,
+    /// Largest side of a tile that is rendered without splitting.
+    pub leaf: u32,
+}
+
+impl satin::Task for RenderTask {
+    type Output = Canvas;
+
+    fn run(self, cx: &mut satin::Context) -> Canvas {
+        let RenderTask { frame, tile, leaf } = self;
+        if !tile.needs_split(leaf) {
+            return render_tile(frame.scene(), frame.camera(), frame.settings(), tile);
+        }
+        let mut quadrants: Vec<Tile> = tile.quadrants().collect();
+        let last = quadrants
+            .pop()
+            .expect("a tile larger than the leaf size has quadrants");
+        let children: Vec<_> = quadrants
+            .into_iter()
+            .map(|q| {
+                cx.spawn(RenderTask {
+                    frame: frame.clone(),
+                    tile: q,
+                    leaf,
+                })
+            })
+            .collect();
+        let mut canvas = Canvas::new(tile);
+        canvas.paste(&cx.call(RenderTask {
+            frame,
+            tile: last,
+            leaf,
+        }));
+        cx.sync();
+        for child in children {
+            canvas.paste(&child.take());
+        }
+        canvas
+    }
+}
+
+satin::register!(RenderTask, "raytracer::RenderTask");
+
+/// Renders the whole image of `frame` on `runtime`, splitting down to
+/// `leaf` x `leaf` tiles; bit-identical to
+/// [`render_split`](crate::render_split) with the same leaf size.
+///
+/// # Errors
+/// What the runtime reports (a task panicked, no threads).
+pub fn render_parallel(
+    runtime: &satin::Runtime,
+    frame: &SharedFrame,
+    leaf: u32,
+) -> Result<Canvas, satin::Error> {
+    runtime.run(RenderTask {
+        frame: frame.clone(),
+        tile: frame.full_tile(),
+        leaf,
+    })
+}

@@ -1,0 +1,178 @@
+//! The `raytracer` binary: `--seq` and the Satin version print the same
+//! checksum; the parallel version runs on a one-node pool (also under
+//! `ipl-run -n 1`) and refuses a larger one with a clear message. Every
+//! child is killed when its test ends, and every wait is bounded.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+/// Longest the runs of one test may take together.
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// A child process that is killed when the test ends (`ipl-run` takes its
+/// ranks with it).
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Reads `pipe` to its end on a thread of its own.
+fn read_all(mut pipe: impl Read + Send + 'static) -> Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = pipe.read_to_string(&mut s);
+        let _ = tx.send(s);
+    });
+    rx
+}
+
+/// Runs `cmd` to its end before `deadline`: exit status, stdout, stderr.
+fn output(cmd: &mut Command, deadline: Instant) -> (ExitStatus, String, String) {
+    let mut child = Reaped(
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}")),
+    );
+    let out = read_all(child.0.stdout.take().expect("stdout is piped"));
+    let err = read_all(child.0.stderr.take().expect("stderr is piped"));
+    let finished = |rx: Receiver<String>| {
+        rx.recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|_| panic!("{cmd:?} did not finish within the test's {LIMIT:?}"))
+    };
+    let (out, err) = (finished(out), finished(err));
+    let status = child.0.wait().expect("wait for the child");
+    (status, out, err)
+}
+
+/// The one JSON line a successful run printed before `deadline`.
+fn result_line(cmd: &mut Command, deadline: Instant) -> serde_json::Value {
+    let (status, out, err) = output(cmd, deadline);
+    assert!(status.success(), "{cmd:?}: {status}\n{out}\n{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 1, "one result line: {out}");
+    serde_json::from_str(lines[0]).unwrap_or_else(|e| panic!("not JSON ({e}): {}", lines[0]))
+}
+
+/// The `ipl-run` launcher next to the `raytracer` binary, built there if
+/// missing.
+fn ipl_run() -> PathBuf {
+    let bin = Path::new(env!("CARGO_BIN_EXE_raytracer"));
+    let launcher = bin.with_file_name("ipl-run");
+    if !launcher.is_file() {
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "-q", "-p", "ipl", "--bin", "ipl-run"]);
+        if bin.parent().and_then(Path::file_name) == Some("release".as_ref()) {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("run cargo build for ipl-run");
+        assert!(
+            status.success(),
+            "cargo build -p ipl --bin ipl-run: {status}"
+        );
+    }
+    assert!(launcher.is_file(), "no ipl-run at {}", launcher.display());
+    launcher
+}
+
+/// Small-image arguments.
+const SMALL: [&str; 7] = ["--width", "48", "--height", "36", "--tile", "8", "--no-png"];
+
+fn raytracer() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_raytracer"));
+    // No pool from the environment the tests run in.
+    for var in [
+        "IPL_SERVER",
+        "IPL_POOL",
+        "IPL_POOL_SIZE",
+        "IPL_RANK",
+        "IPL_DRIVER",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+#[test]
+fn seq_and_parallel_print_the_same_checksum() {
+    let d = Instant::now() + LIMIT;
+    let seq = result_line(raytracer().arg("--seq").args(SMALL), d);
+    assert_eq!(seq["version"], "sequential");
+    assert_eq!(
+        (seq["nodes"].as_u64(), seq["threads"].as_u64()),
+        (Some(1), Some(1))
+    );
+    for threads in ["1", "3"] {
+        let par = result_line(raytracer().args(SMALL).args(["--threads", threads]), d);
+        assert_eq!(par["app"], "raytracer");
+        assert_eq!(par["version"], "parallel");
+        assert_eq!(par["nodes"], 1);
+        assert_eq!(par["threads"].to_string(), threads);
+        assert_eq!(par["parameters"], seq["parameters"]);
+        assert_eq!(par["checksum"], seq["checksum"], "{threads} threads");
+        assert!(par["seconds"]["render"].as_f64().is_some());
+        assert!(par["satin"]["jobs_executed"].as_u64() >= Some(36));
+    }
+    // A different image gives a different checksum.
+    let other = result_line(raytracer().arg("--seq").args(SMALL).args(["--aa", "2"]), d);
+    assert_ne!(other["checksum"], seq["checksum"]);
+}
+
+#[test]
+fn parallel_runs_under_ipl_run_with_one_node() {
+    let launcher = ipl_run();
+    let d = Instant::now() + LIMIT;
+    let seq = result_line(raytracer().arg("--seq").args(SMALL), d);
+    let par = result_line(
+        Command::new(launcher)
+            .args(["-n", "1", "--no-prefix", "--"])
+            .arg(env!("CARGO_BIN_EXE_raytracer"))
+            .args(SMALL)
+            .args(["--threads", "2"]),
+        d,
+    );
+    assert_eq!(
+        (par["nodes"].as_u64(), par["threads"].as_u64()),
+        (Some(1), Some(2))
+    );
+    assert_eq!(par["checksum"], seq["checksum"]);
+}
+
+#[test]
+fn more_than_one_node_is_refused_with_a_clear_message() {
+    let expected = "multi-process raytracing needs satin's in_pool";
+    let launcher = ipl_run();
+    let d = Instant::now() + LIMIT;
+    let (status, out, err) = output(raytracer().args(SMALL).env("IPL_POOL_SIZE", "2"), d);
+    assert!(!status.success());
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains(expected) && err.contains("2 nodes"), "{err}");
+
+    let (status, out, err) = output(
+        Command::new(launcher)
+            .args(["-n", "2", "--no-prefix", "--"])
+            .arg(env!("CARGO_BIN_EXE_raytracer"))
+            .args(SMALL),
+        d,
+    );
+    assert!(!status.success());
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains(expected), "{err}");
+    // --seq needs no pool at all.
+    let v = result_line(
+        raytracer()
+            .arg("--seq")
+            .args(SMALL)
+            .env("IPL_POOL_SIZE", "2"),
+        d,
+    );
+    assert_eq!(v["version"], "sequential");
+}

@@ -98,6 +98,7 @@
 mod codec;
 mod context;
 mod deque;
+mod dist;
 mod error;
 mod handle;
 mod job;
@@ -111,6 +112,7 @@ mod task;
 mod worker;
 
 pub use context::Context;
+pub use dist::{PoolRuntime, Steal};
 pub use error::Error;
 pub use handle::Handle;
 pub use runtime::Runtime;

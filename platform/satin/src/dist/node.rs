@@ -185,8 +185,6 @@ pub(crate) struct Node {
     sync_busy: AtomicBool,
     wide: Mutex<WideSteal>,
     next_req: AtomicU64,
-    /// Wakes the watcher.
-    wake: Sender<()>,
 }
 
 /// What `Node::start` leaves to its caller to own: dropping the port stops the upcalls,
@@ -245,7 +243,6 @@ impl Node {
         let (near, far) = others
             .iter()
             .partition(|&&i| all[i].location() == me.location());
-        let (wake, wake_rx) = crossbeam_channel::bounded(1);
         let node = Arc::new(Node {
             ibis: ibis.clone(),
             me: me.clone(),
@@ -273,7 +270,6 @@ impl Node {
             sync_busy: AtomicBool::new(false),
             wide: Mutex::new(WideSteal::default()),
             next_req: AtomicU64::new(1),
-            wake,
         });
         tracing::debug!(node = %me, master = %node.all[master], ?policy, "joining the distributed runtime");
 
@@ -297,18 +293,23 @@ impl Node {
         }
         connected?;
 
+        // Cancel jobs given away as soon as an abort makes them unwanted, on the thread that
+        // aborts: waking the watcher instead costs a scheduling delay, milliseconds on busy
+        // cores, during which the thief goes on working for nothing.
         let count = Arc::clone(&node.given_count);
-        let waker = node.wake.clone();
+        let weak = Arc::downgrade(&node);
         node.remote.set_abort_hook(move || {
             if count.load(Ordering::Acquire) > 0 {
-                let _ = waker.try_send(());
+                if let Some(node) = weak.upgrade() {
+                    node.cancel_unwanted();
+                }
             }
         });
         let (stop, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let watched = Arc::clone(&node);
         let watcher = std::thread::Builder::new()
             .name(format!("satin-watch-{}", me.rank()))
-            .spawn(move || watched.watch(events, wake_rx, stop_rx))
+            .spawn(move || watched.watch(events, stop_rx))
             .map_err(|e| Error::Pool {
                 node: me.to_string(),
                 what: "starting the watcher thread".into(),
@@ -436,28 +437,31 @@ impl Node {
             }
             return;
         };
-        // Counted before the job is visible to the watcher, so that no abort is missed.
+        // Counted before the job is visible to the watcher, so that no abort is missed, and
+        // recorded before it is sent, under the lock: the watcher then sees the job as soon
+        // as the thief can have started it, and cannot cancel it before the thief has it.
         self.given_count.fetch_add(1, Ordering::AcqRel);
+        let id = job.id();
+        let mut given = self.given.lock();
+        let g = given.entry(id).or_insert(Given { job, thief, epoch });
         let sent = proto::reply(
             sp,
             epoch,
             req,
             wide,
-            Some((job.id(), job.type_name(), job.task())),
+            Some((id, g.job.type_name(), g.job.task())),
         );
         match sent {
             Ok(_) => {
-                tracing::debug!(node = %self.me, thief = %self.all[thief], id = job.id(), "job given away");
-                // The result comes through this same thread, so it cannot overtake this.
-                self.given
-                    .lock()
-                    .insert(job.id(), Given { job, thief, epoch });
+                tracing::debug!(node = %self.me, thief = %self.all[thief], id, "job given away");
             }
             Err(e) => {
+                let g = given.remove(&id).expect("recorded above");
+                drop(given);
                 self.given_count.fetch_sub(1, Ordering::AcqRel);
                 let error = ipl_error(&self.me, "sending a job to a thief", e);
                 tracing::debug!(node = %self.me, %error, "job lost on its way");
-                job.fail(error);
+                g.job.fail(error);
             }
         }
     }
@@ -502,6 +506,7 @@ impl Node {
             }
             None => false,
         };
+        tracing::trace!(node = %self.me, victim = %self.all[victim], req, got, "steal reply");
         let c = &self.sched().shared_counters;
         if got {
             c.remote_steals.fetch_add(1, Ordering::Relaxed);
@@ -940,7 +945,7 @@ impl Node {
 
     // ---------------------------------------------------------------- the watcher
 
-    fn watch(&self, events: Receiver<PoolEvent>, wake: Receiver<()>, stop: Receiver<()>) {
+    fn watch(&self, events: Receiver<PoolEvent>, stop: Receiver<()>) {
         let mut events = events;
         loop {
             crossbeam_channel::select! {
@@ -949,7 +954,6 @@ impl Node {
                     Ok(ev) => self.on_pool_event(ev),
                     Err(_) => events = crossbeam_channel::never(),
                 },
-                recv(wake) -> _ => {}
                 default(SCAN_EVERY) => {}
             }
             self.cancel_unwanted();
@@ -1010,7 +1014,10 @@ impl Node {
     }
 
     /// Tells the thieves of jobs this node no longer needs (an ancestor aborted them, or the
-    /// run is failing) to cancel them, and completes those jobs here at once.
+    /// run is failing) to cancel them, and completes those jobs here at once. Runs on the
+    /// watcher and, through the abort hook, on any thread that aborts; locks `given` and then
+    /// send ports, in the same order as `on_steal`, and is called with `running` held by
+    /// `on_cancel` and `cancel_running`, which nothing takes while holding `given`.
     fn cancel_unwanted(&self) {
         if self.given_count.load(Ordering::Acquire) == 0 {
             return;

@@ -81,7 +81,7 @@ pub enum Error {
 
     /// A member of the pool died, or left, while a distributed run was in progress; the run
     /// ends on every node with this error.
-    #[error("node {node} failed during the run: {reason}")]
+    #[error("{node} failed during the run: {reason}")]
     NodeFailed {
         /// The node that failed, as the port library names it (`node3@clusterA (address)`).
         node: String,

@@ -28,8 +28,8 @@ pub struct Stats {
     pub remote_steal_attempts: u64,
     /// Of those, the ones that brought back a job.
     pub remote_steals: u64,
-    /// Of the remote steal attempts, those sent to a node of another location (the
-    /// wide-area requests of cluster-aware stealing).
+    /// Of the remote steal attempts, those sent to a node of another location (with
+    /// cluster-aware stealing, the asynchronous wide-area requests).
     pub wide_steal_attempts: u64,
     /// Of those, the ones that brought back a job.
     pub wide_steals: u64,

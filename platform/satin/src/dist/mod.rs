@@ -5,7 +5,7 @@
 //! find no local work asks other nodes for their oldest job ([`Steal`] says whom), runs what it
 //! gets as a new local root and sends the output back to the job's owner, whose waiting frame
 //! takes it like the output of a local child. When the root returns, the master announces the
-//! end of the run and every node returns. See [`proto`] for the messages.
+//! end of the run and every node returns. The `proto` module describes the messages.
 
 mod node;
 mod proto;
@@ -44,45 +44,7 @@ pub enum Steal {
 /// first run the nodes elect a master (the election `satin/master`), open a port named
 /// `satin` and connect to each other.
 ///
-/// ```
-/// #[derive(serde::Serialize, serde::Deserialize)]
-/// struct Fib(u32);
-/// impl satin::Task for Fib {
-///     type Output = u64;
-///     fn run(self, cx: &mut satin::Context) -> u64 {
-///         if self.0 < 2 {
-///             return self.0 as u64;
-///         }
-///         let a = cx.spawn(Fib(self.0 - 1));
-///         let b = cx.spawn(Fib(self.0 - 2));
-///         cx.sync();
-///         a.take() + b.take()
-///     }
-/// }
-/// satin::register!(Fib);
-///
-/// // Two nodes as threads of this process, over the port library's in-process driver.
-/// let pool = format!("satin-doc-{}", std::process::id());
-/// let nodes: Vec<_> = (0..2)
-///     .map(|_| {
-///         let pool = pool.clone();
-///         std::thread::spawn(move || -> Result<Option<u64>, satin::Error> {
-///             let ibis = ipl::Ibis::join(ipl::Config::inproc(pool, 2)).expect("join");
-///             satin::Runtime::in_pool(ibis)
-///                 .threads(1)
-///                 .steal(satin::Steal::ClusterAware)
-///                 .run(Fib(20))
-///         })
-///     })
-///     .collect();
-/// let results: Vec<Option<u64>> = nodes
-///     .into_iter()
-///     .map(|t| t.join().unwrap())
-///     .collect::<Result<_, _>>()?;
-/// // The master returns the result, the other node None.
-/// assert_eq!(results.iter().flatten().collect::<Vec<_>>(), [&6765]);
-/// # Ok::<(), satin::Error>(())
-/// ```
+/// See the [crate documentation](crate#across-processes) for an example on a pool of threads.
 pub struct PoolRuntime {
     // Dropped first: the distributed layer stops before the workers do.
     net: Mutex<Option<Net>>,

@@ -510,7 +510,7 @@ impl Node {
         let c = &self.sched().shared_counters;
         if got {
             c.remote_steals.fetch_add(1, Ordering::Relaxed);
-            if wide {
+            if self.is_far(victim) {
                 c.wide_steals.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -690,10 +690,15 @@ impl Node {
         }
     }
 
-    fn note_attempt(&self, wide: bool) {
+    /// Whether node `i` is in another location than this one.
+    fn is_far(&self, i: usize) -> bool {
+        self.all[i].location() != self.me.location()
+    }
+
+    fn note_attempt(&self, victim: usize) {
         let c = &self.sched().shared_counters;
         c.remote_steal_attempts.fetch_add(1, Ordering::Relaxed);
-        if wide {
+        if self.is_far(victim) {
             c.wide_steal_attempts.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -716,7 +721,7 @@ impl Node {
         };
         let victim = victims[rand::thread_rng().gen_range(0..victims.len())];
         let Some(sp) = self.port(victim) else { return };
-        self.note_attempt(false);
+        self.note_attempt(victim);
         tracing::trace!(node = %self.me, victim = %self.all[victim], req, "steal request");
         if let Err(e) = proto::steal(sp, epoch, req, false) {
             self.sync.lock().backoff.failed(Instant::now());
@@ -773,7 +778,7 @@ impl Node {
         };
         let victim = self.far[rand::thread_rng().gen_range(0..self.far.len())];
         let Some(sp) = self.port(victim) else { return };
-        self.note_attempt(true);
+        self.note_attempt(victim);
         if let Err(e) = proto::steal(sp, epoch, req, true) {
             let mut w = self.wide.lock();
             w.in_flight = None;

@@ -224,3 +224,74 @@ fn a_panic_on_another_node_fails_the_run_everywhere_and_the_pool_goes_on() {
         }
     }
 }
+
+/// A tree whose every output is a megabyte. Both nodes steal, so results usually travel both
+/// ways at once; that must never leave two nodes each waiting for the other to read.
+#[derive(Serialize, Deserialize, Clone, Copy)]
+struct Wide {
+    depth: u32,
+    seed: u64,
+}
+
+const WIDE_WORDS: usize = 1 << 17;
+
+impl Wide {
+    fn children(self) -> [Wide; 2] {
+        [1, 2].map(|k| Wide {
+            depth: self.depth - 1,
+            seed: self.seed.wrapping_mul(6364136223846793005).wrapping_add(k),
+        })
+    }
+
+    fn leaf(self) -> Vec<u64> {
+        (0..WIDE_WORDS as u64)
+            .map(|i| (self.seed ^ i).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+            .collect()
+    }
+
+    fn combine(a: Vec<u64>, b: Vec<u64>) -> Vec<u64> {
+        a.iter()
+            .zip(&b)
+            .map(|(x, y)| x.rotate_left(7).wrapping_add(*y))
+            .collect()
+    }
+
+    fn sequential(self) -> Vec<u64> {
+        if self.depth == 0 {
+            return self.leaf();
+        }
+        let [a, b] = self.children();
+        Wide::combine(a.sequential(), b.sequential())
+    }
+}
+
+impl Task for Wide {
+    type Output = Vec<u64>;
+    fn run(self, cx: &mut Context) -> Vec<u64> {
+        if self.depth == 0 {
+            return self.leaf();
+        }
+        let [a, b] = self.children();
+        let a = cx.spawn(a);
+        let b = cx.spawn(b);
+        cx.sync();
+        Wide::combine(a.take(), b.take())
+    }
+}
+satin::register!(Wide);
+
+#[test]
+fn megabyte_outputs_move_between_stealing_nodes() {
+    let root = Wide { depth: 6, seed: 3 };
+    let expect = root.sequential();
+    let reports = on_nodes(Layout::new(Driver::Tcp, 2, 1), move |ibis| {
+        let rt = Runtime::in_pool(ibis).threads(2).steal(Steal::Random);
+        let out = rt.run(root).expect("the run");
+        (out, rt.stats())
+    });
+    let outputs: Vec<_> = reports.iter().filter_map(|r| r.0.as_ref()).collect();
+    assert_eq!(outputs.len(), 1);
+    assert!(outputs[0] == &expect, "the combined output differs");
+    let moved: u64 = reports.iter().map(|r| r.1.bytes_moved).sum();
+    assert!(moved >= 8 * WIDE_WORDS as u64, "{moved} bytes moved");
+}

@@ -41,8 +41,8 @@ pub enum Steal {
 ///
 /// Every node of the (closed) pool builds one and calls [`run`](PoolRuntime::run) with the same
 /// root task, as many times as it likes but the same number of times on every node. On the
-/// first run the nodes elect a master (the election `satin/master`), open a port named
-/// `satin` and connect to each other.
+/// first run the nodes elect a master (the election `satin/master`), open two ports named
+/// `satin` and `satin/data` and connect to each other.
 ///
 /// See the [crate documentation](crate#across-processes) for an example on a pool of threads.
 pub struct PoolRuntime {
@@ -56,7 +56,7 @@ pub struct PoolRuntime {
 /// The distributed layer of one node, set up by the first run.
 struct Net {
     node: Arc<Node>,
-    port: Option<ReceivePort>,
+    ports: Vec<ReceivePort>,
     stop: Option<Sender<()>>,
     watcher: Option<JoinHandle<()>>,
 }
@@ -69,8 +69,8 @@ impl Drop for Net {
         if let Some(w) = self.watcher.take() {
             let _ = w.join();
         }
-        // Closes the port and waits for its upcall thread.
-        drop(self.port.take());
+        // Closes the ports and waits for their upcall threads.
+        self.ports.clear();
     }
 }
 
@@ -149,7 +149,7 @@ impl PoolRuntime {
             let started = Node::start(&self.ibis, remote, self.steal)?;
             *net = Some(Net {
                 node: started.node,
-                port: Some(started.port),
+                ports: started.ports,
                 stop: Some(started.stop),
                 watcher: Some(started.watcher),
             });

@@ -167,8 +167,8 @@ pub(crate) struct Node {
     /// Other nodes of this node's location, and nodes of other locations.
     near: Vec<usize>,
     far: Vec<usize>,
-    /// One send port per node (none for this one), connected once setup is complete.
-    out: OnceLock<Vec<Option<SendPort>>>,
+    /// Send ports to every other node, connected once setup is complete.
+    out: OnceLock<Links>,
     out_lock: Mutex<()>,
     out_ready: Condvar,
     pub(crate) remote: Remote,
@@ -180,6 +180,8 @@ pub(crate) struct Node {
     given: Mutex<HashMap<u64, Given>>,
     given_count: Arc<AtomicUsize>,
     running: Mutex<HashMap<(usize, u64), Running>>,
+    /// Cancellations that arrived before their job (they travel on different connections).
+    early_cancels: Mutex<HashSet<(usize, u64)>>,
     sync: Mutex<SyncSteal>,
     sync_ready: Condvar,
     sync_busy: AtomicBool,
@@ -187,11 +189,24 @@ pub(crate) struct Node {
     next_req: AtomicU64,
 }
 
-/// What `Node::start` leaves to its caller to own: dropping the port stops the upcalls,
+/// Send ports to the other nodes, by index (none for this node).
+///
+/// Each pair of nodes has two connections. The *control* connection carries small messages
+/// only: steal requests, replies without a job, cancellations, the end of a run. The *data*
+/// connection carries jobs and results, which may be large. A send blocks until the receiver
+/// reads, and the upcall thread of the data port only hands what it reads to the local
+/// runtime, never waiting for a send of its own on the normal path: data always drains, so
+/// two nodes sending each other large messages cannot block each other.
+struct Links {
+    control: Vec<Option<SendPort>>,
+    data: Vec<Option<SendPort>>,
+}
+
+/// What `Node::start` leaves to its caller to own: dropping the ports stops the upcalls,
 /// dropping `stop` ends the watcher.
 pub(crate) struct Started {
     pub(crate) node: Arc<Node>,
-    pub(crate) port: ipl::ReceivePort,
+    pub(crate) ports: Vec<ipl::ReceivePort>,
     pub(crate) stop: Sender<()>,
     pub(crate) watcher: std::thread::JoinHandle<()>,
 }
@@ -265,6 +280,7 @@ impl Node {
             given: Mutex::new(HashMap::new()),
             given_count: Arc::new(AtomicUsize::new(0)),
             running: Mutex::new(HashMap::new()),
+            early_cancels: Mutex::new(HashSet::new()),
             sync: Mutex::new(SyncSteal::default()),
             sync_ready: Condvar::new(),
             sync_busy: AtomicBool::new(false),
@@ -274,19 +290,26 @@ impl Node {
         tracing::debug!(node = %me, master = %node.all[master], ?policy, "joining the distributed runtime");
 
         let ty = port_type();
-        let handler = Arc::clone(&node);
-        let port = ibis
-            .receive_port_with_upcall(&ty, proto::PORT, move |mut m: ReadMessage| {
-                handler.handle(&mut m);
-                Ok(())
-            })
-            .map_err(|e| ipl_error(&me, "opening the satin port", e))?;
+        let mut ports = Vec::new();
+        for name in [proto::CONTROL_PORT, proto::DATA_PORT] {
+            let handler = Arc::clone(&node);
+            let port = ibis
+                .receive_port_with_upcall(&ty, name, move |mut m: ReadMessage| {
+                    handler.handle(&mut m);
+                    Ok(())
+                })
+                .map_err(|e| ipl_error(&me, &format!("opening the port '{name}'"), e))?;
+            ports.push(port);
+        }
         let connected = node.connect_all(&ty);
-        // Incoming messages wait for the connections; let them go on either way.
-        let _ = node.out.set(match &connected {
-            Ok(()) => Vec::new(),
-            Err(_) => (0..node.all.len()).map(|_| None).collect(),
-        });
+        if connected.is_err() {
+            // Incoming messages wait for the connections; let them go on.
+            let none = || (0..node.all.len()).map(|_| None).collect();
+            let _ = node.out.set(Links {
+                control: none(),
+                data: none(),
+            });
+        }
         {
             let _g = node.out_lock.lock();
             node.out_ready.notify_all();
@@ -317,52 +340,68 @@ impl Node {
             })?;
         Ok(Started {
             node,
-            port,
+            ports,
             stop,
             watcher,
         })
     }
 
-    /// Connects a send port to every other node's port (waiting for the ports to exist) and
-    /// stores them. Stores nothing on failure.
+    /// Connects send ports to both ports of every other node (waiting for the ports to exist)
+    /// and stores them. Stores nothing on failure.
     fn connect_all(&self, ty: &ipl::PortType) -> Result<(), Error> {
-        let mut out = Vec::with_capacity(self.all.len());
+        let mut links = Links {
+            control: Vec::with_capacity(self.all.len()),
+            data: Vec::with_capacity(self.all.len()),
+        };
         for (i, n) in self.all.iter().enumerate() {
-            if i == self.my_index {
-                out.push(None);
-                continue;
+            for (list, name) in [
+                (&mut links.control, proto::CONTROL_PORT),
+                (&mut links.data, proto::DATA_PORT),
+            ] {
+                if i == self.my_index {
+                    list.push(None);
+                    continue;
+                }
+                let sp = self
+                    .ibis
+                    .send_port(ty)
+                    .map_err(|e| ipl_error(&self.me, "creating a send port", e))?;
+                sp.connect(n, name).map_err(|e| {
+                    ipl_error(&self.me, &format!("connecting to '{name}' on {n}"), e)
+                })?;
+                list.push(Some(sp));
             }
-            let sp = self
-                .ibis
-                .send_port(ty)
-                .map_err(|e| ipl_error(&self.me, "creating a send port", e))?;
-            sp.connect(n, proto::PORT)
-                .map_err(|e| ipl_error(&self.me, &format!("connecting to {n}"), e))?;
-            out.push(Some(sp));
         }
         self.out
-            .set(out)
+            .set(links)
             .map_err(|_| unreachable!("connections are stored once"))
     }
 
-    /// The send port to node `i`; waits while setup is still connecting.
-    fn port(&self, i: usize) -> Option<&SendPort> {
-        let out = match self.out.get() {
-            Some(out) => out,
-            None => {
-                let deadline = Instant::now() + SETUP_PATIENCE;
-                let mut g = self.out_lock.lock();
-                loop {
-                    if let Some(out) = self.out.get() {
-                        break out;
-                    }
-                    if self.out_ready.wait_until(&mut g, deadline).timed_out() {
-                        return None;
-                    }
-                }
+    /// The connections; waits while setup is still connecting.
+    fn links(&self) -> Option<&Links> {
+        if let Some(links) = self.out.get() {
+            return Some(links);
+        }
+        let deadline = Instant::now() + SETUP_PATIENCE;
+        let mut g = self.out_lock.lock();
+        loop {
+            if let Some(links) = self.out.get() {
+                return Some(links);
             }
-        };
-        out.get(i).and_then(Option::as_ref)
+            if self.out_ready.wait_until(&mut g, deadline).timed_out() {
+                return None;
+            }
+        }
+    }
+
+    /// The control connection to node `i`.
+    fn control(&self, i: usize) -> Option<&SendPort> {
+        self.links()?.control.get(i).and_then(Option::as_ref)
+    }
+
+    /// The data connection to node `i`.
+    fn data(&self, i: usize) -> Option<&SendPort> {
+        self.links()?.data.get(i).and_then(Option::as_ref)
     }
 
     fn sched(&self) -> &Arc<Scheduler> {
@@ -430,16 +469,27 @@ impl Node {
             None
         };
         tracing::trace!(node = %self.me, thief = %self.all[thief], req, wide, found = job.is_some(), "steal request answered");
-        let Some(sp) = self.port(thief) else { return };
         let Some(job) = job else {
+            let Some(sp) = self.control(thief) else {
+                return;
+            };
             if let Err(e) = proto::reply(sp, epoch, req, wide, None) {
                 self.send_failed(thief, "answering a steal request", e);
             }
             return;
         };
+        let Some(sp) = self.data(thief) else {
+            job.fail(Error::Pool {
+                node: self.me.to_string(),
+                what: format!("sending a job to {}", self.all[thief]),
+                source: Arc::new(ipl::Error::Closed("the connections".into())),
+            });
+            return;
+        };
         // Counted before the job is visible to the watcher, so that no abort is missed, and
         // recorded before it is sent, under the lock: the watcher then sees the job as soon
-        // as the thief can have started it, and cannot cancel it before the thief has it.
+        // as the thief can have started it. A cancellation may still reach the thief before
+        // the job does (another connection); the thief remembers it.
         self.given_count.fetch_add(1, Ordering::AcqRel);
         let id = job.id();
         let mut given = self.given.lock();
@@ -536,6 +586,10 @@ impl Node {
     /// Runs a job received from `owner` as a new local root; its result goes back to `owner`.
     fn start_stolen(self: &Arc<Self>, owner: usize, epoch: u64, s: Shipped) -> bool {
         let key = (owner, s.id);
+        if self.early_cancels.lock().remove(&key) {
+            tracing::debug!(node = %self.me, id = s.id, "job cancelled before it arrived");
+            return false;
+        }
         self.running.lock().insert(
             key,
             Running {
@@ -565,7 +619,7 @@ impl Node {
             Err(e) => {
                 self.running.lock().remove(&key);
                 tracing::warn!(node = %self.me, "a stolen job cannot run here: {e}");
-                if let Some(sp) = self.port(owner) {
+                if let Some(sp) = self.data(owner) {
                     let why = format!("it cannot run on {}: {e}", self.me);
                     if let Err(e) = proto::result(sp, epoch, s.id, Err(&why)) {
                         self.send_failed(owner, "returning a job", e);
@@ -583,7 +637,7 @@ impl Node {
             return;
         }
         let (owner, id) = key;
-        let Some(sp) = self.port(owner) else { return };
+        let Some(sp) = self.data(owner) else { return };
         let why;
         let output = match &result {
             Ok(bytes) => Ok(&bytes[..]),
@@ -610,7 +664,7 @@ impl Node {
     fn report_failure(&self, epoch: u64, reason: &str) {
         if self.is_master() {
             self.fail_run(Some(epoch), Error::Remote(reason.to_string()));
-        } else if let Some(sp) = self.port(self.master) {
+        } else if let Some(sp) = self.control(self.master) {
             if let Err(e) = proto::failed(sp, epoch, reason) {
                 self.send_failed(self.master, "reporting a failure", e);
             }
@@ -646,22 +700,30 @@ impl Node {
 
     /// The owner of a job running here no longer wants it.
     fn on_cancel(&self, owner: usize, id: u64) {
-        if let Some(r) = self.running.lock().get_mut(&(owner, id)) {
-            r.cancelled = true;
-            if let Some(root) = &r.root {
-                root.abort();
+        let mut running = self.running.lock();
+        match running.get_mut(&(owner, id)) {
+            Some(r) => {
+                r.cancelled = true;
+                if let Some(root) = &r.root {
+                    root.abort();
+                }
+                self.sched()
+                    .shared_counters
+                    .cancels_received
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(node = %self.me, id, "stolen job cancelled by its owner");
             }
-            self.sched()
-                .shared_counters
-                .cancels_received
-                .fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(node = %self.me, id, "stolen job cancelled by its owner");
+            // Either the job is still on its way, or it has finished here; in the second
+            // case the entry stays until the end of the run.
+            None => {
+                self.early_cancels.lock().insert((owner, id));
+            }
         }
     }
 
     /// The master announces the end of run `epoch`.
     fn on_done(&self, master: usize, epoch: u64, failure: Option<String>) {
-        if let Some(sp) = self.port(master) {
+        if let Some(sp) = self.control(master) {
             if let Err(e) = proto::done_ack(sp, epoch) {
                 self.send_failed(master, "confirming the end of the run", e);
             }
@@ -720,7 +782,9 @@ impl Node {
             s.req
         };
         let victim = victims[rand::thread_rng().gen_range(0..victims.len())];
-        let Some(sp) = self.port(victim) else { return };
+        let Some(sp) = self.control(victim) else {
+            return;
+        };
         self.note_attempt(victim);
         tracing::trace!(node = %self.me, victim = %self.all[victim], req, "steal request");
         if let Err(e) = proto::steal(sp, epoch, req, false) {
@@ -777,7 +841,9 @@ impl Node {
             req
         };
         let victim = self.far[rand::thread_rng().gen_range(0..self.far.len())];
-        let Some(sp) = self.port(victim) else { return };
+        let Some(sp) = self.control(victim) else {
+            return;
+        };
         self.note_attempt(victim);
         if let Err(e) = proto::steal(sp, epoch, req, true) {
             let mut w = self.wide.lock();
@@ -824,6 +890,7 @@ impl Node {
         }
         *self.sync.lock() = SyncSteal::default();
         *self.wide.lock() = WideSteal::default();
+        self.early_cancels.lock().clear();
         let mut st = self.run.lock();
         st.epoch += 1;
         st.active = true;
@@ -878,7 +945,7 @@ impl Node {
             if !pool.is_alive(&self.all[i]) {
                 continue;
             }
-            if let Some(sp) = self.port(i) {
+            if let Some(sp) = self.control(i) {
                 if let Err(e) = proto::done(sp, epoch, failure.as_deref()) {
                     self.send_failed(i, "announcing the end of the run", e);
                 }
@@ -1040,7 +1107,7 @@ impl Node {
         };
         for (id, g) in unwanted {
             self.given_count.fetch_sub(1, Ordering::AcqRel);
-            if let Some(sp) = self.port(g.thief) {
+            if let Some(sp) = self.control(g.thief) {
                 match proto::cancel(sp, g.epoch, id) {
                     Ok(_) => {
                         self.sched()

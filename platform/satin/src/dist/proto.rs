@@ -1,7 +1,8 @@
 //! The messages nodes of a distributed run exchange, and their encoding on `ipl` messages.
 //!
-//! Every node has one receive port, [`PORT`], whose upcall thread handles all of them in
-//! arrival order, and one send port connected to each other node's. A message starts with its
+//! Every node has two receive ports, each with its upcall thread: [`CONTROL_PORT`] for small
+//! messages and [`DATA_PORT`] for jobs and results (the `REPLY`s that carry a job, and
+//! `RESULT`s), and two send ports connected to each other node's. A message starts with its
 //! kind (a `u8`) and the run it belongs to (the epoch, a `u64`: runs of one pool are numbered
 //! from 1 on every node); the rest depends on the kind:
 //!
@@ -17,8 +18,10 @@
 
 use ipl::{ReadMessage, SendPort};
 
-/// Name of every node's receive port.
-pub(crate) const PORT: &str = "satin";
+/// Name of every node's receive port for small messages.
+pub(crate) const CONTROL_PORT: &str = "satin";
+/// Name of every node's receive port for jobs and results.
+pub(crate) const DATA_PORT: &str = "satin/data";
 /// Name of the election that picks the master.
 pub(crate) const MASTER_ELECTION: &str = "satin/master";
 

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::tasks::{queens, Fib, RandomTree};
-use common::{fib, on_nodes, Layout};
+use common::{fib, on_nodes, on_nodes_until, Layout, LIMIT};
 use ipl::Driver;
 use satin::{Context, Error, Runtime, Stats, Steal, Task};
 use serde::{Deserialize, Serialize};
@@ -92,11 +92,12 @@ fn check(layout: Layout, policy: Steal, reports: &[NodeReport]) {
 }
 
 fn all_sizes(driver: Driver, policy: Steal) {
+    let deadline = Instant::now() + LIMIT;
     for nodes in 2..=4 {
         let clusters = if policy == Steal::ClusterAware { 2 } else { 1 };
         let layout = Layout::new(driver, nodes, clusters);
         let threads = if nodes == 2 { 2 } else { 1 };
-        let reports = on_nodes(layout, move |ibis| series(ibis, threads, policy));
+        let reports = on_nodes_until(layout, deadline, move |ibis| series(ibis, threads, policy));
         check(layout, policy, &reports);
     }
 }

@@ -6,7 +6,7 @@ mod common;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{on_nodes, Layout};
+use common::{on_nodes_until, Layout, LIMIT};
 use ipl::Driver;
 use satin::{Context, Runtime, Steal, Task};
 use serde::{Deserialize, Serialize};
@@ -121,12 +121,13 @@ satin::register!(FirstOf);
 
 #[test]
 fn an_abort_cancels_children_stolen_by_another_node() {
+    let deadline = Instant::now() + LIMIT;
     for driver in [Driver::Inproc, Driver::Tcp] {
         STARTED.store(0, Ordering::SeqCst);
         STARTED_AFTER_ABORT.store(0, Ordering::SeqCst);
         ABORTED.store(false, Ordering::SeqCst);
         SUBTREE_STARTED.store(false, Ordering::SeqCst);
-        let reports = on_nodes(Layout::new(driver, 2, 1), |ibis| {
+        let reports = on_nodes_until(Layout::new(driver, 2, 1), deadline, |ibis| {
             let rt = Runtime::in_pool(ibis).threads(1).steal(Steal::Random);
             let first = rt.run(FirstOf).expect("the search");
             // The pool goes on normally afterwards.

@@ -126,8 +126,9 @@ fn child(
     Reaped(Some(child))
 }
 
-/// Waits for `child` to exit within `limit`; its exit code. Kills it if it does not exit.
-fn wait_exit(child: &mut Reaped, limit: Duration) -> i32 {
+/// Waits for `child` to exit before `deadline`; its exit code. Kills it if it does not exit.
+fn wait_exit(child: &mut Reaped, deadline: Instant) -> i32 {
+    let limit = deadline.saturating_duration_since(Instant::now());
     let mut c = child.0.take().expect("running");
     let pid = c.id() as i32;
     let (tx, rx) = mpsc::channel();
@@ -147,6 +148,7 @@ fn wait_exit(child: &mut Reaped, limit: Duration) -> i32 {
 }
 
 fn compute_on_processes(size: u32, clusters: u32, policy: &str) {
+    let deadline = Instant::now() + LIMIT;
     let registry = RegistryServer::start("127.0.0.1:0", "satin-processes").unwrap();
     let pool = format!("satin-proc-{}-{size}-{policy}", std::process::id());
     let (tx, rx) = mpsc::channel();
@@ -167,7 +169,6 @@ fn compute_on_processes(size: u32, clusters: u32, policy: &str) {
     let mut results: Vec<Vec<(u32, u64)>> = vec![Vec::new(); expect.len()];
     let mut nones = vec![0; expect.len()];
     let (mut received, mut sent, mut reported) = (0u64, 0u64, 0);
-    let deadline = Instant::now() + LIMIT;
     while reported < size {
         let left = deadline.saturating_duration_since(Instant::now());
         let (rank, line) = rx
@@ -202,7 +203,7 @@ fn compute_on_processes(size: u32, clusters: u32, policy: &str) {
     assert!(received >= 1, "no job moved between the processes");
     assert!(received <= sent);
     for c in &mut children {
-        assert_eq!(wait_exit(c, Duration::from_secs(30)), 0);
+        assert_eq!(wait_exit(c, deadline), 0);
     }
 }
 
@@ -227,6 +228,7 @@ fn a_killed_process_ends_the_run_on_the_others_with_an_error_naming_it() {
     if role().is_some() {
         return;
     }
+    let deadline = Instant::now() + LIMIT;
     let registry = RegistryServer::start("127.0.0.1:0", "satin-processes").unwrap();
     let pool = format!("satin-kill-{}", std::process::id());
     let (tx, rx) = mpsc::channel();
@@ -244,7 +246,6 @@ fn a_killed_process_ends_the_run_on_the_others_with_an_error_naming_it() {
         .collect();
     drop(tx);
     // Once the master's root runs, every node is inside its run.
-    let deadline = Instant::now() + LIMIT;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
@@ -277,6 +278,6 @@ fn a_killed_process_ends_the_run_on_the_others_with_an_error_naming_it() {
     failed.sort();
     assert_eq!(failed, [0, 2]);
     for rank in [0, 2] {
-        assert_eq!(wait_exit(&mut children[rank], Duration::from_secs(30)), 0);
+        assert_eq!(wait_exit(&mut children[rank], deadline), 0);
     }
 }

@@ -1,14 +1,16 @@
 //! One node of a distributed run: its connections, the handling of every message, stealing
 //! from other nodes when the local workers are idle, and watching the pool for failures.
 //!
-//! Three kinds of threads act on a node:
-//! * the port library's **upcall thread** handles every incoming message in order: it answers
-//!   steal requests with the oldest local job, starts jobs it receives, completes jobs whose
-//!   results come back, cancels jobs their owner no longer needs, and takes note of the end of
-//!   a run;
+//! These threads act on a node:
+//! * the port library's **upcall threads**, one per receive port (see [`Links`]), handle the
+//!   incoming messages in order: they answer steal requests with the oldest local job, start
+//!   jobs they receive, complete jobs whose results come back, cancel jobs their owner no
+//!   longer needs, and take note of the end of a run;
 //! * **idle workers** (through the runtime's idle hook) send steal requests;
+//! * any thread that **aborts** a frame or a run (through the runtime's abort hook) tells the
+//!   thieves of jobs this node gave away and no longer needs to cancel them;
 //! * the **watcher** thread follows pool events (a node that dies or leaves fails the run) and
-//!   tells thieves to cancel jobs this node gave away once they are no longer wanted.
+//!   looks for unwanted jobs given away, in case one was aborted before it was recorded.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -38,7 +40,7 @@ const BACKOFF_MAX: Duration = Duration::from_millis(20);
 const REPLY_PATIENCE: Duration = Duration::from_secs(5);
 /// How often a thread that waits looks at whether it should stop waiting.
 const WAIT_SLICE: Duration = Duration::from_millis(5);
-/// How often the watcher looks at the pool and at the jobs given away, besides when told to.
+/// How often the watcher looks at the pool and at the jobs given away.
 const SCAN_EVERY: Duration = Duration::from_millis(20);
 /// A node that leaves while this node's run goes on may just have finished first: the run
 /// fails only if its end has not been announced within this time.

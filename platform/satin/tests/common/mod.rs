@@ -101,6 +101,16 @@ where
     T: Send + 'static,
     F: Fn(ipl::Ibis) -> T + Send + Sync + 'static,
 {
+    on_nodes_until(layout, std::time::Instant::now() + LIMIT, f)
+}
+
+/// Like [`on_nodes`], failing the test if the nodes have not all finished by `deadline`
+/// (for tests that run several pools within one time limit).
+pub fn on_nodes_until<T, F>(layout: Layout, deadline: std::time::Instant, f: F) -> Vec<T>
+where
+    T: Send + 'static,
+    F: Fn(ipl::Ibis) -> T + Send + Sync + 'static,
+{
     log_from_env();
     let secret = "satin-test";
     let registry = match layout.driver {
@@ -138,13 +148,12 @@ where
             .expect("spawn node thread");
     }
     drop(results);
-    let deadline = std::time::Instant::now() + LIMIT;
     let mut out: Vec<Option<T>> = (0..layout.nodes).map(|_| None).collect();
     for _ in 0..layout.nodes {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         let (rank, r) = collected
             .recv_timeout(left)
-            .unwrap_or_else(|_| panic!("{layout:?}: the nodes did not finish within {LIMIT:?}"));
+            .unwrap_or_else(|_| panic!("{layout:?}: the nodes did not finish in time"));
         match r {
             Ok(v) => out[rank as usize] = Some(v),
             Err(payload) => std::panic::resume_unwind(payload),

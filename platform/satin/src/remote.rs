@@ -1,7 +1,8 @@
 //! Hooks for a distributed layer that moves work between processes.
 //!
 //! A runtime on its own only steals between its threads. A layer that connects several
-//! processes (over the port library) drives these hooks:
+//! processes drives these hooks; [`Runtime::in_pool`](crate::Runtime::in_pool) is such a
+//! layer, over the port library:
 //!
 //! * **Giving work away.** When another process asks for work, [`Remote::steal_oldest`] takes
 //!   the oldest job of this runtime, serialized as a registered type name plus bytes. The job is
@@ -12,7 +13,9 @@
 //!   it on the local workers as a new root, and hands back its serialized output.
 //! * **Speculative search.** A job given away may be aborted by its parent afterwards;
 //!   [`RemoteJob::is_aborted`] tells the layer so it can cancel the remote copy with
-//!   [`RemoteRoot::abort`] on the other side.
+//!   [`RemoteRoot::abort`] on the other side. [`Remote::set_abort_hook`] says when to look.
+//! * **Asking for work.** [`Remote::set_idle_hook`] is called by workers that found nothing
+//!   to do in this process.
 //!
 //! Task types must be registered with [`register!`](crate::register) in both processes.
 

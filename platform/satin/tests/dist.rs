@@ -296,3 +296,44 @@ fn megabyte_outputs_move_between_stealing_nodes() {
     let moved: u64 = reports.iter().map(|r| r.1.bytes_moved).sum();
     assert!(moved >= 8 * WIDE_WORDS as u64, "{moved} bytes moved");
 }
+
+/// Works for a while without spawning anything: there is nothing to steal meanwhile.
+#[derive(Serialize, Deserialize)]
+struct Busy(Duration);
+
+impl Task for Busy {
+    type Output = u64;
+    fn run(self, _cx: &mut Context) -> u64 {
+        let start = Instant::now();
+        let mut spins = 0u64;
+        while start.elapsed() < self.0 {
+            spins += 1;
+            std::hint::spin_loop();
+        }
+        spins
+    }
+}
+satin::register!(Busy);
+
+#[test]
+fn idle_nodes_back_off_instead_of_flooding_the_pool() {
+    let busy = Duration::from_millis(500);
+    let reports = on_nodes(Layout::new(Driver::Inproc, 3, 1), move |ibis| {
+        let rt = Runtime::in_pool(ibis).threads(1).steal(Steal::Random);
+        let out = rt.run(Busy(busy)).expect("the run");
+        (out.is_some(), rt.stats())
+    });
+    for (master, stats) in reports {
+        if master {
+            continue;
+        }
+        // Asking once per idle wake-up (every millisecond) would be about 500 requests;
+        // backing off to at most 20 ms between failures leaves a few dozen.
+        let attempts = stats.remote_steal_attempts;
+        assert!(
+            (1..=100).contains(&attempts),
+            "{attempts} steal requests in {busy:?}"
+        );
+        assert_eq!(stats.remote_steals, 0);
+    }
+}

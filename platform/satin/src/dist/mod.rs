@@ -10,7 +10,7 @@
 mod node;
 mod proto;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
 use crossbeam_channel::Sender;
@@ -48,6 +48,7 @@ pub enum Steal {
 pub struct PoolRuntime {
     // Dropped first: the distributed layer stops before the workers do.
     net: Mutex<Option<Net>>,
+    master: OnceLock<NodeId>,
     local: Runtime,
     ibis: Ibis,
     steal: Steal,
@@ -80,6 +81,7 @@ impl Runtime {
     pub fn in_pool(ibis: Ibis) -> PoolRuntime {
         PoolRuntime {
             net: Mutex::new(None),
+            master: OnceLock::new(),
             local: Runtime::local(),
             ibis,
             steal: Steal::default(),
@@ -124,9 +126,7 @@ impl PoolRuntime {
 
     /// The master node, once the first run has elected it.
     pub fn master(&self) -> Option<NodeId> {
-        self.net
-            .try_lock()
-            .and_then(|n| n.as_ref().map(|n| n.node.all[n.node.master].clone()))
+        self.master.get().cloned()
     }
 
     /// Runs `task` as the root of a task tree spread over the pool.
@@ -147,6 +147,9 @@ impl PoolRuntime {
         if net.is_none() {
             let remote = self.local.remote()?;
             let started = Node::start(&self.ibis, remote, self.steal)?;
+            let _ = self
+                .master
+                .set(started.node.all[started.node.master].clone());
             *net = Some(Net {
                 node: started.node,
                 ports: started.ports,

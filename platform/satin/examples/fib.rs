@@ -56,6 +56,11 @@ fn arg(i: usize) -> Option<usize> {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // `RUST_LOG=satin=debug` shows what the runtime does.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
     let n = arg(1).unwrap_or(35) as u32;
     let threshold = arg(2).unwrap_or(0) as u32;
     if std::env::var_os("IPL_SERVER").is_some() {

@@ -75,6 +75,11 @@ impl satin::Task for Queens {
 satin::register!(Queens);
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // `RUST_LOG=satin=debug` shows what the runtime does.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
     let mut args = std::env::args().skip(1);
     let n: u32 = args.next().map_or(Ok(14), |s| s.parse())?;
     if !(1..=30).contains(&n) {

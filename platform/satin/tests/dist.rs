@@ -50,7 +50,8 @@ fn expected() -> Vec<u64> {
     v
 }
 
-/// Checks one pool's reports: every run has its output on the master only, and jobs moved.
+/// Checks one pool's reports: every run has its output on the master only, and the steal
+/// counters agree with each other.
 fn check(layout: Layout, policy: Steal, reports: &[NodeReport]) {
     let expect = expected();
     let master = &reports[0].master;
@@ -70,14 +71,10 @@ fn check(layout: Layout, policy: Steal, reports: &[NodeReport]) {
             }
         }
     }
-    let stolen: u64 = reports.iter().map(|r| r.stats.remote_steals).sum();
+    let stolen = jobs_moved(reports);
     let received: u64 = reports.iter().map(|r| r.stats.jobs_received).sum();
     let sent: u64 = reports.iter().map(|r| r.stats.jobs_sent).sum();
     let attempts: u64 = reports.iter().map(|r| r.stats.remote_steal_attempts).sum();
-    assert!(
-        stolen >= 1,
-        "{layout:?} {policy:?}: no job moved between nodes"
-    );
     assert_eq!(stolen, received, "{layout:?} {policy:?}");
     assert!(
         received <= sent && stolen <= attempts,
@@ -91,14 +88,32 @@ fn check(layout: Layout, policy: Steal, reports: &[NodeReport]) {
     }
 }
 
+/// Jobs that ran on another node than their owner's, over a pool's reports.
+fn jobs_moved(reports: &[NodeReport]) -> u64 {
+    reports.iter().map(|r| r.stats.remote_steals).sum()
+}
+
+/// Runs the series on pools of 2, 3 and 4 nodes and checks every run. Whether a job moves
+/// in a given series depends on scheduling (a busy machine may let the master finish alone),
+/// so a pool where none moved runs the series again, until the test's deadline.
 fn all_sizes(driver: Driver, policy: Steal) {
     let deadline = Instant::now() + LIMIT;
     for nodes in 2..=4 {
         let clusters = if policy == Steal::ClusterAware { 2 } else { 1 };
         let layout = Layout::new(driver, nodes, clusters);
         let threads = if nodes == 2 { 2 } else { 1 };
-        let reports = on_nodes_until(layout, deadline, move |ibis| series(ibis, threads, policy));
-        check(layout, policy, &reports);
+        loop {
+            let reports =
+                on_nodes_until(layout, deadline, move |ibis| series(ibis, threads, policy));
+            check(layout, policy, &reports);
+            if jobs_moved(&reports) >= 1 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{layout:?} {policy:?}: no job moved between nodes in any series"
+            );
+        }
     }
 }
 

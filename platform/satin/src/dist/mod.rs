@@ -64,6 +64,7 @@ struct Net {
 
 impl Drop for Net {
     fn drop(&mut self) {
+        self.node.wait_for_acks();
         self.node.remote.clear_idle_hook();
         self.node.remote.clear_abort_hook();
         drop(self.stop.take());

@@ -470,6 +470,17 @@ impl Node {
         } else {
             None
         };
+        // `take_job` may wait, and the run may end meanwhile and the next one start: a job
+        // taken then belongs to a later run than the thief asked for, and the thief would
+        // drop it. While this node still serves `epoch`, the job cannot be of a later run
+        // (that run cannot start before this unfinished job's run ends).
+        let job = match job {
+            Some(job) if !self.serving(epoch) => {
+                self.run_here(job);
+                None
+            }
+            job => job,
+        };
         tracing::trace!(node = %self.me, thief = %self.all[thief], req, wide, found = job.is_some(), "steal request answered");
         let Some(job) = job else {
             let Some(sp) = self.control(thief) else {
@@ -518,6 +529,35 @@ impl Node {
         }
     }
 
+    /// Runs a job taken for giving away on this node after all, as a new local root whose
+    /// output completes it.
+    fn run_here(&self, job: RemoteJob) {
+        let (type_name, task) = (job.type_name(), job.task().to_vec());
+        let slot = Arc::new(Mutex::new(Some(job)));
+        let done = Arc::clone(&slot);
+        let submitted = self.remote.submit(type_name, &task, move |result| {
+            let Some(job) = done.lock().take() else {
+                return;
+            };
+            match result {
+                Ok(bytes) => {
+                    if let Err(e) = job.complete(&bytes) {
+                        tracing::warn!("the output of a job taken back does not decode: {e}");
+                    }
+                }
+                Err(e) => job.fail(e),
+            }
+        });
+        match submitted {
+            Ok(_root) => tracing::debug!(node = %self.me, type_name, "job taken back"),
+            Err(e) => {
+                if let Some(job) = slot.lock().take() {
+                    job.fail(e);
+                }
+            }
+        }
+    }
+
     /// The oldest job of a local worker, waiting a little for workers that have work but have
     /// not exposed any yet.
     fn take_job(&self) -> Option<RemoteJob> {
@@ -552,8 +592,16 @@ impl Node {
             Some(s) if self.serving(epoch) => self.start_stolen(victim, epoch, s),
             // This node's part in that run is over, so the run is: the owner no longer wants
             // the job and completes it on its own.
+            // Answer anyway, so that an owner that still waits for it fails instead of
+            // hanging.
             Some(s) => {
-                tracing::debug!(node = %self.me, id = s.id, "job of a finished run dropped");
+                tracing::debug!(node = %self.me, id = s.id, "job of a finished run returned");
+                if let Some(sp) = self.data(victim) {
+                    let why = format!("it reached {} after its part in run {epoch} ended", self.me);
+                    if let Err(e) = proto::result(sp, epoch, s.id, Err(&why)) {
+                        self.send_failed(victim, "returning a job", e);
+                    }
+                }
                 false
             }
             None => false,
@@ -953,10 +1001,24 @@ impl Node {
                 }
             }
         }
-        // Wait until every node that is still there knows, so that no node is left waiting
-        // when this process ends right after.
+        tracing::debug!(node = %self.me, epoch, ok = result.is_ok(), "run ended");
+        result
+    }
+
+    /// On the master, waits until every node that is still there has confirmed the end of the
+    /// last run (at most `ACK_PATIENCE`), so that this process cannot end before the others
+    /// know. Called when the runtime is dropped rather than at the end of every run, which
+    /// would add a round trip to the farthest node to each run.
+    pub(crate) fn wait_for_acks(&self) {
+        if !self.is_master() {
+            return;
+        }
+        let pool = self.ibis.pool();
         let deadline = Instant::now() + ACK_PATIENCE;
         let mut st = self.run.lock();
+        if st.epoch == 0 || st.active {
+            return;
+        }
         loop {
             let missing = self
                 .others
@@ -969,8 +1031,6 @@ impl Node {
             }
             self.changed.wait_for(&mut st, WAIT_SLICE);
         }
-        tracing::debug!(node = %self.me, epoch, ok = result.is_ok(), "run ended");
-        result
     }
 
     fn run_other(&self, epoch: u64) -> Result<(), Error> {

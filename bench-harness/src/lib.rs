@@ -93,3 +93,9 @@ pub mod runner;
 pub mod store;
 
 pub use error::{Error, Result};
+
+/// The programs of the repository's README ("Writing your own application"), compiled and
+/// run as doctests so that the README cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeExamples;

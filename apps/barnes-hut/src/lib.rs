@@ -50,6 +50,7 @@ pub mod integrate;
 pub mod io;
 pub mod migrate;
 pub mod orb;
+pub mod parallel;
 pub mod plummer;
 mod rng;
 pub mod tree;

@@ -198,3 +198,19 @@ fn a_short_parallel_run_follows_the_sequential_run() {
     let rel = ((energies[0].total() - seq_energy.total()) / seq_energy.total()).abs();
     assert!(rel < 1e-6, "energy {:?} vs {:?}", energies[0], seq_energy);
 }
+
+#[test]
+fn threads_per_process_change_nothing_but_speed() {
+    let initial = plummer::generate(800, 8);
+    let one = ParallelParams::default();
+    let two = ParallelParams {
+        sim: SimParams {
+            threads: 2,
+            ..one.sim
+        },
+        ..one
+    };
+    let (a, _) = parallel(&initial, 2, one, 2);
+    let (b, _) = parallel(&initial, 2, two, 2);
+    assert_eq!(a, b);
+}

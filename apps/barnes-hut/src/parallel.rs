@@ -5,22 +5,29 @@
 //! runs the phases 1 to 7 of the parallel method, a step ([`Process::step`]) adds phase 8
 //! around it:
 //!
-//! 1. **ORB update**: all-reduce the local bounding boxes, [`Orb::set_bounds`] to the global
-//!    one, and migrate the bodies that crossed a plane (one superstep).
-//! 2. **Load checking and balancing**: all-reduce the per-process loads (the summed
-//!    [`Body::weight`], the interaction counts of the last force computation); when the most
-//!    loaded process is above the threshold times the mean, re-split the ORB subtrees chosen
-//!    by [`balance::subtrees_to_rebalance`] with the parallel median finder (rounds of
-//!    partial cost histograms summed with `all_reduce_slice`, [`OrbBuilder`]) and migrate.
+//! 1. **ORB update**: one all-reduce gives every process, for every process, the bounding
+//!    box and the load (the summed [`Body::weight`], the interaction counts of the last
+//!    force computation) of the bodies it will hold: a body's owner depends on the planes
+//!    only, so each process sorts its bodies by owner before any moves. The union of the
+//!    boxes becomes the outer boundary ([`Orb::set_bounds`]), and the bodies that crossed a
+//!    plane migrate (one superstep).
+//! 2. **Load checking and balancing**: when the most loaded process is above the threshold
+//!    times the mean, the ORB subtrees chosen by [`balance::subtrees_to_rebalance`] are split
+//!    anew with the parallel median finder (rounds of partial cost histograms summed with
+//!    `all_reduce_slice`, [`OrbBuilder`]) over the bodies where they are, and then the
+//!    bodies migrate once, to their final owners (instead of in phase 1), and the boxes of
+//!    the processes' bodies are all-gathered again.
 //! 3. **Tree construction** over the local bodies ([`build_body_tree`]).
 //! 4. **Centre-of-mass computation** of the local tree.
-//! 5. **Essential-tree exchange**: all-gather the tight bounding boxes of every process's
-//!    bodies; send each other process the [`essential_tree`] of the local tree for its box
-//!    (one superstep).
+//! 5. **Essential-tree exchange**: send each other process the [`essential_tree`] of the
+//!    local tree for the bounding box of its bodies (one superstep).
 //! 6. **Centre-of-mass update**: the tree over local bodies and received items
 //!    ([`LocalEssentialTree`]) and its centres of mass.
 //! 7. **Force computation** on the local bodies, on a thread pool when asked.
 //! 8. **Update**: the leapfrog kicks and drift of [`crate::integrate`].
+//!
+//! A step without rebalancing thus costs three exchanges: the all-reduce of phase 1 and
+//! the supersteps of the migration and of the essential trees.
 //!
 //! Bodies travel as two slices of numbers per destination and superstep (ids and costs as
 //! `u64`, the rest as `f64`), essential trees as two `f64` slices (cells, bodies), so
@@ -502,29 +509,39 @@ impl<'b> Process<'b> {
         let sim = self.params.sim;
         let mut t = Instant::now();
 
-        // 1. ORB update: new outer bounds, bodies that crossed planes move.
-        let bounds = global_bounds(self.bsp, &self.bodies)?;
-        self.orb.set_bounds(bounds);
-        self.stats.bodies_received += migrate(
-            self.bsp,
-            &self.orb,
-            &mut self.bodies,
-            "migrating bodies after the bounds update",
-        )?;
+        // 1. ORB update. One all-reduce tells every process, for every process, the box
+        // and the load of the bodies it holds once the bodies that crossed planes have
+        // moved (a body's owner depends on the planes only, not on the outer bounds); the
+        // union of the boxes is the new outer boundary.
+        let survey = Survey::of(&self.orb, &self.bodies);
+        let survey = self
+            .bsp
+            .all_reduce_with(survey, Survey::combine)
+            .map_err(comm("exchanging bounding boxes and loads"))?;
+        let mut boxes = survey.boxes();
+        self.orb.set_bounds(or_unit_box(
+            boxes.iter().copied().fold(Aabb::EMPTY, Aabb::union),
+        ));
+        let threshold = self.params.imbalance_threshold;
+        let rebalance = balance::needs_rebalance(&survey.loads, threshold);
+        if !rebalance {
+            self.stats.bodies_received += migrate(
+                self.bsp,
+                &self.orb,
+                &mut self.bodies,
+                "migrating bodies after the bounds update",
+            )?;
+        }
         self.times.orb_update += lap(&mut t);
 
-        // 2. Load checking and balancing.
-        let mut loads = vec![0u64; p];
-        loads[me] = self.bodies.iter().map(Body::weight).sum();
-        self.bsp
-            .all_reduce_slice(&mut loads, Op::Sum)
-            .map_err(comm("exchanging the loads"))?;
-        let threshold = self.params.imbalance_threshold;
-        if balance::needs_rebalance(&loads, threshold) {
-            let subtrees = balance::subtrees_to_rebalance(&self.orb, &loads, threshold);
+        // 2. Load checking and balancing: the chosen subtrees are split anew over the bodies
+        // where they are now, then bodies move once, to their final owners.
+        if rebalance {
+            let loads = &survey.loads;
+            let subtrees = balance::subtrees_to_rebalance(&self.orb, loads, threshold);
             tracing::debug!(
                 pid = me,
-                imbalance = balance::imbalance(&loads),
+                imbalance = balance::imbalance(loads),
                 ?subtrees,
                 "rebalancing"
             );
@@ -544,6 +561,9 @@ impl<'b> Process<'b> {
                 "migrating bodies after rebalancing",
             )?;
             self.stats.rebalances += 1;
+            if p > 1 {
+                boxes = all_gather_boxes(self.bsp, bounding_box(&self.bodies))?;
+            }
         }
         self.times.load_balancing += lap(&mut t);
 
@@ -558,7 +578,6 @@ impl<'b> Process<'b> {
         // 5. Essential trees for the bounding boxes of the other processes' bodies.
         let mut received: Vec<EssentialTree> = Vec::new();
         if p > 1 {
-            let boxes = all_gather_boxes(self.bsp, bounding_box(&self.bodies))?;
             let theta = sim.force.theta;
             let make = |dest: usize| -> Option<EssentialTree> {
                 (dest != me).then(|| essential_tree(&tree, &boxes[dest], theta))
@@ -802,11 +821,67 @@ fn global_bounds(bsp: &mut Bsp, bodies: &[Body]) -> Result<Aabb> {
     bsp.all_reduce_slice(&mut v, Op::Max)
         .map_err(comm("exchanging the bounding boxes"))?;
     let global = Aabb::new(Vec3::new(-v[0], -v[1], -v[2]), Vec3::new(v[3], v[4], v[5]));
-    Ok(if global.is_empty() {
+    Ok(or_unit_box(global))
+}
+
+/// `b`, or a unit cube around the origin when `b` is empty (no bodies anywhere).
+fn or_unit_box(b: Aabb) -> Aabb {
+    if b.is_empty() {
         Aabb::new(Vec3::new(-1.0, -1.0, -1.0), Vec3::new(1.0, 1.0, 1.0))
     } else {
-        global
-    })
+        b
+    }
+}
+
+/// What the ORB update all-reduces: per process, the bounding box (minima negated, so that
+/// the element-wise maximum merges boxes) and the load of the bodies that the current
+/// planes assign it, contributed by whichever process holds them now.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Survey {
+    /// Six values per process: `-min.x, -min.y, -min.z, max.x, max.y, max.z`.
+    boxes: Vec<f64>,
+    /// Summed [`Body::weight`] per process.
+    loads: Vec<u64>,
+}
+
+impl Survey {
+    /// This process's contribution: its bodies, grouped by owner under `orb`.
+    fn of(orb: &Orb, bodies: &[Body]) -> Survey {
+        let p = orb.nprocs();
+        let mut boxes = vec![Aabb::EMPTY; p];
+        let mut loads = vec![0u64; p];
+        for b in bodies {
+            let o = orb.owner(b.pos);
+            boxes[o] = boxes[o].include(b.pos);
+            loads[o] += b.weight();
+        }
+        Survey {
+            boxes: boxes
+                .iter()
+                .flat_map(|b| [-b.min.x, -b.min.y, -b.min.z, b.max.x, b.max.y, b.max.z])
+                .collect(),
+            loads,
+        }
+    }
+
+    /// Merges two contributions: element-wise maximum of the boxes, sum of the loads.
+    fn combine(mut a: Survey, b: Survey) -> Survey {
+        for (x, y) in a.boxes.iter_mut().zip(&b.boxes) {
+            *x = x.max(*y);
+        }
+        for (x, y) in a.loads.iter_mut().zip(&b.loads) {
+            *x += y;
+        }
+        a
+    }
+
+    /// The box of every process.
+    fn boxes(&self) -> Vec<Aabb> {
+        self.boxes
+            .chunks_exact(6)
+            .map(|c| Aabb::new(Vec3::new(-c[0], -c[1], -c[2]), Vec3::new(c[3], c[4], c[5])))
+            .collect()
+    }
 }
 
 /// Every process's box, by process number. One maximum-reduction over a vector with a slot
@@ -916,6 +991,32 @@ mod tests {
         };
         assert_eq!(p.validate(), Err(ParamError::Bins(1)));
         assert!(ParallelParams::default().validate().is_ok());
+    }
+
+    #[test]
+    fn surveys_of_parts_combine_to_the_survey_of_the_whole() {
+        let mut bodies = plummer::generate(900, 4);
+        for (i, b) in bodies.iter_mut().enumerate() {
+            b.cost = 1 + i as u64 % 7;
+        }
+        let orb = crate::orb::decompose(&bodies, bounding_box(&bodies), 3).unwrap();
+        let (a, b) = bodies.split_at(400);
+        let whole = Survey::of(&orb, &bodies);
+        assert_eq!(
+            Survey::combine(Survey::of(&orb, a), Survey::of(&orb, b)),
+            whole
+        );
+        assert_eq!(whole.loads, orb.loads(&bodies));
+        for (proc, bx) in whole.boxes().iter().enumerate() {
+            let mine: Vec<Body> = bodies
+                .iter()
+                .filter(|b| orb.owner(b.pos) == proc)
+                .copied()
+                .collect();
+            assert_eq!(*bx, bounding_box(&mine));
+        }
+        // A process that holds nothing contributes nothing.
+        assert_eq!(Survey::combine(whole.clone(), Survey::of(&orb, &[])), whole);
     }
 
     #[test]

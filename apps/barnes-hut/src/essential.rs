@@ -109,6 +109,16 @@ impl LocalEssentialTree {
         LocalEssentialTree { tree, local_slots }
     }
 
+    /// The tree of a process that received nothing: its local tree itself, built by
+    /// [`crate::tree::build_body_tree`] (which put the local bodies in tree order, so local
+    /// body `i` is slot `i`), with its centres of mass computed. The same tree as
+    /// [`LocalEssentialTree::build`] with no received items would give, without building it
+    /// again.
+    pub fn from_body_tree(tree: Tree) -> LocalEssentialTree {
+        let local_slots = (0..tree.len() as u32).collect();
+        LocalEssentialTree { tree, local_slots }
+    }
+
     /// The centre-of-mass phase over local and received points.
     pub fn compute_centres_of_mass(&mut self) {
         self.tree.compute_centres_of_mass();
@@ -214,6 +224,24 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_body_tree_without_received_items_is_the_same_tree() {
+        let (mut bodies, tree) = local_tree(700, 5);
+        let mut built = LocalEssentialTree::build(&bodies, &[], 10);
+        built.compute_centres_of_mass();
+        let reused = LocalEssentialTree::from_body_tree(tree);
+        assert_eq!(built.tree().nodes(), reused.tree().nodes());
+        assert_eq!(built.tree().points(), reused.tree().points());
+        let mut again = bodies.clone();
+        let params = ForceParams {
+            theta: 0.5,
+            eps: 0.01,
+        };
+        built.compute_forces(&mut bodies, &params, None);
+        reused.compute_forces(&mut again, &params, None);
+        assert_eq!(bodies, again);
     }
 
     #[test]

@@ -109,6 +109,12 @@ pub enum ParamError {
     /// The thread pool could not be started.
     #[error("could not start the thread pool: {0}")]
     Pool(String),
+    /// The load-imbalance threshold of the parallel method was below 1 or not finite.
+    #[error("the load-imbalance threshold must be at least 1 and finite, got {0}")]
+    Imbalance(f64),
+    /// Fewer than two histogram bins were asked for the parallel median finder.
+    #[error("the median finder needs at least 2 histogram bins, got {0}")]
+    Bins(usize),
 }
 
 /// Seconds spent in each phase, summed over steps. Names follow the profile tables of the

@@ -1,11 +1,17 @@
-//! `barnes-hut`: runs the sequential Barnes-Hut simulation and prints one JSON result line.
+//! `barnes-hut`: runs the Barnes-Hut simulation, sequential (`--seq`) or parallel on the
+//! pool of the `IPL_*` environment, and prints one JSON result line.
 
-use barnes_hut::body::position_checksum;
+use barnes_hut::body::{position_checksum, Body};
 use barnes_hut::force::ForceParams;
-use barnes_hut::integrate::{EnergyMethod, ParamError, SimParams, Simulation};
+use barnes_hut::integrate::{Energy, EnergyMethod, ParamError, SimParams, Simulation};
 use barnes_hut::io::{self, ReadError, WriteError};
+use barnes_hut::orb::DEFAULT_BINS;
+use barnes_hut::parallel::{
+    self, process_cpu_seconds, ParallelError, ParallelParams, ParallelTimes, Process,
+};
 use barnes_hut::plummer;
 use clap::{Parser, ValueEnum};
+use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -15,16 +21,25 @@ use tracing_subscriber::EnvFilter;
 /// Systems up to this size get their energy by exact pair summation under `--energy auto`.
 const DIRECT_ENERGY_LIMIT: usize = 10_000;
 
-/// Barnes-Hut N-body simulation (sequential version).
+/// Barnes-Hut N-body simulation.
 ///
 /// Simulates a Plummer-model star cluster (or bodies read from a file) with the Barnes-Hut
 /// oct-tree method and leapfrog time steps, then prints one JSON line: parameters, seconds
-/// per phase summed over all steps, energy at start and end, and a checksum of the final
-/// positions. The single-dash spellings of the reference code (`-tstop 1.0 -dtime 0.025
-/// -eps 0.000000625 -theta 0.5`) are accepted too. Set RUST_LOG=debug for a log line per step.
+/// per phase summed over all steps, energy at start and end, CPU seconds, and a checksum of
+/// the final positions. With --seq the sequential version runs; otherwise the parallel
+/// version (ORB decomposition, load balancing, essential-tree exchange) runs on the pool
+/// that the IPL_* environment describes: `ipl-run -n P -- barnes-hut ...` gives P
+/// processes, no IPL_* variables a one-node in-process pool, IPL_POOL_SIZE=P alone P
+/// threads of this process. Only rank 0 prints. The single-dash spellings of the reference
+/// code (`-tstop 1.0 -dtime 0.025 -eps 0.000000625 -theta 0.5`) are accepted too. Set
+/// RUST_LOG=debug for a log line per step.
 #[derive(Debug, Parser)]
 #[command(name = "barnes-hut", version)]
 struct Cli {
+    /// Run the sequential version (no platform code): the oracle and speedup baseline.
+    #[arg(long)]
+    seq: bool,
+
     /// Number of bodies to generate (ignored with --input).
     #[arg(short = 'n', long = "bodies", default_value_t = 10_000)]
     bodies: usize,
@@ -56,9 +71,18 @@ struct Cli {
     #[arg(long, default_value_t = SimParams::default().tstop)]
     tstop: f64,
 
-    /// Threads for the force computation.
+    /// Threads for the force computation (per process in the parallel version).
     #[arg(long, default_value_t = 1)]
     threads: usize,
+
+    /// Parallel version: rebalance the decomposition when the most loaded process carries
+    /// more than this many times the mean load (interactions of the last force phase).
+    #[arg(long, default_value_t = ParallelParams::default().imbalance_threshold)]
+    imbalance: f64,
+
+    /// Parallel version: histogram bins per round of the parallel median finder.
+    #[arg(long, default_value_t = DEFAULT_BINS)]
+    bins: usize,
 
     /// How the potential energy is measured: `direct` sums all pairs exactly (O(n²)),
     /// `tree` uses the potentials from the tree walk, `auto` is direct up to 10000 bodies.
@@ -92,6 +116,26 @@ enum AppError {
     Params(#[from] ParamError),
     #[error("cannot encode the result: {0}")]
     Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Parallel(#[from] ParallelError),
+    #[error("cannot {what}: {source}")]
+    Ipl {
+        what: &'static str,
+        #[source]
+        source: ipl::Error,
+    },
+    #[error("cannot start the BSP layer: {0}")]
+    Bsp(#[from] bsp::Error),
+    #[error("process 0 could not provide the initial bodies: {0}")]
+    Input(String),
+    #[error("cannot start the thread of in-process node {rank}: {source}")]
+    Thread {
+        rank: u32,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the thread of in-process node {0} panicked")]
+    Panicked(u32),
 }
 
 /// Rewrites the reference code's single-dash long options to clap's double-dash form.
@@ -114,39 +158,105 @@ fn normalize_args<I: IntoIterator<Item = String>>(args: I) -> Vec<String> {
         .collect()
 }
 
-fn run(cli: Cli) -> Result<serde_json::Value, AppError> {
-    let bodies = match &cli.input {
-        Some(path) => io::read_file(path)?,
-        None => plummer::generate(cli.bodies, cli.seed),
-    };
+impl Cli {
+    fn sim_params(&self) -> SimParams {
+        SimParams {
+            max_leaf: self.max_leaf,
+            force: ForceParams {
+                theta: self.theta,
+                eps: self.eps,
+            },
+            dtime: self.dtime,
+            tstop: self.tstop,
+            threads: self.threads,
+        }
+    }
+
+    fn energy_method(&self, n: usize) -> EnergyMethod {
+        match self.energy {
+            EnergyChoice::Tree => EnergyMethod::Tree,
+            EnergyChoice::Direct => EnergyMethod::Direct,
+            EnergyChoice::Auto if n <= DIRECT_ENERGY_LIMIT => EnergyMethod::Direct,
+            EnergyChoice::Auto => EnergyMethod::Tree,
+        }
+    }
+
+    fn initial_bodies(&self) -> Result<Vec<Body>, ReadError> {
+        match &self.input {
+            Some(path) => io::read_file(path),
+            None => Ok(plummer::generate(self.bodies, self.seed)),
+        }
+    }
+
+    /// The `parameters` object of the result line.
+    fn parameters(&self, n: usize, steps: usize) -> Value {
+        let mut v = json!({
+            "n": n,
+            "seed": if self.input.is_some() { None } else { Some(self.seed) },
+            "input": self.input.as_ref().map(|p| p.display().to_string()),
+            "M": self.max_leaf,
+            "theta": self.theta,
+            "eps": self.eps,
+            "dtime": self.dtime,
+            "tstop": self.tstop,
+            "steps": steps,
+        });
+        if !self.seq {
+            v["imbalance"] = json!(self.imbalance);
+            v["bins"] = json!(self.bins);
+        }
+        v
+    }
+}
+
+fn method_name(m: EnergyMethod) -> &'static str {
+    match m {
+        EnergyMethod::Tree => "tree",
+        EnergyMethod::Direct => "direct",
+    }
+}
+
+fn relative_drift(e0: &Energy, e1: &Energy) -> f64 {
+    if e0.total() != 0.0 {
+        (e1.total() - e0.total()) / e0.total().abs()
+    } else {
+        0.0
+    }
+}
+
+/// CPU seconds of this process since `since` (a reading of [`process_cpu_seconds`]).
+fn cpu_since(since: Option<f64>) -> Option<f64> {
+    Some(process_cpu_seconds()? - since?)
+}
+
+fn run(cli: Cli) -> Result<Option<Value>, AppError> {
+    if cli.seq {
+        run_sequential(cli).map(Some)
+    } else {
+        run_parallel(cli)
+    }
+}
+
+fn run_sequential(cli: Cli) -> Result<Value, AppError> {
+    let bodies = cli.initial_bodies()?;
     let n = bodies.len();
-    let params = SimParams {
-        max_leaf: cli.max_leaf,
-        force: ForceParams {
-            theta: cli.theta,
-            eps: cli.eps,
-        },
-        dtime: cli.dtime,
-        tstop: cli.tstop,
-        threads: cli.threads,
-    };
-    let method = match cli.energy {
-        EnergyChoice::Tree => EnergyMethod::Tree,
-        EnergyChoice::Direct => EnergyMethod::Direct,
-        EnergyChoice::Auto if n <= DIRECT_ENERGY_LIMIT => EnergyMethod::Direct,
-        EnergyChoice::Auto => EnergyMethod::Tree,
-    };
+    let params = cli.sim_params();
+    let method = cli.energy_method(n);
     tracing::info!(n, steps = params.steps(), ?method, "starting");
     let mut sim = Simulation::new(bodies, params)?;
 
     // The energy measurements are not part of the timed simulation.
     let t0 = Instant::now();
+    let c0 = process_cpu_seconds();
     sim.compute_forces();
     let mut seconds = t0.elapsed().as_secs_f64();
+    let mut cpu = cpu_since(c0);
     let e0 = sim.energy(method);
     let t1 = Instant::now();
+    let c1 = process_cpu_seconds();
     sim.run();
     seconds += t1.elapsed().as_secs_f64();
+    cpu = cpu.zip(cpu_since(c1)).map(|(a, b)| a + b);
     let e1 = sim.energy(method);
 
     let times = *sim.times();
@@ -156,25 +266,10 @@ fn run(cli: Cli) -> Result<serde_json::Value, AppError> {
     if let Some(path) = &cli.output {
         io::write_file(path, &bodies)?;
     }
-    let drift = if e0.total() != 0.0 {
-        (e1.total() - e0.total()) / e0.total().abs()
-    } else {
-        0.0
-    };
-    Ok(serde_json::json!({
+    Ok(json!({
         "app": "barnes-hut",
         "version": "sequential",
-        "parameters": {
-            "n": n,
-            "seed": if cli.input.is_some() { None } else { Some(cli.seed) },
-            "input": cli.input.as_ref().map(|p| p.display().to_string()),
-            "M": params.max_leaf,
-            "theta": params.force.theta,
-            "eps": params.force.eps,
-            "dtime": params.dtime,
-            "tstop": params.tstop,
-            "steps": steps,
-        },
+        "parameters": cli.parameters(n, steps),
         "nodes": 1,
         "threads": params.threads,
         "seconds": {
@@ -185,12 +280,175 @@ fn run(cli: Cli) -> Result<serde_json::Value, AppError> {
         },
         "total_seconds": seconds,
         "seconds_per_step": if steps > 0 { seconds / steps as f64 } else { 0.0 },
-        "energy_method": match method { EnergyMethod::Tree => "tree", EnergyMethod::Direct => "direct" },
+        "cpu_seconds": cpu,
+        "energy_method": method_name(method),
         "energy_start": e0.total(),
         "energy_end": e1.total(),
-        "energy_relative_drift": drift,
+        "energy_relative_drift": relative_drift(&e0, &e1),
         "checksum": position_checksum(&bodies),
     }))
+}
+
+/// The parallel version on the pool of the `IPL_*` environment. An in-process pool of more
+/// than one node with no rank given runs all its nodes as threads of this process.
+fn run_parallel(cli: Cli) -> Result<Option<Value>, AppError> {
+    let cfg = ipl::Config::from_env().map_err(|source| AppError::Ipl {
+        what: "read the pool configuration (IPL_*)",
+        source,
+    })?;
+    let size = cfg.size.unwrap_or(1);
+    if cfg.driver != ipl::Driver::Inproc || cfg.rank.is_some() || size <= 1 {
+        return parallel_node(&cli, cfg);
+    }
+    let results: Vec<Result<Option<Value>, AppError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..size)
+            .map(|rank| {
+                let mut cfg = cfg.clone();
+                cfg.rank = Some(rank);
+                let cli = &cli;
+                std::thread::Builder::new()
+                    .name(format!("node-{rank}"))
+                    .spawn_scoped(s, move || parallel_node(cli, cfg))
+                    .map_err(|source| AppError::Thread { rank, source })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .zip(0..)
+            .map(|(h, rank)| h?.join().unwrap_or(Err(AppError::Panicked(rank))))
+            .collect()
+    });
+    let mut line = None;
+    for r in results {
+        if let Some(v) = r? {
+            line = Some(v);
+        }
+    }
+    Ok(line)
+}
+
+/// One node of the parallel version: joins the pool, runs, and returns the result line on
+/// rank 0.
+fn parallel_node(cli: &Cli, cfg: ipl::Config) -> Result<Option<Value>, AppError> {
+    let ibis = ipl::Ibis::join(cfg).map_err(|source| AppError::Ipl {
+        what: "join the pool",
+        source,
+    })?;
+    let mut bsp = bsp::Bsp::new(ibis)?;
+    parallel_process(cli, &mut bsp)
+}
+
+fn parallel_process(cli: &Cli, bsp: &mut bsp::Bsp) -> Result<Option<Value>, AppError> {
+    let params = ParallelParams {
+        sim: cli.sim_params(),
+        imbalance_threshold: cli.imbalance,
+        bins: cli.bins,
+    };
+    params.validate()?;
+    let (pid, nodes) = (bsp.pid(), bsp.nprocs());
+    // Process 0 provides the bodies and tells everyone whether it could.
+    let (mut all, mut status, mut read_error) = (None, Ok(0u64), None);
+    if pid == 0 {
+        match cli.initial_bodies() {
+            Ok(b) => {
+                status = Ok(b.len() as u64);
+                all = Some(b);
+            }
+            Err(e) => {
+                status = Err(e.to_string());
+                read_error = Some(e);
+            }
+        }
+    }
+    let status: Result<u64, String> = bsp.broadcast(0, (pid == 0).then_some(status))?;
+    if let Some(e) = read_error {
+        return Err(e.into());
+    }
+    let n = status.map_err(AppError::Input)? as usize;
+    let method = cli.energy_method(n);
+    if pid == 0 {
+        tracing::info!(n, nodes, steps = params.sim.steps(), ?method, "starting");
+    }
+    let mine = parallel::scatter(bsp, 0, all)?;
+    // Everyone starts the clocks together.
+    bsp.sync()?;
+
+    let t0 = Instant::now();
+    let c0 = process_cpu_seconds();
+    let mut proc = Process::new(bsp, mine, params)?;
+    proc.compute_forces()?;
+    let mut seconds = t0.elapsed().as_secs_f64();
+    let mut cpu = cpu_since(c0);
+    let e0 = proc.energy(method)?;
+    proc.bsp().sync()?;
+    let t1 = Instant::now();
+    let c1 = process_cpu_seconds();
+    proc.run()?;
+    // The run ends when the slowest process ends.
+    proc.bsp().sync()?;
+    seconds += t1.elapsed().as_secs_f64();
+    cpu = cpu.zip(cpu_since(c1)).map(|(a, b)| a + b);
+    let e1 = proc.energy(method)?;
+
+    let times = *proc.times();
+    let stats = *proc.stats();
+    let steps = proc.steps_done();
+    let mut max_times = times.as_array();
+    let bsp = proc.bsp();
+    bsp.all_reduce_slice(&mut max_times, bsp::Op::Max)?;
+    let mut counts = [
+        stats.bodies_received,
+        stats.essential_items_received,
+        stats.interactions,
+    ];
+    bsp.all_reduce_slice(&mut counts, bsp::Op::Sum)?;
+    // CPU time per OS process: nodes that are threads of one process share its figure.
+    let cpus = bsp.gather(0, &(std::process::id(), cpu))?;
+    let Some(bodies) = proc.gather_bodies(0)? else {
+        return Ok(None);
+    };
+    let cpus = cpus.expect("process 0 gathers");
+    let mut per_os_process: Vec<(u32, Option<f64>)> = Vec::new();
+    for (os_pid, c) in cpus.iter().copied() {
+        match per_os_process.iter_mut().find(|(p, _)| *p == os_pid) {
+            Some((_, seen)) => *seen = seen.zip(c).map(|(a, b)| a.max(b)),
+            None => per_os_process.push((os_pid, c)),
+        }
+    }
+    let cpu_total: Option<f64> = per_os_process.iter().map(|(_, c)| *c).sum();
+    if let Some(path) = &cli.output {
+        io::write_file(path, &bodies)?;
+    }
+    let phases = |t: &ParallelTimes| -> Value {
+        t.named()
+            .iter()
+            .map(|&(name, s)| (name.to_string(), json!(s)))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    Ok(Some(json!({
+        "app": "barnes-hut",
+        "version": "parallel",
+        "parameters": cli.parameters(n, steps),
+        "nodes": nodes,
+        "threads": params.sim.threads,
+        "seconds": phases(&times),
+        "seconds_max_over_processes": phases(&ParallelTimes::from_array(max_times)),
+        "total_seconds": seconds,
+        "seconds_per_step": if steps > 0 { seconds / steps as f64 } else { 0.0 },
+        "cpu_seconds": cpu_total,
+        "cpu_seconds_per_process": per_os_process.iter().map(|(_, c)| *c).collect::<Vec<_>>(),
+        "rebalances": stats.rebalances,
+        "median_rounds": stats.median_rounds,
+        "bodies_migrated": counts[0],
+        "essential_items_received": counts[1],
+        "interactions_last_step": counts[2],
+        "energy_method": method_name(method),
+        "energy_start": e0.total(),
+        "energy_end": e1.total(),
+        "energy_relative_drift": relative_drift(&e0, &e1),
+        "checksum": position_checksum(&bodies),
+    })))
 }
 
 fn main() -> ExitCode {
@@ -203,7 +461,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse_from(normalize_args(std::env::args()));
     match run(cli) {
         Ok(line) => {
-            println!("{line}");
+            if let Some(line) = line {
+                println!("{line}");
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -245,8 +505,10 @@ mod tests {
 
     #[test]
     fn small_run_reports_phases_and_energy() {
-        let cli = Cli::parse_from(["bh", "-n", "200", "--tstop", "0.05", "--eps", "0.01"]);
-        let v = run(cli).unwrap();
+        let cli = Cli::parse_from([
+            "bh", "--seq", "-n", "200", "--tstop", "0.05", "--eps", "0.01",
+        ]);
+        let v = run(cli).unwrap().unwrap();
         assert_eq!(v["parameters"]["steps"], 2);
         assert_eq!(v["energy_method"], "direct");
         let e0 = v["energy_start"].as_f64().unwrap();

@@ -1,0 +1,243 @@
+//! The `barnes-hut` binary: the parallel version on two real processes started by
+//! `ipl-run`, on an in-process pool, and against the sequential version. Every child is
+//! killed when its test ends, however it ends, and every wait is bounded.
+
+use barnes_hut::io;
+use serde_json::Value;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(60);
+const BIN: &str = env!("CARGO_BIN_EXE_barnes-hut");
+/// A small run: 1500 bodies, two steps.
+const RUN: [&str; 6] = ["-n", "1500", "--tstop", "0.05", "--seed", "9"];
+
+/// A child process that is killed when the test ends.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Reaped {
+    fn spawn(cmd: &mut Command) -> Reaped {
+        Reaped(
+            cmd.stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap_or_else(|e| panic!("start {cmd:?}: {e}")),
+        )
+    }
+
+    /// Reads stdout and stderr to their end (the child's exit) within `limit`, then reaps
+    /// the child.
+    fn output(&mut self, limit: Duration) -> (ExitStatus, String, String) {
+        let mut out = self.0.stdout.take().expect("stdout is piped");
+        let mut err = self.0.stderr.take().expect("stderr is piped");
+        let (tx, rx) = crossbeam_channel::bounded(2);
+        let tx2 = tx.clone();
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = out.read_to_string(&mut s);
+            let _ = tx.send((0, s));
+        });
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            let _ = tx2.send((1, s));
+        });
+        let mut texts = [String::new(), String::new()];
+        for _ in 0..2 {
+            let (i, s) = rx
+                .recv_timeout(limit)
+                .unwrap_or_else(|_| panic!("child did not finish within {limit:?}"));
+            texts[i] = s;
+        }
+        let [out, err] = texts;
+        (self.0.wait().expect("wait for child"), out, err)
+    }
+}
+
+/// Runs `cmd` and returns its single JSON result line.
+fn result_line(cmd: &mut Command) -> Value {
+    let (status, out, err) = Reaped::spawn(cmd).output(LIMIT);
+    assert!(status.success(), "{cmd:?}: {status}\n{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 1, "one result line from rank 0 only: {out}");
+    serde_json::from_str(lines[0]).expect("the result line is JSON")
+}
+
+/// A command for the binary without any `IPL_*` variables of the test's environment.
+fn barnes_hut() -> Command {
+    let mut cmd = Command::new(BIN);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("IPL_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
+/// The `ipl-run` launcher next to the binary, built there if missing.
+fn ipl_run() -> PathBuf {
+    let bin = Path::new(BIN);
+    let launcher = bin.with_file_name("ipl-run");
+    if !launcher.is_file() {
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "-q", "-p", "ipl", "--bin", "ipl-run"]);
+        if bin.parent().and_then(Path::file_name) == Some("release".as_ref()) {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("run cargo build for ipl-run");
+        assert!(
+            status.success(),
+            "cargo build -p ipl --bin ipl-run: {status}"
+        );
+    }
+    assert!(launcher.is_file(), "no ipl-run at {}", launcher.display());
+    launcher
+}
+
+fn temp_path(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("barnes-hut-{}-{name}", std::process::id()))
+}
+
+/// Largest distance between the positions of equal ids in two bodies files.
+fn max_position_difference(a: &Path, b: &Path) -> f64 {
+    let a = io::read_file(a).expect("read output");
+    let b = io::read_file(b).expect("read output");
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(&b)
+        .map(|(x, y)| {
+            assert_eq!(x.id, y.id, "outputs are ordered by id");
+            (x.pos - y.pos).norm()
+        })
+        .fold(0.0, f64::max)
+}
+
+fn check_parallel_line(v: &Value, nodes: u64) {
+    assert_eq!(v["app"], "barnes-hut");
+    assert_eq!(v["version"], "parallel");
+    assert_eq!(v["nodes"], nodes);
+    assert_eq!(v["threads"], 1);
+    assert_eq!(v["parameters"]["n"], 1500);
+    assert_eq!(v["parameters"]["steps"], 2);
+    for phase in [
+        "orb_update",
+        "load_balancing",
+        "tree_construction",
+        "center_of_mass",
+        "essential_tree_exchange",
+        "center_of_mass_update",
+        "force_computation",
+        "position_update",
+    ] {
+        let s = v["seconds"][phase].as_f64();
+        assert!(s.is_some_and(|s| s >= 0.0), "phase {phase}: {v}");
+    }
+    assert!(v["seconds"]["force_computation"].as_f64().unwrap() > 0.0);
+    assert!(v["total_seconds"].as_f64().unwrap() > 0.0);
+    assert!(v["cpu_seconds"].as_f64().unwrap() > 0.0);
+    let drift = v["energy_relative_drift"].as_f64().unwrap();
+    assert!(drift.abs() < 1e-3, "energy drift {drift}");
+    assert!(v["checksum"].as_f64().unwrap().is_finite());
+}
+
+#[test]
+fn the_parallel_binary_on_two_processes_follows_the_sequential_one() {
+    let seq_out = temp_path("seq.txt");
+    let par_out = temp_path("par2.txt");
+    let seq = result_line(
+        barnes_hut()
+            .arg("--seq")
+            .args(RUN)
+            .arg("--output")
+            .arg(&seq_out),
+    );
+    assert_eq!(seq["version"], "sequential");
+    assert!(seq["cpu_seconds"].as_f64().unwrap() > 0.0);
+    let par = result_line(
+        Command::new(ipl_run())
+            .args(["-n", "2", "--no-prefix", "--"])
+            .arg(BIN)
+            .args(RUN)
+            .arg("--output")
+            .arg(&par_out),
+    );
+    check_parallel_line(&par, 2);
+    assert_eq!(
+        par["cpu_seconds_per_process"].as_array().map(Vec::len),
+        Some(2),
+        "two processes: {par}"
+    );
+    assert!(par["essential_items_received"].as_u64().unwrap() > 0);
+    let diff = max_position_difference(&seq_out, &par_out);
+    let _ = std::fs::remove_file(&seq_out);
+    let _ = std::fs::remove_file(&par_out);
+    assert!(diff < 1e-5, "positions differ by up to {diff}");
+}
+
+#[test]
+fn without_a_launcher_the_parallel_binary_runs_an_in_process_pool() {
+    // No IPL_* variables: one node, which computes exactly what the sequential code does.
+    let seq = result_line(barnes_hut().arg("--seq").args(RUN));
+    let one = result_line(barnes_hut().args(RUN));
+    check_parallel_line(&one, 1);
+    assert_eq!(one["checksum"], seq["checksum"]);
+    // The exact potential is summed in another order (by body rather than by pair).
+    let (e_seq, e_one) = (
+        seq["energy_start"].as_f64().unwrap(),
+        one["energy_start"].as_f64().unwrap(),
+    );
+    assert!((e_seq - e_one).abs() < 1e-12, "energies {e_seq} {e_one}");
+    // IPL_POOL_SIZE alone: that many nodes as threads of one process, one CPU figure.
+    let seq_out = temp_path("seq-inproc.txt");
+    let par_out = temp_path("par3.txt");
+    result_line(
+        barnes_hut()
+            .arg("--seq")
+            .args(RUN)
+            .arg("--output")
+            .arg(&seq_out),
+    );
+    let three = result_line(
+        barnes_hut()
+            .args(RUN)
+            .arg("--output")
+            .arg(&par_out)
+            .env("IPL_POOL_SIZE", "3"),
+    );
+    check_parallel_line(&three, 3);
+    assert_eq!(
+        three["cpu_seconds_per_process"].as_array().map(Vec::len),
+        Some(1)
+    );
+    let diff = max_position_difference(&seq_out, &par_out);
+    let _ = std::fs::remove_file(&seq_out);
+    let _ = std::fs::remove_file(&par_out);
+    assert!(diff < 1e-5, "positions differ by up to {diff}");
+}
+
+#[test]
+fn a_missing_input_file_fails_every_node_with_its_name() {
+    let missing = temp_path("no-such-bodies.txt");
+    let (status, out, err) = Reaped::spawn(
+        barnes_hut()
+            .arg("--input")
+            .arg(&missing)
+            .env("IPL_POOL_SIZE", "2"),
+    )
+    .output(LIMIT);
+    assert!(!status.success());
+    assert!(out.is_empty(), "no result line: {out}");
+    assert!(
+        err.contains("no-such-bodies.txt"),
+        "the error names the file: {err}"
+    );
+}

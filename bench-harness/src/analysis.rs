@@ -85,6 +85,11 @@ pub struct PointSummary {
     pub speedup_max: Option<f64>,
     /// Speedup / (P x T).
     pub efficiency: Option<f64>,
+    /// Median CPU seconds of the point over the sequential median, for apps that report
+    /// `cpu_seconds` (summed over processes): the cost of parallel execution in work, which
+    /// stays meaningful when processes outnumber cores.
+    #[serde(default)]
+    pub cpu_ratio: Option<f64>,
     /// P x T exceeds the machine's cores.
     pub oversubscribed: bool,
     /// A published speedup for the same problem and processor count.
@@ -163,6 +168,12 @@ pub fn summarize(runs: &[RunRecord], cores: usize) -> Vec<PointSummary> {
                 .collect::<Vec<_>>(),
         );
         let seq_checksum = seq_ok.iter().find_map(|r| r.checksum.clone());
+        let seq_cpu = median(
+            &seq_ok
+                .iter()
+                .filter_map(|r| cpu_seconds(r))
+                .collect::<Vec<_>>(),
+        );
         let parameters = mine
             .iter()
             .find_map(|r| r.result.as_ref().and_then(|v| v.get("parameters")).cloned())
@@ -202,6 +213,11 @@ pub fn summarize(runs: &[RunRecord], cores: usize) -> Vec<PointSummary> {
                 }
                 _ => None,
             };
+            let cpu = median(&ok.iter().filter_map(|r| cpu_seconds(r)).collect::<Vec<_>>());
+            let cpu_ratio = match (cpu, seq_cpu) {
+                (Some(c), Some(s)) if s > 0.0 => Some(c / s),
+                _ => None,
+            };
             let mut phase_values: BTreeMap<String, Vec<f64>> = BTreeMap::new();
             for r in &ok {
                 for (k, v) in &r.seconds {
@@ -222,6 +238,7 @@ pub fn summarize(runs: &[RunRecord], cores: usize) -> Vec<PointSummary> {
                 speedup_min: ratio(max),
                 speedup_max: ratio(min),
                 efficiency: speedup.map(|s| s / cpus as f64),
+                cpu_ratio,
                 oversubscribed: cpus > cores as u64,
                 reference,
                 vs_reference,
@@ -235,6 +252,11 @@ pub fn summarize(runs: &[RunRecord], cores: usize) -> Vec<PointSummary> {
         }
     }
     out
+}
+
+/// The CPU seconds an app reported for a run (`cpu_seconds` of its result line), if any.
+fn cpu_seconds(r: &RunRecord) -> Option<f64> {
+    r.result.as_ref()?.get("cpu_seconds")?.as_f64()
 }
 
 /// Latency percentiles of one transport in `ipl-bench`'s figures, over its repetitions.
@@ -341,6 +363,34 @@ mod tests {
             log: String::new(),
             result: Some(serde_json::json!({"parameters": {"n": 3000}})),
         }
+    }
+
+    #[test]
+    fn cpu_ratio_compares_reported_cpu_seconds_with_the_sequential_ones() {
+        use Status::Ok as K;
+        use Version::*;
+        let with_cpu = |version, nodes, secs, cpu: Option<f64>| {
+            let mut r = run(version, nodes, 1, secs, K);
+            if let Some(c) = cpu {
+                r.result = Some(serde_json::json!({"parameters": {"n": 3000}, "cpu_seconds": c}));
+            }
+            r
+        };
+        let runs = vec![
+            with_cpu(Sequential, 1, 10.0, Some(9.0)),
+            with_cpu(Sequential, 1, 11.0, Some(10.0)),
+            with_cpu(Sequential, 1, 12.0, Some(11.0)),
+            with_cpu(Parallel, 4, 6.0, Some(11.0)),
+            with_cpu(Parallel, 4, 6.0, Some(12.0)),
+            with_cpu(Parallel, 4, 6.0, Some(13.0)),
+            with_cpu(Parallel, 2, 6.0, None),
+        ];
+        let s = summarize(&runs, 2);
+        assert_eq!(s[0].cpu_ratio, Some(1.0));
+        let p4 = s.iter().find(|p| p.nodes == 4).unwrap();
+        assert!((p4.cpu_ratio.unwrap() - 1.2).abs() < 1e-12);
+        // No figure where the app reports none.
+        assert_eq!(s.iter().find(|p| p.nodes == 2).unwrap().cpu_ratio, None);
     }
 
     #[test]

@@ -54,7 +54,7 @@ struct Row {
     cells: Vec<String>,
 }
 
-const HEADER: [&str; 10] = [
+const HEADER: [&str; 11] = [
     "app",
     "P",
     "T",
@@ -63,6 +63,7 @@ const HEADER: [&str; 10] = [
     "min-max s",
     "speedup",
     "efficiency",
+    "CPU/seq",
     "vs reference",
     "note",
 ];
@@ -88,6 +89,7 @@ fn rows(summary: &[PointSummary]) -> Vec<Row> {
                     },
                     opt(p.speedup, 2),
                     opt(p.efficiency, 2),
+                    opt(p.cpu_ratio, 2),
                     vs_reference(p),
                     point_note(p),
                 ],
@@ -145,7 +147,7 @@ pub fn summary_csv(summary: &[PointSummary]) -> String {
     let mut out = String::from(
         "app,version,nodes,threads,cpus,runs,ok,median_seconds,min_seconds,max_seconds,speedup,\
          speedup_min,speedup_max,efficiency,oversubscribed,reference_speedup,reference_source,\
-         vs_reference,checksum_matches,note\n",
+         vs_reference,checksum_matches,cpu_ratio,note\n",
     );
     for p in summary {
         let fields = [
@@ -170,6 +172,7 @@ pub fn summary_csv(summary: &[PointSummary]) -> String {
             p.checksum_matches
                 .map(|b| b.to_string())
                 .unwrap_or_default(),
+            csv_num(p.cpu_ratio),
             csv_field(p.note.as_deref().unwrap_or("")),
         ];
         out += &fields.join(",");
@@ -390,7 +393,9 @@ fn readme(set: &ResultSet, r: &Rendered) -> String {
         s.push('\n');
     }
     s += "## Summary\n\nTimes are the apps' own `total_seconds` (the measured part); speedup is \
-          the sequential median over the point's median, efficiency the speedup over P × T. \
+          the sequential median over the point's median, efficiency the speedup over P × T; \
+          CPU/seq is the CPU seconds of all the point's processes over the sequential CPU \
+          seconds, for apps that report them (Barnes-Hut). \
           \"vs reference\" compares with the published speedup for the same problem and \
           processor count where there is one (Barnes-Hut: Suel C code, seed 003 appendix A).\n\n";
     s += &markdown_table(&r.summary);

@@ -48,6 +48,10 @@ struct Args {
     /// Skip OpenMPI even when mpicc is present.
     #[arg(long)]
     no_mpi: bool,
+    /// A short run for demonstrations: one round of 5 repetitions, 3 combining supersteps
+    /// (overrides --rounds, --reps and --combining-reps).
+    #[arg(long)]
+    quick: bool,
     /// Also write the figures as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -368,7 +372,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
-    let args = Args::parse();
+    let mut args = Args::parse();
+    if args.quick {
+        args.rounds = 1;
+        args.reps = 5;
+        args.combining_reps = 3;
+    }
     if std::env::var("BSP_BENCH_ROLE").as_deref() == Ok("worker") {
         return worker(&args);
     }

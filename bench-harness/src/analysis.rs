@@ -207,8 +207,10 @@ pub fn summarize(runs: &[RunRecord], cores: usize) -> Vec<PointSummary> {
                 (Some(r), Some(s)) if r.speedup > 0.0 => Some(s / r.speedup),
                 _ => None,
             };
+            let comparable =
+                nodes <= 1 || crate::apps::find(&app).map_or(true, |a| a.exact_across_processes);
             let checksum_matches = match (&seq_checksum, version) {
-                (Some(c), Version::Parallel) if !ok.is_empty() => {
+                (Some(c), Version::Parallel) if !ok.is_empty() && comparable => {
                     Some(ok.iter().all(|r| r.checksum.as_deref() == Some(c.as_str())))
                 }
                 _ => None,
@@ -420,7 +422,8 @@ mod tests {
         assert_eq!(p2.speedup_max, Some(2.5));
         assert!((p2.efficiency.unwrap() - 10.0 / 4.5 / 2.0).abs() < 1e-12);
         assert!(!p2.oversubscribed);
-        assert_eq!(p2.checksum_matches, Some(true));
+        // Barnes-Hut's checksums are compared at P = 1 only.
+        assert_eq!(p2.checksum_matches, None);
         assert_eq!(p2.note.as_deref(), Some("1 of 3 timed-out (why)"));
         assert_eq!(p2.reference.as_ref().unwrap().speedup, 1.91);
         assert!((p2.vs_reference.unwrap() - 10.0 / 4.5 / 1.91).abs() < 1e-12);
@@ -431,8 +434,21 @@ mod tests {
         assert_eq!(p22.efficiency, Some(10.0 / 4.0 / 4.0));
         let p4 = &s[3];
         assert!(p4.oversubscribed);
-        assert_eq!(p4.checksum_matches, Some(false));
+        assert_eq!(p4.checksum_matches, None);
         assert_eq!(p4.reference.as_ref().unwrap().speedup, 3.55);
+
+        // An app that is bit-identical on any P: checksums are compared everywhere.
+        let sor: Vec<RunRecord> = runs
+            .iter()
+            .cloned()
+            .map(|mut r| {
+                r.app = "sor".into();
+                r
+            })
+            .collect();
+        let s = summarize(&sor, 2);
+        assert_eq!(s[1].checksum_matches, Some(true));
+        assert_eq!(s[3].checksum_matches, Some(false));
     }
 
     #[test]

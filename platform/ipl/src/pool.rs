@@ -11,6 +11,7 @@ use parking_lot::{Condvar, Mutex};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -39,6 +40,11 @@ pub(crate) struct PoolInner {
     me: NodeId,
     /// The member whose process runs the registry, if one does.
     registry_rank: Option<u32>,
+    /// Set when the connection to the registry broke while this node was a member: the node is
+    /// cut off from its pool (failures can no longer be seen), and its receives fail.
+    lost: AtomicBool,
+    /// Set when this node leaves, so that the end of its registry connection is not a loss.
+    left: AtomicBool,
     size: Option<u32>,
     join_timeout: Duration,
     request_timeout: Duration,
@@ -102,7 +108,21 @@ impl PoolInner {
         self.changed.notify_all();
     }
 
+    /// Why this node is cut off from its pool, once it has lost the registry while a member.
+    /// Cheap while all is well (one atomic load), as receivers ask before every message.
+    pub(crate) fn cut_off(&self) -> Option<String> {
+        if !self.lost.load(Ordering::Relaxed) {
+            return None;
+        }
+        let v = self.view.lock();
+        let why = v.registry_lost.clone().unwrap_or_default();
+        Some(format!("{} is cut off from its pool: {why}", self.me))
+    }
+
     fn lost_registry(&self, why: String) {
+        if self.left.load(Ordering::SeqCst) {
+            return;
+        }
         let mut v = self.view.lock();
         match self.registry_rank.filter(|r| *r != self.me.rank()) {
             // The registry ran inside a member: that member is gone, and not by leaving (a
@@ -123,6 +143,7 @@ impl PoolInner {
             }
             _ => v.registry_lost = Some(why),
         }
+        self.lost.store(true, Ordering::SeqCst);
         drop(v);
         self.changed.notify_all();
     }
@@ -165,6 +186,8 @@ impl Pool {
         Arc::new(PoolInner {
             me,
             registry_rank: cfg.registry_rank,
+            lost: AtomicBool::new(false),
+            left: AtomicBool::new(false),
             size: cfg.size,
             join_timeout: cfg.join_timeout,
             request_timeout: cfg.connect_timeout,
@@ -328,6 +351,7 @@ impl Pool {
 
     /// Leaves the pool (or reports this node dead, when it is ending by a failure).
     pub(crate) fn leave(&self, died: bool) {
+        self.inner.left.store(true, Ordering::SeqCst);
         if let Some(l) = self.inner.link.get() {
             l.close(died);
         }

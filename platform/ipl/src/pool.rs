@@ -566,6 +566,11 @@ fn join_tcp(cfg: &Config, req: JoinRequest, mut s: TcpStream) -> Result<Pool> {
                 match msg {
                     Ok(m) => p.apply(m),
                     Err(e) => {
+                        let e = if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                            "closed by the other side".to_string()
+                        } else {
+                            e.to_string()
+                        };
                         p.lost_registry(format!(
                             "connection to the registry at {server} lost: {e}"
                         ));

@@ -565,7 +565,7 @@ fn cluster_launchers_build_command_lines_and_say_when_missing() {
     assert_eq!(
         lines,
         [
-            format!("{sor} -n 32"),
+            format!("{sor} --seq -n 32"),
             format!("srun -n 2 --cpus-per-task=2 {sor} -n 32 --threads 2"),
             format!("srun -n 4 --cpus-per-task=2 {sor} -n 32 --threads 2"),
         ]

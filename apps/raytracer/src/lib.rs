@@ -43,7 +43,9 @@ pub use balls::balls;
 pub use camera::{Camera, CameraError};
 pub use canvas::{Canvas, ImageError};
 pub use nff::{NffError, NffErrorKind};
-pub use parallel::{render_parallel, Frame, FrameError, RenderTask, SceneSource, SharedFrame};
+pub use parallel::{
+    render_in_pool, render_parallel, Frame, FrameError, RenderTask, SceneSource, SharedFrame,
+};
 pub use render::{
     pixel_color, quantize, render_full, render_recursive, render_split, render_tile,
     RenderSettings, Tile,

@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use clap::Parser;
 use raytracer::{
-    balls, nff, render_full, render_parallel, render_split, Camera, Canvas, Frame, FrameError,
-    ImageError, RenderSettings, Scene, SceneSource, SharedFrame,
+    balls, nff, render_full, render_in_pool, render_parallel, render_split, Camera, Canvas, Frame,
+    FrameError, ImageError, RenderSettings, Scene, SceneSource, SharedFrame,
 };
 use serde_json::json;
 use thiserror::Error;
@@ -20,8 +20,9 @@ use thiserror::Error;
 ///
 /// Without --seq the screen is split four ways recursively into Satin tasks
 /// that --threads worker threads share by work stealing; the image is
-/// bit-identical to the sequential one. The pool of the IPL_* environment
-/// must have one node (no IPL_* variables, or `ipl-run -n 1`).
+/// bit-identical to the sequential one. Under `ipl-run -n N` (or any IPL_*
+/// pool of N > 1 nodes) the tasks are spread over the N processes, which
+/// steal from each other (--steal); the master prints the result line.
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
@@ -33,6 +34,13 @@ struct Args {
     /// Worker threads of the divide-and-conquer runtime (per process).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
     threads: u32,
+
+    /// How idle processes of a multi-process run look for work: `random`
+    /// (ask a random process and wait for the answer) or `cluster-aware`
+    /// (at most one asynchronous request to another location at a time,
+    /// random requests inside the own location meanwhile).
+    #[arg(long, default_value = "cluster-aware", value_parser = parse_steal)]
+    steal: satin::Steal,
 
     /// Recursion depth of the sphereflake: 1 + 9 + ... + 9^k spheres
     /// (2 gives 91 spheres, the Satin "balls2" input; at most 7).
@@ -119,26 +127,24 @@ enum AppError {
     /// Joining the pool failed.
     #[error("cannot join the pool: {0}")]
     Join(#[source] ipl::Error),
-    /// The pool has more than one node.
-    #[error(
-        "multi-process raytracing needs satin's in_pool, which this build lacks; \
-         the pool has {0} nodes: run with one node (no IPL_* variables or ipl-run -n 1), \
-         more threads with --threads, or --seq"
-    )]
-    MultiProcess(String),
     /// The divide-and-conquer runtime failed.
     #[error("parallel render: {0}")]
     Satin(#[from] satin::Error),
 }
 
-/// The one-node pool the parallel version runs on.
+fn parse_steal(s: &str) -> Result<satin::Steal, String> {
+    match s {
+        "random" => Ok(satin::Steal::Random),
+        "cluster-aware" => Ok(satin::Steal::ClusterAware),
+        _ => Err(format!(
+            "unknown stealing policy '{s}': expected 'random' or 'cluster-aware'"
+        )),
+    }
+}
+
+/// The pool the parallel version runs on (one node without IPL_* variables).
 fn join_pool() -> Result<ipl::Ibis, AppError> {
     let config = ipl::Config::from_env().map_err(AppError::Config)?;
-    match config.size {
-        Some(1) => {}
-        Some(n) => return Err(AppError::MultiProcess(n.to_string())),
-        None => return Err(AppError::MultiProcess("an open number of".into())),
-    }
     ipl::Ibis::join(config).map_err(AppError::Join)
 }
 
@@ -150,8 +156,9 @@ struct Rendered {
     spheres: usize,
     polygons: usize,
     lights: usize,
-    /// The runtime's statistics and the seconds it took to start.
-    stats: Option<(satin::Stats, f64)>,
+    /// The runtime's statistics and the seconds it took to start (a runtime over several
+    /// processes starts within its first run, so it has no separate figure).
+    stats: Option<(satin::Stats, Option<f64>)>,
 }
 
 fn render_sequential(
@@ -182,6 +189,35 @@ fn render_sequential(
     })
 }
 
+/// Renders over every process of `ibis`'s pool; `None` on the nodes other than the master.
+fn render_in_processes(
+    ibis: ipl::Ibis,
+    frame: Frame,
+    threads: u32,
+    tile: u32,
+    steal: satin::Steal,
+) -> Result<Option<Rendered>, AppError> {
+    let build_start = Instant::now();
+    let shared = SharedFrame::new(frame)?;
+    let scene_seconds = build_start.elapsed().as_secs_f64();
+    let runtime = satin::Runtime::in_pool(ibis)
+        .threads(threads as usize)
+        .steal(steal);
+    let render_start = Instant::now();
+    let image = render_in_pool(&runtime, &shared, tile)?;
+    let render_seconds = render_start.elapsed().as_secs_f64();
+    let scene = shared.scene();
+    Ok(image.map(|image| Rendered {
+        image,
+        scene_seconds,
+        render_seconds,
+        spheres: scene.sphere_count(),
+        polygons: scene.polygon_count(),
+        lights: scene.lights().len(),
+        stats: Some((runtime.stats(), None)),
+    }))
+}
+
 fn render_with_satin(frame: Frame, threads: u32, tile: u32) -> Result<Rendered, AppError> {
     let build_start = Instant::now();
     let shared = SharedFrame::new(frame)?;
@@ -201,7 +237,7 @@ fn render_with_satin(frame: Frame, threads: u32, tile: u32) -> Result<Rendered, 
         spheres: scene.sphere_count(),
         polygons: scene.polygon_count(),
         lights: scene.lights().len(),
-        stats: Some((runtime.stats(), start_seconds)),
+        stats: Some((runtime.stats(), Some(start_seconds))),
     })
 }
 
@@ -246,17 +282,30 @@ fn run(args: Args) -> Result<(), AppError> {
     };
     let threads = if args.seq { 1 } else { args.threads };
 
-    let rendered = if args.seq {
-        render_sequential(&desc, width, height, &settings, args.tile)?
-    } else {
-        drop(desc);
-        let frame = Frame {
-            source,
-            width,
-            height,
-            settings,
-        };
-        render_with_satin(frame, threads, args.tile)?
+    let nodes = pool.as_ref().map_or(1, |ibis| {
+        let p = ibis.pool();
+        p.size().map_or_else(|| p.members().len(), |n| n as usize)
+    });
+    let rendered = match pool.clone() {
+        None => render_sequential(&desc, width, height, &settings, args.tile)?,
+        Some(ibis) => {
+            drop(desc);
+            let frame = Frame {
+                source,
+                width,
+                height,
+                settings,
+            };
+            if nodes > 1 {
+                match render_in_processes(ibis, frame, threads, args.tile, args.steal)? {
+                    Some(rendered) => rendered,
+                    // The master reports; the other processes only helped.
+                    None => return Ok(()),
+                }
+            } else {
+                render_with_satin(frame, threads, args.tile)?
+            }
+        }
     };
     tracing::info!(
         spheres = rendered.spheres,
@@ -290,7 +339,7 @@ fn run(args: Args) -> Result<(), AppError> {
             "tile": args.tile,
             "output": (!args.no_png).then(|| args.output.display().to_string()),
         },
-        "nodes": 1,
+        "nodes": nodes,
         "threads": threads,
         "seconds": {
             "scene_build": rendered.scene_seconds,
@@ -301,11 +350,16 @@ fn run(args: Args) -> Result<(), AppError> {
         "checksum": format!("{checksum:016x}"),
     });
     if let Some((stats, start_seconds)) = rendered.stats {
-        line["seconds"]["runtime_start"] = json!(start_seconds);
+        if let Some(start_seconds) = start_seconds {
+            line["seconds"]["runtime_start"] = json!(start_seconds);
+        }
         line["satin"] = json!({
             "spawns": stats.spawns,
             "jobs_executed": stats.jobs_executed,
             "local_steals": stats.local_steals,
+            "remote_steal_attempts": stats.remote_steal_attempts,
+            "remote_steals": stats.remote_steals,
+            "jobs_sent": stats.jobs_sent,
             "idle_seconds": stats.idle.as_secs_f64(),
         });
     }

@@ -251,3 +251,22 @@ pub fn render_parallel(
         leaf,
     })
 }
+
+/// Renders the whole image of `frame` on a runtime spread over an `ipl` pool:
+/// every node calls it with the same frame; the master returns the image and
+/// the others `None` once it is done. Bit-identical to
+/// [`render_split`](crate::render_split) with the same leaf size.
+///
+/// # Errors
+/// What the runtime reports (a task panicked, a node died or left).
+pub fn render_in_pool(
+    runtime: &satin::PoolRuntime,
+    frame: &SharedFrame,
+    leaf: u32,
+) -> Result<Option<Canvas>, satin::Error> {
+    runtime.run(RenderTask {
+        frame: frame.clone(),
+        tile: frame.full_tile(),
+        leaf,
+    })
+}

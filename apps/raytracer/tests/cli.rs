@@ -1,6 +1,7 @@
 //! The `raytracer` binary: `--seq` and the Satin version print the same
 //! checksum; the parallel version runs on a one-node pool (also under
-//! `ipl-run -n 1`) and refuses a larger one with a clear message. Every
+//! `ipl-run -n 1`) and spread over several processes with either stealing
+//! policy, always giving the sequential image. Every
 //! child is killed when its test ends, and every wait is bounded.
 
 use std::io::Read;
@@ -147,26 +148,47 @@ fn parallel_runs_under_ipl_run_with_one_node() {
 }
 
 #[test]
-fn more_than_one_node_is_refused_with_a_clear_message() {
-    let expected = "multi-process raytracing needs satin's in_pool";
+fn processes_render_the_sequential_image_with_both_stealing_policies() {
     let launcher = ipl_run();
     let d = Instant::now() + LIMIT;
-    let (status, out, err) = output(raytracer().args(SMALL).env("IPL_POOL_SIZE", "2"), d);
-    assert!(!status.success());
-    assert!(out.is_empty(), "{out}");
-    assert!(err.contains(expected) && err.contains("2 nodes"), "{err}");
+    let seq = result_line(raytracer().arg("--seq").args(SMALL), d);
+    for (nodes, clusters, steal) in [
+        ("2", "1", "random"),
+        ("3", "1", "random"),
+        ("2", "1", "cluster-aware"),
+        ("4", "2", "cluster-aware"),
+    ] {
+        let (status, out, err) = output(
+            Command::new(&launcher)
+                .args(["-n", nodes, "--clusters", clusters, "--"])
+                .arg(env!("CARGO_BIN_EXE_raytracer"))
+                .args(SMALL)
+                .args(["--steal", steal]),
+            d,
+        );
+        assert!(status.success(), "{nodes} processes, {steal}: {err}");
+        // Only the master reports.
+        let lines: Vec<&str> = out.lines().filter(|l| l.contains("{\"app\"")).collect();
+        assert_eq!(lines.len(), 1, "{out}");
+        let json = &lines[0][lines[0].find('{').expect("a JSON object")..];
+        let par: serde_json::Value = serde_json::from_str(json).expect("the result line");
+        assert_eq!(par["nodes"].to_string(), nodes);
+        assert_eq!(par["parameters"], seq["parameters"]);
+        assert_eq!(
+            par["checksum"], seq["checksum"],
+            "{nodes} processes in {clusters} locations, {steal}"
+        );
+    }
+}
 
-    let (status, out, err) = output(
-        Command::new(launcher)
-            .args(["-n", "2", "--no-prefix", "--"])
-            .arg(env!("CARGO_BIN_EXE_raytracer"))
-            .args(SMALL),
-        d,
-    );
+#[test]
+fn a_bad_stealing_policy_is_refused() {
+    let d = Instant::now() + LIMIT;
+    let (status, out, err) = output(raytracer().args(SMALL).args(["--steal", "greedy"]), d);
     assert!(!status.success());
     assert!(out.is_empty(), "{out}");
-    assert!(err.contains(expected), "{err}");
-    // --seq needs no pool at all.
+    assert!(err.contains("unknown stealing policy 'greedy'"), "{err}");
+    // --seq needs no pool at all, whatever the environment says.
     let v = result_line(
         raytracer()
             .arg("--seq")

@@ -2,6 +2,10 @@
 //!
 //! `cargo run --release -p satin --example nqueens -- [N] [THREADS]` (defaults 14, all cores).
 //! Known counts: N=8 gives 92, N=10 724, N=12 14200, N=14 365596.
+//!
+//! Launched under `ipl-run` (`IPL_SERVER` set), every process joins the pool and the search
+//! is spread over all of them; the master prints the count. `SATIN_STEAL=random` selects
+//! random stealing instead of cluster-aware stealing.
 
 use std::time::Instant;
 
@@ -71,23 +75,51 @@ impl satin::Task for Queens {
 satin::register!(Queens);
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // `RUST_LOG=satin=debug` shows what the runtime does.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
     let mut args = std::env::args().skip(1);
     let n: u32 = args.next().map_or(Ok(14), |s| s.parse())?;
     if !(1..=30).contains(&n) {
         return Err(format!("N must be between 1 and 30, got {n}").into());
     }
-    let mut rt = satin::Runtime::local();
-    if let Some(t) = args.next() {
-        rt = rt.threads(t.parse()?);
-    }
-    let start = Instant::now();
-    let count = rt.run(Queens {
+    let threads: Option<usize> = args.next().map(|t| t.parse()).transpose()?;
+    let root = Queens {
         n,
         row: 0,
         cols: 0,
         d1: 0,
         d2: 0,
-    })?;
+    };
+    if std::env::var_os("IPL_SERVER").is_some() {
+        let ibis = ipl::Ibis::join(ipl::Config::from_env()?)?;
+        let nodes = ibis.pool().wait_closed()?.len();
+        let policy = match std::env::var("SATIN_STEAL").as_deref() {
+            Ok("random") => satin::Steal::Random,
+            _ => satin::Steal::ClusterAware,
+        };
+        let mut rt = satin::Runtime::in_pool(ibis).steal(policy);
+        if let Some(t) = threads {
+            rt = rt.threads(t);
+        }
+        let start = Instant::now();
+        if let Some(count) = rt.run(root)? {
+            println!(
+                "{n}-queens: {count} solutions ({nodes} processes of {} threads, {policy:?} stealing, {:.3} s)",
+                rt.num_threads(),
+                start.elapsed().as_secs_f64()
+            );
+        }
+        return Ok(());
+    }
+    let mut rt = satin::Runtime::local();
+    if let Some(t) = threads {
+        rt = rt.threads(t);
+    }
+    let start = Instant::now();
+    let count = rt.run(root)?;
     println!(
         "{n}-queens: {count} solutions ({} threads, {:.3} s)",
         rt.num_threads(),

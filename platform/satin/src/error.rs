@@ -78,4 +78,36 @@ pub enum Error {
     /// Work shipped to another process failed there, or its result never came back.
     #[error("remote execution failed: {0}")]
     Remote(String),
+
+    /// A member of the pool died, or left, while a distributed run was in progress; the run
+    /// ends on every node with this error.
+    #[error("{node} failed during the run: {reason}")]
+    NodeFailed {
+        /// The node that failed, as the port library names it (`node3@clusterA (address)`).
+        node: String,
+        /// What was observed: that it died, or left.
+        reason: String,
+    },
+
+    /// The port library failed on this node (creating ports, connecting, sending).
+    #[error("on {node}: {what}: {source}")]
+    Pool {
+        /// This node.
+        node: String,
+        /// What the runtime was doing.
+        what: String,
+        /// The port library's error.
+        #[source]
+        source: std::sync::Arc<ipl::Error>,
+    },
+
+    /// The root task failed on the master node; the other nodes of a distributed run return
+    /// this, with the master's error as text.
+    #[error("the run failed on the master {master}: {reason}")]
+    RunFailed {
+        /// The master node.
+        master: String,
+        /// The master's error.
+        reason: String,
+    },
 }

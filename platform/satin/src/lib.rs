@@ -89,15 +89,70 @@
 //! [`Runtime::run`] returns [`Error::TaskPanicked`] naming the task. [`Runtime::stats`] counts
 //! spawns, syncs, steals, aborts and idle time; with `SATIN_STATS=1` every run prints its own.
 //!
-//! Everything runs in one process here; the [`remote`] module holds the hooks a distributed
-//! layer uses to ship jobs between processes, which is why tasks and outputs are serializable
-//! and task types are registered by name.
+//! # Across processes
+//!
+//! [`Runtime::in_pool`] spreads a run over the nodes of a pool of the port library (`ipl`):
+//! processes started by `ipl-run`, or threads of one process over its in-process driver.
+//! Every node calls [`run`](PoolRuntime::run) with the same root task; the elected master
+//! runs it and gets `Some(output)`, the others serve and get `None`. Idle nodes steal the
+//! oldest job of another node, as chosen by [`Steal`]: random stealing, or cluster-aware
+//! stealing, which keeps one asynchronous request to another location in flight while it
+//! steals synchronously inside its own. A stolen job travels serialized (which is why tasks
+//! are registered by name), runs on the thief as a new root, and its output travels back to
+//! the frame that spawned it. Aborting a frame cancels its children wherever they run. A node
+//! that dies during a run ends the run on every other node with [`Error::NodeFailed`].
+//!
+//! ```
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! struct Fib(u32);
+//!
+//! impl satin::Task for Fib {
+//!     type Output = u64;
+//!     fn run(self, cx: &mut satin::Context) -> u64 {
+//!         if self.0 < 2 {
+//!             return self.0 as u64;
+//!         }
+//!         let a = cx.spawn(Fib(self.0 - 1));
+//!         let b = cx.spawn(Fib(self.0 - 2));
+//!         cx.sync();
+//!         a.take() + b.take()
+//!     }
+//! }
+//! satin::register!(Fib);
+//!
+//! // Two nodes as threads of this process, over the port library's in-process driver; under
+//! // `ipl-run`, each process would join with `ipl::Config::from_env()` instead.
+//! let pool = format!("satin-doc-{}", std::process::id());
+//! let nodes: Vec<_> = (0..2)
+//!     .map(|_| {
+//!         let pool = pool.clone();
+//!         std::thread::spawn(move || -> Result<Option<u64>, satin::Error> {
+//!             let ibis = ipl::Ibis::join(ipl::Config::inproc(pool, 2)).expect("join");
+//!             satin::Runtime::in_pool(ibis)
+//!                 .threads(1)
+//!                 .steal(satin::Steal::ClusterAware)
+//!                 .run(Fib(20))
+//!         })
+//!     })
+//!     .collect();
+//! let results = nodes
+//!     .into_iter()
+//!     .map(|t| t.join().unwrap())
+//!     .collect::<Result<Vec<Option<u64>>, _>>()?;
+//! // The master returns the result, the other node None.
+//! assert_eq!(results.iter().flatten().collect::<Vec<_>>(), [&6765]);
+//! # Ok::<(), satin::Error>(())
+//! ```
+//!
+//! The [`remote`] module holds the hooks this distributed layer is built on, for layers that
+//! move work between processes in other ways.
 
 #![warn(missing_docs)]
 
 mod codec;
 mod context;
 mod deque;
+mod dist;
 mod error;
 mod handle;
 mod job;
@@ -111,6 +166,7 @@ mod task;
 mod worker;
 
 pub use context::Context;
+pub use dist::{PoolRuntime, Steal};
 pub use error::Error;
 pub use handle::Handle;
 pub use runtime::Runtime;

@@ -1,7 +1,8 @@
 //! Hooks for a distributed layer that moves work between processes.
 //!
 //! A runtime on its own only steals between its threads. A layer that connects several
-//! processes (over the port library) drives these hooks:
+//! processes drives these hooks; [`Runtime::in_pool`](crate::Runtime::in_pool) is such a
+//! layer, over the port library:
 //!
 //! * **Giving work away.** When another process asks for work, [`Remote::steal_oldest`] takes
 //!   the oldest job of this runtime, serialized as a registered type name plus bytes. The job is
@@ -12,7 +13,9 @@
 //!   it on the local workers as a new root, and hands back its serialized output.
 //! * **Speculative search.** A job given away may be aborted by its parent afterwards;
 //!   [`RemoteJob::is_aborted`] tells the layer so it can cancel the remote copy with
-//!   [`RemoteRoot::abort`] on the other side.
+//!   [`RemoteRoot::abort`] on the other side. [`Remote::set_abort_hook`] says when to look.
+//! * **Asking for work.** [`Remote::set_idle_hook`] is called by workers that found nothing
+//!   to do in this process.
 //!
 //! Task types must be registered with [`register!`](crate::register) in both processes.
 
@@ -142,19 +145,43 @@ impl Remote {
 
     /// Installs `hook`, called by a worker (with its index) when it has found no job in this
     /// process for a while: once when it starts to back off and again before each time it
-    /// parks, so the layer can send a steal request elsewhere. Work obtained that way is run
-    /// with [`submit`](Remote::submit). The hook runs on the idle worker, which may block in it
-    /// (a synchronous steal), but is then unavailable for local work. Replaces any earlier hook.
+    /// parks, so the layer can send a steal request elsewhere. While a hook is installed,
+    /// sleeping workers wake at least every millisecond to call it. Work obtained that way is
+    /// run with [`submit`](Remote::submit). The hook runs on the idle worker, which may block
+    /// in it (a synchronous steal), but is then unavailable for local work. Replaces any
+    /// earlier hook.
     pub fn set_idle_hook<F>(&self, hook: F)
     where
         F: Fn(usize) + Send + Sync + 'static,
     {
         *self.sched.idle_hook.write() = Some(Arc::new(hook));
+        self.sched.idle_hook_set.store(true, Ordering::Release);
+        // Sleepers may be in a long park; let them call the hook now.
+        self.sched.wake_all();
     }
 
     /// Removes the hook installed by [`set_idle_hook`](Remote::set_idle_hook).
     pub fn clear_idle_hook(&self) {
+        self.sched.idle_hook_set.store(false, Ordering::Release);
         *self.sched.idle_hook.write() = None;
+    }
+
+    /// Installs `hook`, called right after any frame of this runtime aborts its children and
+    /// after any run is cancelled, on the thread that did it. Jobs given away may have become
+    /// unwanted then: the layer can look at [`RemoteJob::is_aborted`] at once instead of
+    /// polling. The hook must return quickly and must not block. Replaces any earlier hook.
+    pub fn set_abort_hook<F>(&self, hook: F)
+    where
+        F: Fn() + Send + Sync + 'static,
+    {
+        *self.sched.abort_hook.write() = Some(Arc::new(hook));
+        self.sched.abort_hook_set.store(true, Ordering::Release);
+    }
+
+    /// Removes the hook installed by [`set_abort_hook`](Remote::set_abort_hook).
+    pub fn clear_abort_hook(&self) {
+        self.sched.abort_hook_set.store(false, Ordering::Release);
+        *self.sched.abort_hook.write() = None;
     }
 
     /// Number of workers currently parked for lack of work: a hint to ask other processes.

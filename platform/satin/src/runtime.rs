@@ -78,7 +78,7 @@ impl Runtime {
         self.scheduler().map(drop)
     }
 
-    fn scheduler(&self) -> Result<Arc<Scheduler>, Error> {
+    pub(crate) fn scheduler(&self) -> Result<Arc<Scheduler>, Error> {
         let mut started = self.started.lock();
         if let Some(s) = started.as_ref() {
             return Ok(Arc::clone(&s.sched));

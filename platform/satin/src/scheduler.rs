@@ -49,10 +49,17 @@ pub(crate) struct Scheduler {
     pub(crate) remote_cursor: AtomicUsize,
     /// Told when a worker finds no local work; see `Remote::set_idle_hook`.
     pub(crate) idle_hook: RwLock<Option<IdleHook>>,
+    /// True while an idle hook is installed: sleeping workers then wake often to call it.
+    pub(crate) idle_hook_set: AtomicBool,
+    /// Told after every abort; see `Remote::set_abort_hook`.
+    pub(crate) abort_hook: RwLock<Option<AbortHook>>,
+    pub(crate) abort_hook_set: AtomicBool,
 }
 
 /// See `Remote::set_idle_hook`.
 pub(crate) type IdleHook = Arc<dyn Fn(usize) + Send + Sync>;
+/// See `Remote::set_abort_hook`.
+pub(crate) type AbortHook = Arc<dyn Fn() + Send + Sync>;
 
 impl Scheduler {
     /// Starts `threads` workers.
@@ -82,6 +89,9 @@ impl Scheduler {
             next_remote_id: AtomicU64::new(1),
             remote_cursor: AtomicUsize::new(0),
             idle_hook: RwLock::new(None),
+            idle_hook_set: AtomicBool::new(false),
+            abort_hook: RwLock::new(None),
+            abort_hook_set: AtomicBool::new(false),
         });
         let mut handles = Vec::with_capacity(threads);
         for (index, public) in publics.into_iter().enumerate() {
@@ -127,7 +137,11 @@ impl Scheduler {
     }
 
     pub(crate) fn park_timeout(&self) -> Duration {
-        if self.active_roots.load(Ordering::Relaxed) > 0 {
+        // With an idle hook, a sleeping worker is also the one that asks other processes for
+        // work, so it must come back soon even when this process has nothing running.
+        if self.active_roots.load(Ordering::Relaxed) > 0
+            || self.idle_hook_set.load(Ordering::Relaxed)
+        {
             PARK_ACTIVE
         } else {
             PARK_IDLE
@@ -141,6 +155,13 @@ impl Scheduler {
             if self.wake(w) {
                 return;
             }
+        }
+    }
+
+    /// Wakes every sleeping worker.
+    pub(crate) fn wake_all(&self) {
+        for w in self.workers.iter() {
+            self.wake(w);
         }
     }
 
@@ -185,6 +206,17 @@ impl Scheduler {
     /// Marks every run as cancelled for frames that compare generations.
     pub(crate) fn bump_abort_gen(&self) {
         self.abort_gen.fetch_add(1, Ordering::AcqRel);
+        if self.abort_hook_set.load(Ordering::Acquire) {
+            self.call_abort_hook();
+        }
+    }
+
+    #[cold]
+    fn call_abort_hook(&self) {
+        let hook = self.abort_hook.read().clone();
+        if let Some(hook) = hook {
+            hook();
+        }
     }
 
     pub(crate) fn stats(&self) -> Stats {

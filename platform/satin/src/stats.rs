@@ -28,6 +28,17 @@ pub struct Stats {
     pub remote_steal_attempts: u64,
     /// Of those, the ones that brought back a job.
     pub remote_steals: u64,
+    /// Of the remote steal attempts, those sent to a node of another location (with
+    /// cluster-aware stealing, the asynchronous wide-area requests).
+    pub wide_steal_attempts: u64,
+    /// Of those, the ones that brought back a job.
+    pub wide_steals: u64,
+    /// Jobs other processes gave this one, run here as new roots.
+    pub jobs_received: u64,
+    /// Cancellations this process sent for jobs it had given away and no longer needed.
+    pub cancels_sent: u64,
+    /// Jobs received from other processes that their owner cancelled while they ran here.
+    pub cancels_received: u64,
     /// Jobs of this process handed to other processes through [`remote`](crate::remote).
     pub jobs_sent: u64,
     /// Bytes of tasks and outputs that passed through the [`remote`](crate::remote) hooks.
@@ -52,6 +63,15 @@ impl Stats {
                 .remote_steal_attempts
                 .saturating_sub(earlier.remote_steal_attempts),
             remote_steals: self.remote_steals.saturating_sub(earlier.remote_steals),
+            wide_steal_attempts: self
+                .wide_steal_attempts
+                .saturating_sub(earlier.wide_steal_attempts),
+            wide_steals: self.wide_steals.saturating_sub(earlier.wide_steals),
+            jobs_received: self.jobs_received.saturating_sub(earlier.jobs_received),
+            cancels_sent: self.cancels_sent.saturating_sub(earlier.cancels_sent),
+            cancels_received: self
+                .cancels_received
+                .saturating_sub(earlier.cancels_received),
             jobs_sent: self.jobs_sent.saturating_sub(earlier.jobs_sent),
             bytes_moved: self.bytes_moved.saturating_sub(earlier.bytes_moved),
         }
@@ -76,7 +96,18 @@ impl fmt::Display for Stats {
             "  remote steals         {} of {} attempts",
             self.remote_steals, self.remote_steal_attempts
         )?;
+        writeln!(
+            f,
+            "    to other locations  {} of {} attempts",
+            self.wide_steals, self.wide_steal_attempts
+        )?;
         writeln!(f, "  jobs sent away        {}", self.jobs_sent)?;
+        writeln!(f, "  jobs received         {}", self.jobs_received)?;
+        writeln!(
+            f,
+            "  remote cancellations  {} sent, {} received",
+            self.cancels_sent, self.cancels_received
+        )?;
         writeln!(f, "  bytes moved           {}", self.bytes_moved)?;
         write!(
             f,
@@ -145,6 +176,11 @@ pub(crate) struct SharedCounters {
     pub(crate) aborts: AtomicU64,
     pub(crate) remote_steal_attempts: AtomicU64,
     pub(crate) remote_steals: AtomicU64,
+    pub(crate) wide_steal_attempts: AtomicU64,
+    pub(crate) wide_steals: AtomicU64,
+    pub(crate) jobs_received: AtomicU64,
+    pub(crate) cancels_sent: AtomicU64,
+    pub(crate) cancels_received: AtomicU64,
     pub(crate) jobs_sent: AtomicU64,
     pub(crate) bytes_moved: AtomicU64,
 }
@@ -167,6 +203,11 @@ impl SharedCounters {
         s.aborts += self.aborts.load(Relaxed);
         s.remote_steal_attempts += self.remote_steal_attempts.load(Relaxed);
         s.remote_steals += self.remote_steals.load(Relaxed);
+        s.wide_steal_attempts += self.wide_steal_attempts.load(Relaxed);
+        s.wide_steals += self.wide_steals.load(Relaxed);
+        s.jobs_received += self.jobs_received.load(Relaxed);
+        s.cancels_sent += self.cancels_sent.load(Relaxed);
+        s.cancels_received += self.cancels_received.load(Relaxed);
         s.jobs_sent += self.jobs_sent.load(Relaxed);
         s.bytes_moved += self.bytes_moved.load(Relaxed);
     }

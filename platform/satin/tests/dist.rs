@@ -1,0 +1,354 @@
+//! Distributed runs on pools of nodes that are threads of the test process, over the
+//! in-process driver, tcp and the wide-area emulation: results equal the sequential ones
+//! with both stealing policies, work really moves between nodes, and a panic anywhere
+//! fails the run on every node with an error that says where.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::tasks::{queens, Fib, RandomTree};
+use common::{fib, on_nodes, on_nodes_until, Layout, LIMIT};
+use ipl::Driver;
+use satin::{Context, Error, Runtime, Stats, Steal, Task};
+use serde::{Deserialize, Serialize};
+
+/// What one node saw of a series of runs: the outputs (None off the master) and its stats.
+struct NodeReport {
+    outputs: Vec<Option<u64>>,
+    stats: Stats,
+    master: String,
+    me: String,
+}
+
+const TREE_SEEDS: [u64; 2] = [7, 2024];
+
+/// Runs fib, nqueens and two random trees, one after the other, in one pool.
+fn series(ibis: ipl::Ibis, threads: usize, policy: Steal) -> NodeReport {
+    let rt = Runtime::in_pool(ibis).threads(threads).steal(policy);
+    let mut outputs = vec![
+        rt.run(Fib(24)).expect("fib"),
+        rt.run(queens(10, 4)).expect("queens"),
+    ];
+    for seed in TREE_SEEDS {
+        outputs.push(rt.run(RandomTree { seed, depth: 8 }).expect("tree"));
+    }
+    NodeReport {
+        outputs,
+        stats: rt.stats(),
+        master: rt.master().expect("elected").name(),
+        me: rt.node().name(),
+    }
+}
+
+fn expected() -> Vec<u64> {
+    let mut v = vec![fib(24), 724];
+    for seed in TREE_SEEDS {
+        v.push(RandomTree { seed, depth: 8 }.sequential());
+    }
+    v
+}
+
+/// Checks one pool's reports: every run has its output on the master only, and the steal
+/// counters agree with each other.
+fn check(layout: Layout, policy: Steal, reports: &[NodeReport]) {
+    let expect = expected();
+    let master = &reports[0].master;
+    assert!(reports.iter().all(|r| &r.master == master));
+    for (run, want) in expect.iter().enumerate() {
+        for r in reports {
+            let got = r.outputs[run];
+            if &r.me == master {
+                assert_eq!(
+                    got,
+                    Some(*want),
+                    "{layout:?} {policy:?}: run {run} on {}",
+                    r.me
+                );
+            } else {
+                assert_eq!(got, None, "{layout:?} {policy:?}: run {run} on {}", r.me);
+            }
+        }
+    }
+    let stolen = jobs_moved(reports);
+    let received: u64 = reports.iter().map(|r| r.stats.jobs_received).sum();
+    let sent: u64 = reports.iter().map(|r| r.stats.jobs_sent).sum();
+    let attempts: u64 = reports.iter().map(|r| r.stats.remote_steal_attempts).sum();
+    assert_eq!(stolen, received, "{layout:?} {policy:?}");
+    assert!(
+        received <= sent && stolen <= attempts,
+        "{layout:?} {policy:?}"
+    );
+    for r in reports {
+        assert!(r.stats.bytes_moved > 0 || r.stats.jobs_received + r.stats.jobs_sent == 0);
+    }
+    if policy == Steal::Random {
+        assert!(reports.iter().all(|r| r.stats.wide_steal_attempts == 0));
+    }
+}
+
+/// Jobs that ran on another node than their owner's, over a pool's reports.
+fn jobs_moved(reports: &[NodeReport]) -> u64 {
+    reports.iter().map(|r| r.stats.remote_steals).sum()
+}
+
+/// Runs the series on pools of 2, 3 and 4 nodes and checks every run. Whether a job moves
+/// in a given series depends on scheduling (a busy machine may let the master finish alone),
+/// so a pool where none moved runs the series again, until the test's deadline.
+fn all_sizes(driver: Driver, policy: Steal) {
+    let deadline = Instant::now() + LIMIT;
+    for nodes in 2..=4 {
+        let clusters = if policy == Steal::ClusterAware { 2 } else { 1 };
+        let layout = Layout::new(driver, nodes, clusters);
+        let threads = if nodes == 2 { 2 } else { 1 };
+        loop {
+            let reports =
+                on_nodes_until(layout, deadline, move |ibis| series(ibis, threads, policy));
+            check(layout, policy, &reports);
+            if jobs_moved(&reports) >= 1 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{layout:?} {policy:?}: no job moved between nodes in any series"
+            );
+        }
+    }
+}
+
+#[test]
+fn inproc_random_stealing_matches_sequential() {
+    all_sizes(Driver::Inproc, Steal::Random);
+}
+
+#[test]
+fn inproc_cluster_aware_stealing_matches_sequential() {
+    all_sizes(Driver::Inproc, Steal::ClusterAware);
+}
+
+#[test]
+fn tcp_random_stealing_matches_sequential() {
+    all_sizes(Driver::Tcp, Steal::Random);
+}
+
+#[test]
+fn tcp_cluster_aware_stealing_matches_sequential() {
+    all_sizes(Driver::Tcp, Steal::ClusterAware);
+}
+
+#[test]
+fn cluster_aware_stealing_crosses_a_wide_area_link() {
+    let layout = Layout {
+        wan_latency: Duration::from_millis(5),
+        ..Layout::new(Driver::Wan, 4, 2)
+    };
+    let reports = on_nodes(layout, |ibis| series(ibis, 1, Steal::ClusterAware));
+    check(layout, Steal::ClusterAware, &reports);
+    let wide: u64 = reports.iter().map(|r| r.stats.wide_steal_attempts).sum();
+    assert!(wide >= 1, "no wide-area steal request was sent");
+}
+
+/// Set once a `Boom` has started; per test binary, so only one test uses it.
+static BOOM_STARTED: AtomicBool = AtomicBool::new(false);
+
+/// Panics wherever it runs.
+#[derive(Serialize, Deserialize)]
+struct Boom;
+
+impl Task for Boom {
+    type Output = u64;
+    fn run(self, _cx: &mut Context) -> u64 {
+        BOOM_STARTED.store(true, Ordering::SeqCst);
+        panic!("boom");
+    }
+}
+satin::register!(Boom);
+
+#[derive(Serialize, Deserialize)]
+struct Nop;
+
+impl Task for Nop {
+    type Output = ();
+    fn run(self, _cx: &mut Context) {}
+}
+satin::register!(Nop);
+
+/// Keeps its worker busy (spawning, so that waiting jobs stay visible to thieves) until a
+/// `Boom` has started, which on a one-thread master can only happen on another node.
+#[derive(Serialize, Deserialize)]
+struct WaitForBoom;
+
+impl Task for WaitForBoom {
+    type Output = u64;
+    fn run(self, cx: &mut Context) -> u64 {
+        let start = Instant::now();
+        while !BOOM_STARTED.load(Ordering::SeqCst) {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "Boom never started"
+            );
+            cx.spawn(Nop);
+            cx.sync();
+        }
+        0
+    }
+}
+satin::register!(WaitForBoom);
+
+#[derive(Serialize, Deserialize)]
+struct BoomElsewhere;
+
+impl Task for BoomElsewhere {
+    type Output = u64;
+    fn run(self, cx: &mut Context) -> u64 {
+        let boom = cx.spawn(Boom);
+        let wait = cx.spawn(WaitForBoom);
+        cx.sync();
+        boom.take() + wait.take()
+    }
+}
+satin::register!(BoomElsewhere);
+
+#[test]
+fn a_panic_on_another_node_fails_the_run_everywhere_and_the_pool_goes_on() {
+    let reports = on_nodes(Layout::new(Driver::Tcp, 2, 1), |ibis| {
+        let rt = Runtime::in_pool(ibis).threads(1).steal(Steal::Random);
+        let failed = rt.run(BoomElsewhere);
+        let next = rt.run(Fib(15));
+        (failed, next, rt.node().name(), rt.master().unwrap().name())
+    });
+    for (failed, next, me, master) in reports {
+        let err = failed.expect_err("the run fails");
+        if me == master {
+            // Named after the node the job ran on, which is not the master.
+            assert!(matches!(err, Error::Remote(_)), "{err:?}");
+            let text = err.to_string();
+            assert!(text.contains("panicked: boom"), "{text}");
+            assert!(text.contains("Boom"), "{text}");
+            assert!(!text.contains(&format!("on {master}")), "{text}");
+            assert_eq!(next.unwrap(), Some(fib(15)));
+        } else {
+            match &err {
+                Error::RunFailed { master: m, reason } => {
+                    assert!(m.contains(&master), "{err}");
+                    assert!(reason.contains(&format!("on {me}")), "{err}");
+                }
+                other => panic!("expected RunFailed, got {other:?}"),
+            }
+            assert_eq!(next.unwrap(), None);
+        }
+    }
+}
+
+/// A tree whose every output is a megabyte. Both nodes steal, so results usually travel both
+/// ways at once; that must never leave two nodes each waiting for the other to read.
+#[derive(Serialize, Deserialize, Clone, Copy)]
+struct Wide {
+    depth: u32,
+    seed: u64,
+}
+
+const WIDE_WORDS: usize = 1 << 17;
+
+impl Wide {
+    fn children(self) -> [Wide; 2] {
+        [1, 2].map(|k| Wide {
+            depth: self.depth - 1,
+            seed: self.seed.wrapping_mul(6364136223846793005).wrapping_add(k),
+        })
+    }
+
+    fn leaf(self) -> Vec<u64> {
+        (0..WIDE_WORDS as u64)
+            .map(|i| (self.seed ^ i).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+            .collect()
+    }
+
+    fn combine(a: Vec<u64>, b: Vec<u64>) -> Vec<u64> {
+        a.iter()
+            .zip(&b)
+            .map(|(x, y)| x.rotate_left(7).wrapping_add(*y))
+            .collect()
+    }
+
+    fn sequential(self) -> Vec<u64> {
+        if self.depth == 0 {
+            return self.leaf();
+        }
+        let [a, b] = self.children();
+        Wide::combine(a.sequential(), b.sequential())
+    }
+}
+
+impl Task for Wide {
+    type Output = Vec<u64>;
+    fn run(self, cx: &mut Context) -> Vec<u64> {
+        if self.depth == 0 {
+            return self.leaf();
+        }
+        let [a, b] = self.children();
+        let a = cx.spawn(a);
+        let b = cx.spawn(b);
+        cx.sync();
+        Wide::combine(a.take(), b.take())
+    }
+}
+satin::register!(Wide);
+
+#[test]
+fn megabyte_outputs_move_between_stealing_nodes() {
+    let root = Wide { depth: 6, seed: 3 };
+    let expect = root.sequential();
+    let reports = on_nodes(Layout::new(Driver::Tcp, 2, 1), move |ibis| {
+        let rt = Runtime::in_pool(ibis).threads(2).steal(Steal::Random);
+        let out = rt.run(root).expect("the run");
+        (out, rt.stats())
+    });
+    let outputs: Vec<_> = reports.iter().filter_map(|r| r.0.as_ref()).collect();
+    assert_eq!(outputs.len(), 1);
+    assert!(outputs[0] == &expect, "the combined output differs");
+    let moved: u64 = reports.iter().map(|r| r.1.bytes_moved).sum();
+    assert!(moved >= 8 * WIDE_WORDS as u64, "{moved} bytes moved");
+}
+
+/// Works for a while without spawning anything: there is nothing to steal meanwhile.
+#[derive(Serialize, Deserialize)]
+struct Busy(Duration);
+
+impl Task for Busy {
+    type Output = u64;
+    fn run(self, _cx: &mut Context) -> u64 {
+        let start = Instant::now();
+        let mut spins = 0u64;
+        while start.elapsed() < self.0 {
+            spins += 1;
+            std::hint::spin_loop();
+        }
+        spins
+    }
+}
+satin::register!(Busy);
+
+#[test]
+fn idle_nodes_back_off_instead_of_flooding_the_pool() {
+    let busy = Duration::from_millis(500);
+    let reports = on_nodes(Layout::new(Driver::Inproc, 3, 1), move |ibis| {
+        let rt = Runtime::in_pool(ibis).threads(1).steal(Steal::Random);
+        let out = rt.run(Busy(busy)).expect("the run");
+        (out.is_some(), rt.stats())
+    });
+    for (master, stats) in reports {
+        if master {
+            continue;
+        }
+        // Asking once per idle wake-up (every millisecond) would be about 500 requests;
+        // backing off to at most 20 ms between failures leaves a few dozen.
+        let attempts = stats.remote_steal_attempts;
+        assert!(
+            (1..=100).contains(&attempts),
+            "{attempts} steal requests in {busy:?}"
+        );
+        assert_eq!(stats.remote_steals, 0);
+    }
+}

@@ -1,0 +1,283 @@
+//! Distributed runs on real processes: this test binary re-run with a role in
+//! `SATIN_TEST_ROLE`, the processes forming a tcp pool whose registry runs in the test
+//! process. Every child is killed when its test ends, however it ends, and every wait is
+//! bounded.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::tasks::{queens, Fib, RandomTree};
+use common::{fib, LIMIT};
+use ipl::{Config, Ibis, RegistryServer};
+use satin::{Context, Runtime, Steal, Task};
+use serde::{Deserialize, Serialize};
+
+/// Kills the child when the test ends, unless it was waited for.
+struct Reaped(Option<Child>);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn role() -> Option<String> {
+    std::env::var("SATIN_TEST_ROLE").ok()
+}
+
+/// The root of a run that does not end by itself: it says so on stdout when it starts, then
+/// computes a Fibonacci number far too large to finish.
+#[derive(Serialize, Deserialize)]
+struct Endless;
+
+impl Task for Endless {
+    type Output = u64;
+    fn run(self, cx: &mut Context) -> u64 {
+        println!("root started");
+        cx.call(Fib(60))
+    }
+}
+satin::register!(Endless);
+
+const TREE: RandomTree = RandomTree { seed: 42, depth: 9 };
+
+/// Entry point of the child processes; does nothing in a normal test run.
+#[test]
+fn child_process_entry() {
+    let Some(role) = role() else { return };
+    // The test harness has printed `test child_process_entry ... ` without a line end.
+    println!();
+    common::log_from_env();
+    let ibis = Ibis::join(Config::from_env().expect("IPL_* environment")).expect("join");
+    let rank = ibis.id().rank();
+    let policy = match std::env::var("SATIN_TEST_STEAL").as_deref() {
+        Ok("random") => Steal::Random,
+        _ => Steal::ClusterAware,
+    };
+    let rt = Runtime::in_pool(ibis.clone()).threads(1).steal(policy);
+    match role.as_str() {
+        "compute" => {
+            let results = [rt.run(Fib(24)), rt.run(queens(10, 4)), rt.run(TREE)];
+            for (i, r) in results.into_iter().enumerate() {
+                match r {
+                    Ok(Some(v)) => println!("result {rank} {i} {v}"),
+                    Ok(None) => println!("none {rank} {i}"),
+                    Err(e) => println!("error {rank} {i}: {e}"),
+                }
+            }
+            let s = rt.stats();
+            println!("stats {rank} {} {}", s.jobs_received, s.jobs_sent);
+        }
+        "endless" => {
+            ibis.pool().wait_closed().expect("pool");
+            match rt.run(Endless) {
+                Err(e) => println!("failed {rank}: {e}"),
+                Ok(v) => println!("finished {rank}: {v:?}"),
+            }
+        }
+        r => panic!("unknown role {r}"),
+    }
+}
+
+/// Starts rank `rank` of a pool of `size` in `clusters` locations with `role`; its stdout
+/// lines go to `lines`.
+fn child(
+    role: &str,
+    policy: &str,
+    registry: &RegistryServer,
+    pool: &str,
+    (size, clusters, rank): (u32, u32, u32),
+    lines: mpsc::Sender<(u32, String)>,
+) -> Reaped {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.args([
+        "child_process_entry",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env("SATIN_TEST_ROLE", role)
+    .env("SATIN_TEST_STEAL", policy)
+    .env("IPL_SERVER", registry.address().to_string())
+    .env("IPL_POOL", pool)
+    .env("IPL_POOL_SIZE", size.to_string())
+    .env("IPL_RANK", rank.to_string())
+    .env("IPL_SECRET", "satin-processes")
+    .env(
+        "IPL_LOCATION",
+        ipl::launch::location_of(rank, size, clusters),
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit());
+    let mut child = c.spawn().unwrap();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = lines.send((rank, line));
+        }
+    });
+    Reaped(Some(child))
+}
+
+/// Waits for `child` to exit before `deadline`; its exit code. Kills it if it does not exit.
+fn wait_exit(child: &mut Reaped, deadline: Instant) -> i32 {
+    let limit = deadline.saturating_duration_since(Instant::now());
+    let mut c = child.0.take().expect("running");
+    let pid = c.id() as i32;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(c.wait().map(|s| s.code().unwrap_or(-1)));
+    });
+    match rx.recv_timeout(limit) {
+        Ok(code) => code.unwrap(),
+        Err(_) => {
+            // SAFETY: kill(2) on our child, which has not been reaped yet (its waiter waits).
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+            panic!("child {pid} did not exit within {limit:?}");
+        }
+    }
+}
+
+fn compute_on_processes(size: u32, clusters: u32, policy: &str) {
+    let deadline = Instant::now() + LIMIT;
+    let registry = RegistryServer::start("127.0.0.1:0", "satin-processes").unwrap();
+    let pool = format!("satin-proc-{}-{size}-{policy}", std::process::id());
+    let (tx, rx) = mpsc::channel();
+    let mut children: Vec<Reaped> = (0..size)
+        .map(|rank| {
+            child(
+                "compute",
+                policy,
+                &registry,
+                &pool,
+                (size, clusters, rank),
+                tx.clone(),
+            )
+        })
+        .collect();
+    drop(tx);
+    let expect = [fib(24), 724, TREE.sequential()];
+    let mut results: Vec<Vec<(u32, u64)>> = vec![Vec::new(); expect.len()];
+    let mut nones = vec![0; expect.len()];
+    let (mut received, mut sent, mut reported) = (0u64, 0u64, 0);
+    while reported < size {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (rank, line) = rx
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("{size} processes did not all report within {LIMIT:?}"));
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["result", _, i, v] => {
+                results[i.parse::<usize>().unwrap()].push((rank, v.parse().unwrap()))
+            }
+            ["none", _, i] => nones[i.parse::<usize>().unwrap()] += 1,
+            ["error", ..] => panic!("rank {rank}: {line}"),
+            ["stats", _, r, s] => {
+                received += r.parse::<u64>().unwrap();
+                sent += s.parse::<u64>().unwrap();
+                reported += 1;
+            }
+            _ => {}
+        }
+    }
+    for (i, want) in expect.iter().enumerate() {
+        assert_eq!(
+            results[i].len(),
+            1,
+            "run {i}: one master result: {results:?}"
+        );
+        assert_eq!(results[i][0].1, *want, "run {i}");
+        assert_eq!(nones[i], size - 1, "run {i}");
+    }
+    // The same master every time.
+    assert!(results.iter().all(|r| r[0].0 == results[0][0].0));
+    assert!(received >= 1, "no job moved between the processes");
+    assert!(received <= sent);
+    for c in &mut children {
+        assert_eq!(wait_exit(c, deadline), 0);
+    }
+}
+
+#[test]
+fn two_processes_match_sequential_with_random_stealing() {
+    if role().is_some() {
+        return;
+    }
+    compute_on_processes(2, 1, "random");
+}
+
+#[test]
+fn three_processes_in_two_locations_match_sequential_with_cluster_aware_stealing() {
+    if role().is_some() {
+        return;
+    }
+    compute_on_processes(3, 2, "cluster-aware");
+}
+
+#[test]
+fn a_killed_process_ends_the_run_on_the_others_with_an_error_naming_it() {
+    if role().is_some() {
+        return;
+    }
+    let deadline = Instant::now() + LIMIT;
+    let registry = RegistryServer::start("127.0.0.1:0", "satin-processes").unwrap();
+    let pool = format!("satin-kill-{}", std::process::id());
+    let (tx, rx) = mpsc::channel();
+    let mut children: Vec<Reaped> = (0..3)
+        .map(|rank| {
+            child(
+                "endless",
+                "cluster-aware",
+                &registry,
+                &pool,
+                (3, 2, rank),
+                tx.clone(),
+            )
+        })
+        .collect();
+    drop(tx);
+    // Once the master's root runs, every node is inside its run.
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((_, line)) if line == "root started" => break,
+            // The test harness's own lines.
+            Ok(_) => {}
+            Err(_) => panic!("the run did not start within {LIMIT:?}"),
+        }
+    }
+    // SIGKILL: no chance to say goodbye.
+    children[1].0.as_mut().unwrap().kill().unwrap();
+    let killed = Instant::now();
+    let mut failed = Vec::new();
+    while failed.len() < 2 {
+        let left = Duration::from_secs(15).saturating_sub(killed.elapsed());
+        match rx.recv_timeout(left) {
+            Ok((rank, line)) if line.starts_with("failed") => {
+                assert!(
+                    line.contains("node1@"),
+                    "rank {rank} failed without naming the killed node: {line}"
+                );
+                eprintln!("rank {rank}: {line}");
+                failed.push(rank);
+            }
+            Ok((rank, line)) if line.starts_with("finished") => panic!("rank {rank}: {line}"),
+            Ok(_) => {}
+            Err(_) => panic!("only {failed:?} ended the run within 15 s of the kill"),
+        }
+    }
+    failed.sort();
+    assert_eq!(failed, [0, 2]);
+    for rank in [0, 2] {
+        assert_eq!(wait_exit(&mut children[rank], deadline), 0);
+    }
+}

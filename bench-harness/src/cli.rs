@@ -177,6 +177,10 @@ pub struct RunArgs {
     /// Host file for --launcher hostfile.
     #[arg(long)]
     pub hostfile: Option<PathBuf>,
+    /// Remote shell for --launcher hostfile (ipl-run --rsh), e.g. "ssh -o BatchMode=yes"
+    /// [default: ipl-run's, ssh].
+    #[arg(long, value_name = "CMD")]
+    pub rsh: Option<String>,
     /// Emulated clusters: ranks are spread over this many locations (ipl-run --clusters).
     #[arg(long, value_parser = parse_positive)]
     pub clusters: Option<u32>,
@@ -224,6 +228,7 @@ impl RunArgs {
             app_args: self.app_args.iter().cloned().collect(),
             launcher: self.launcher,
             hostfile: self.hostfile.clone(),
+            rsh: self.rsh.clone(),
             clusters: self.clusters,
             wan_latency: self.wan_latency.clone(),
             timeout: self.common.timeout.unwrap_or(Duration::from_secs(600)),

@@ -148,6 +148,10 @@ pub struct SweepConfig {
     pub launcher: LauncherKind,
     /// Host file for [`LauncherKind::Hostfile`].
     pub hostfile: Option<PathBuf>,
+    /// Remote shell command for [`LauncherKind::Hostfile`] (`ipl-run --rsh`); None: ipl-run's
+    /// default (`ssh`).
+    #[serde(default)]
+    pub rsh: Option<String>,
     /// Number of emulated clusters (`ipl-run --clusters`).
     pub clusters: Option<u32>,
     /// Wide-area latency between clusters (`ipl-run --wan-latency`, e.g. `20ms`).
@@ -182,6 +186,7 @@ impl SweepConfig {
             app_args: BTreeMap::new(),
             launcher: LauncherKind::Local,
             hostfile: None,
+            rsh: None,
             clusters: None,
             wan_latency: None,
             timeout: Duration::from_secs(120),
@@ -254,6 +259,18 @@ impl SweepConfig {
                 ))
             }
             _ => {}
+        }
+        if let Some(r) = &self.rsh {
+            if self.launcher != LauncherKind::Hostfile {
+                return Err(Error::invalid(
+                    "--rsh",
+                    r.clone(),
+                    "only used with --launcher hostfile",
+                ));
+            }
+            if r.trim().is_empty() {
+                return Err(Error::invalid("--rsh", r.clone(), "empty command"));
+            }
         }
         if let Some(h) = &self.hostfile {
             if self.launcher != LauncherKind::Hostfile {

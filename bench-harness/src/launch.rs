@@ -16,6 +16,8 @@ pub struct Launcher {
     pub ipl_run: PathBuf,
     /// Host file for `hostfile`.
     pub hostfile: Option<PathBuf>,
+    /// Remote shell for `hostfile` (`ipl-run --rsh`); None: ipl-run's default.
+    pub rsh: Option<String>,
     /// `--clusters` for `ipl-run`.
     pub clusters: Option<u32>,
     /// `--wan-latency` for `ipl-run`.
@@ -29,6 +31,7 @@ impl Launcher {
             kind: c.launcher,
             ipl_run: bin_dir.join("ipl-run"),
             hostfile: c.hostfile.clone(),
+            rsh: c.rsh.clone(),
             clusters: c.clusters,
             wan_latency: c.wan_latency.clone(),
         }
@@ -43,6 +46,7 @@ impl Launcher {
     ///     kind: LauncherKind::Local,
     ///     ipl_run: "target/release/ipl-run".into(),
     ///     hostfile: None,
+    ///     rsh: None,
     ///     clusters: Some(2),
     ///     wan_latency: Some("20ms".into()),
     /// };
@@ -66,6 +70,9 @@ impl Launcher {
                 v.extend(["-n".into(), nodes.to_string()]);
                 if let Some(h) = &self.hostfile {
                     v.extend(["--hostfile".into(), h.display().to_string()]);
+                }
+                if let Some(r) = &self.rsh {
+                    v.extend(["--rsh".into(), r.clone()]);
                 }
                 if let Some(c) = self.clusters {
                     v.extend(["--clusters".into(), c.to_string()]);
@@ -156,6 +163,7 @@ mod tests {
             kind,
             ipl_run: "/b/ipl-run".into(),
             hostfile: (kind == LauncherKind::Hostfile).then(|| "hosts.txt".into()),
+            rsh: (kind == LauncherKind::Hostfile).then(|| "ip netns exec".into()),
             clusters: None,
             wan_latency: None,
         }
@@ -175,7 +183,7 @@ mod tests {
             launcher(LauncherKind::Hostfile)
                 .command(8, 1, p, &args)
                 .display(),
-            "/b/ipl-run -n 8 --hostfile hosts.txt -- /b/sor -n 64"
+            "/b/ipl-run -n 8 --hostfile hosts.txt --rsh 'ip netns exec' -- /b/sor -n 64"
         );
         assert_eq!(
             launcher(LauncherKind::Mpirun)

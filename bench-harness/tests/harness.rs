@@ -638,6 +638,8 @@ fn cluster_launchers_build_command_lines_and_say_when_missing() {
         "hostfile",
         "--hostfile",
         hosts.to_str().unwrap(),
+        "--rsh",
+        "ip netns exec",
         "--bin-dir",
         b,
         "--results-dir",
@@ -645,7 +647,7 @@ fn cluster_launchers_build_command_lines_and_say_when_missing() {
     ]);
     assert!(
         text(&o.stdout).contains(&format!(
-            "{b}/ipl-run -n 8 --hostfile {} -- {sor} -n 32",
+            "{b}/ipl-run -n 8 --hostfile {} --rsh 'ip netns exec' -- {sor} -n 32",
             hosts.display()
         )),
         "{}",

@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 /// (the winner of the election "master") answers each with an object holding one value of every
 /// primitive type.
 ///
-/// Started by a launcher (`ipl-run -n N -- master-worker ...`, or any environment with
-/// IPL_SERVER set) this process is one node of that pool; started on its own it runs a whole
+/// Started by a launcher (`ipl-run -n N -- master-worker ...`, `mpirun`, `srun`, or any
+/// environment with IPL_SERVER set) this process is one node of that pool; started on its own
+/// it runs a whole
 /// pool of --workers worker threads plus the master in this process. Only the master prints its
 /// JSON result line (app, mode, parameters, nodes, threads, seconds per phase, total seconds,
 /// requests per second, checksum).
@@ -295,14 +296,12 @@ fn run_sweep(a: &Args, counts: &[u32], started: Instant) -> Result<Value, Error>
 fn run_pool(a: &Args, started: Instant) -> Result<Option<Value>, Error> {
     let opts = options(a)?;
     let mut progress = print_progress(a.quiet);
-    if std::env::var_os("IPL_SERVER").is_none() {
-        let configured = ipl::Config::from_env()
-            .map_err(|source| Error::Ipl {
-                context: "read IPL_* settings".into(),
-                source,
-            })?
-            .spin;
-        let spin = choose_spin(a, Some(a.workers + 1), configured);
+    let mut cfg = ipl::Config::from_env().map_err(|source| Error::Ipl {
+        context: "read the pool configuration (IPL_* or the launcher's environment)".into(),
+        source,
+    })?;
+    if cfg.driver == ipl::Driver::Inproc {
+        let spin = choose_spin(a, Some(a.workers + 1), cfg.spin);
         let r = run_in_process(a.workers, spin, &opts, &mut progress)?;
         let phases = json!({ "join": r.join_seconds, "run": r.master.seconds });
         let total = started.elapsed().as_secs_f64();
@@ -312,10 +311,6 @@ fn run_pool(a: &Args, started: Instant) -> Result<Option<Value>, Error> {
             a, params, nodes, phases, total, &r.master,
         )));
     }
-    let mut cfg = ipl::Config::from_env().map_err(|source| Error::Ipl {
-        context: "read the pool configuration (IPL_*)".into(),
-        source,
-    })?;
     cfg.spin = choose_spin(a, cfg.size, cfg.spin);
     let driver = format!("{:?}", cfg.driver).to_lowercase();
     let spin = cfg.spin;

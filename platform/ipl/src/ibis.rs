@@ -7,8 +7,10 @@ use crate::node::NodeId;
 use crate::pool::Pool;
 use crate::port_type::PortType;
 use crate::receive_port::{PortTable, ReceivePort, ReceivePortBuilder};
+use crate::registry::RegistryServer;
 use crate::send_port::SendPort;
 use crate::transport::{inproc, tcp::NodeServer};
+use std::net::{IpAddr, TcpStream, ToSocketAddrs, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -20,6 +22,8 @@ pub(crate) struct IbisInner {
     pub(crate) links: Arc<crate::transport::links::Links>,
     next_send_port: AtomicU64,
     _server: Option<NodeServer>,
+    /// The registry this node runs for its pool (rank 0 under `mpirun` and `srun`).
+    registry: Option<RegistryServer>,
     ended: AtomicBool,
 }
 
@@ -30,6 +34,16 @@ impl IbisInner {
                 inproc::unregister(&self.id);
             }
             self.pool.leave(died);
+            if let Some(r) = &self.registry {
+                // The others still need the registry to finish: keep it until they have gone.
+                if !r.wait_until_empty(&self.cfg.pool, self.cfg.registry_linger) {
+                    tracing::warn!(
+                        "stopping the registry of pool '{}' while members remain, after {:?}",
+                        self.cfg.pool,
+                        self.cfg.registry_linger
+                    );
+                }
+            }
         }
     }
 }
@@ -50,24 +64,42 @@ pub struct Ibis {
 
 impl Ibis {
     /// Joins the pool described by `cfg` (see [`Config::from_env`]).
-    pub fn join(cfg: Config) -> Result<Ibis> {
+    ///
+    /// A node with [`Config::registry_bind`] first starts the registry there. A tcp or wan node
+    /// with an empty [`Config::host`] listens on, and advertises, the local address of its
+    /// connection to the registry.
+    pub fn join(mut cfg: Config) -> Result<Ibis> {
         if cfg.pool.is_empty() || cfg.pool.len() > 256 {
             return Err(Error::config(
                 "IPL_POOL",
                 "pool name must be 1 to 256 bytes",
             ));
         }
+        let registry = match (&cfg.registry_bind, cfg.driver) {
+            (None, _) => None,
+            (Some(_), Driver::Inproc) => {
+                return Err(Error::config(
+                    "IPL_DRIVER",
+                    "a node that runs the registry needs the tcp or wan driver",
+                ))
+            }
+            (Some(bind), _) => Some(start_registry(&cfg, bind)?),
+        };
         let ports: Arc<PortTable> = Arc::default();
         let links: Arc<crate::transport::links::Links> = Arc::default();
-        let (server, address) = match cfg.driver {
-            Driver::Inproc => (None, "inproc".to_string()),
+        let (server, address, stream) = match cfg.driver {
+            Driver::Inproc => (None, "inproc".to_string(), None),
             Driver::Tcp | Driver::Wan => {
+                let stream = crate::pool::connect_registry(&cfg)?;
+                if cfg.host.is_empty() {
+                    cfg.host = advertised_host(&stream, &cfg)?;
+                }
                 let s = NodeServer::start(&cfg.host, &cfg.secret, ports.clone(), links.clone())?;
                 let a = s.address().to_string();
-                (Some(s), a)
+                (Some(s), a, Some(stream))
             }
         };
-        let pool = Pool::join(&cfg, &address)?;
+        let pool = Pool::join(&cfg, &address, stream)?;
         let id = pool.me().clone();
         if cfg.driver == Driver::Inproc {
             inproc::register(&id, &ports);
@@ -82,6 +114,7 @@ impl Ibis {
                 links,
                 next_send_port: AtomicU64::new(0),
                 _server: server,
+                registry,
                 ended: AtomicBool::new(false),
             }),
         })
@@ -140,4 +173,125 @@ impl Ibis {
         self.inner.end(false);
         Ok(())
     }
+}
+
+/// Starts the registry a node runs for its pool, after checking that the registry address the
+/// others use is one of this host's.
+fn start_registry(cfg: &Config, bind: &str) -> Result<RegistryServer> {
+    let server = cfg.server.as_deref().unwrap_or_default();
+    let mut unresolved = Vec::new();
+    let mut local = false;
+    for candidate in server.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+        match candidate.to_socket_addrs() {
+            Ok(addrs) => {
+                for a in addrs {
+                    local |= is_local(a.ip());
+                }
+            }
+            Err(e) => unresolved.push(format!("{candidate} ({e})")),
+        }
+    }
+    let whose = match &cfg.launcher {
+        Some(l) => format!(
+            "rank {} of the {} job{}",
+            l.rank,
+            l.kind.name(),
+            l.this_host
+                .as_deref()
+                .map(|h| format!(" on {h}"))
+                .unwrap_or_default()
+        ),
+        None => "this node".into(),
+    };
+    let source = cfg
+        .launcher
+        .as_ref()
+        .map(|l| format!(" (from {})", l.registry_source))
+        .unwrap_or_default();
+    if !local {
+        return Err(Error::Registry(format!(
+            "{whose} runs the registry, but the others look for it at {server}{source}, \
+             which is not an address of this host{}; start rank 0 there, or set \
+             IPL_SERVER=host:port with this host's name for every rank",
+            if unresolved.is_empty() {
+                String::new()
+            } else {
+                format!(" (unresolved: {})", unresolved.join(", "))
+            }
+        )));
+    }
+    RegistryServer::start(bind, &cfg.secret).map_err(|e| {
+        Error::Registry(format!(
+            "{whose} cannot run the registry at {bind}: {e}; another job on this host may hold \
+             the port derived from its job id: set IPL_SERVER=host:port with a free port"
+        ))
+    })
+}
+
+/// Whether `ip` is an address of this host.
+fn is_local(ip: IpAddr) -> bool {
+    ip.is_loopback() || UdpSocket::bind((ip, 0)).is_ok()
+}
+
+/// The address a node advertises: the local end of its connection to the registry. When that is
+/// a loopback address but the launcher runs the job on several hosts (a host name that
+/// resolves to 127.0.1.1 on its own host, say), the first non-loopback address of this host.
+fn advertised_host(registry: &TcpStream, cfg: &Config) -> Result<String> {
+    let local = registry
+        .local_addr()
+        .map_err(|e| Error::io("local address of the registry connection", e))?
+        .ip();
+    let several_hosts = cfg
+        .launcher
+        .as_ref()
+        .and_then(|l| l.hosts)
+        .is_some_and(|h| h > 1);
+    if local.is_loopback() && several_hosts {
+        match first_interface_address() {
+            Some(ip) => {
+                tracing::info!(
+                    %ip,
+                    "the registry is reached over loopback but the job spans several hosts; \
+                     advertising this host's first other address (IPL_HOST chooses another)"
+                );
+                return Ok(ip.to_string());
+            }
+            None => tracing::warn!(
+                "the job spans several hosts but this host has no address besides loopback"
+            ),
+        }
+    }
+    Ok(local.to_string())
+}
+
+/// The first IPv4 address of an interface that is up and not loopback.
+fn first_interface_address() -> Option<IpAddr> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list` with a linked list that we free below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut cur = list;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, valid until freeifaddrs.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        let flags = ifa.ifa_flags as libc::c_int;
+        if ifa.ifa_addr.is_null() || flags & libc::IFF_UP == 0 || flags & libc::IFF_LOOPBACK != 0 {
+            continue;
+        }
+        // SAFETY: ifa_addr is non-null and points to a sockaddr whose family we check first.
+        if unsafe { (*ifa.ifa_addr).sa_family } as libc::c_int == libc::AF_INET {
+            // SAFETY: an AF_INET sockaddr is a sockaddr_in.
+            let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+            found = Some(IpAddr::from(
+                u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
+            ));
+            break;
+        }
+    }
+    // SAFETY: `list` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(list) };
+    found
 }

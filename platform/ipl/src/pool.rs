@@ -11,6 +11,7 @@ use parking_lot::{Condvar, Mutex};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -37,6 +38,13 @@ struct View {
 
 pub(crate) struct PoolInner {
     me: NodeId,
+    /// The member whose process runs the registry, if one does.
+    registry_rank: Option<u32>,
+    /// Set when the connection to the registry broke while this node was a member: the node is
+    /// cut off from its pool (failures can no longer be seen), and its receives fail.
+    lost: AtomicBool,
+    /// Set when this node leaves, so that the end of its registry connection is not a loss.
+    left: AtomicBool,
     size: Option<u32>,
     join_timeout: Duration,
     request_timeout: Duration,
@@ -100,8 +108,43 @@ impl PoolInner {
         self.changed.notify_all();
     }
 
+    /// Why this node is cut off from its pool, once it has lost the registry while a member.
+    /// Cheap while all is well (one atomic load), as receivers ask before every message.
+    pub(crate) fn cut_off(&self) -> Option<String> {
+        if !self.lost.load(Ordering::Relaxed) {
+            return None;
+        }
+        let v = self.view.lock();
+        let why = v.registry_lost.clone().unwrap_or_default();
+        Some(format!("{} is cut off from its pool: {why}", self.me))
+    }
+
     fn lost_registry(&self, why: String) {
-        self.view.lock().registry_lost = Some(why);
+        if self.left.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut v = self.view.lock();
+        match self.registry_rank.filter(|r| *r != self.me.rank()) {
+            // The registry ran inside a member: that member is gone, and not by leaving (a
+            // member running the registry leaves before it stops it, and stops it only once
+            // the others have left).
+            Some(r) if v.members.contains_key(&r) => {
+                let n = v.members.remove(&r).expect("member is present");
+                tracing::warn!(node = %n, "lost the registry that ran in this member: {why}");
+                v.registry_lost = Some(format!("the registry ran in {n}, which is gone: {why}"));
+                v.dead.insert(r, n.clone());
+                let ev = PoolEvent::Died(n);
+                v.subscribers.retain(|s| {
+                    !matches!(
+                        s.try_send(ev.clone()),
+                        Err(crossbeam_channel::TrySendError::Disconnected(_))
+                    )
+                });
+            }
+            _ => v.registry_lost = Some(why),
+        }
+        self.lost.store(true, Ordering::SeqCst);
+        drop(v);
         self.changed.notify_all();
     }
 
@@ -116,8 +159,9 @@ impl PoolInner {
 }
 
 impl Pool {
-    /// Joins the pool described by `cfg`, advertising `address` for this node's ports.
-    pub(crate) fn join(cfg: &Config, address: &str) -> Result<Pool> {
+    /// Joins the pool described by `cfg`, advertising `address` for this node's ports; tcp and
+    /// wan nodes pass their authenticated connection to the registry (from [`connect_registry`]).
+    pub(crate) fn join(cfg: &Config, address: &str, registry: Option<TcpStream>) -> Result<Pool> {
         let req = JoinRequest {
             pool: cfg.pool.clone(),
             size: cfg.size,
@@ -127,9 +171,10 @@ impl Pool {
             address: address.to_owned(),
             death_timeout: cfg.death_timeout,
         };
-        match cfg.driver {
-            Driver::Inproc => join_inproc(cfg, req),
-            Driver::Tcp | Driver::Wan => join_tcp(cfg, req),
+        match (cfg.driver, registry) {
+            (Driver::Inproc, _) => join_inproc(cfg, req),
+            (Driver::Tcp | Driver::Wan, Some(s)) => join_tcp(cfg, req, s),
+            (Driver::Tcp | Driver::Wan, None) => join_tcp(cfg, req, connect_registry(cfg)?),
         }
     }
 
@@ -140,6 +185,9 @@ impl Pool {
         };
         Arc::new(PoolInner {
             me,
+            registry_rank: cfg.registry_rank,
+            lost: AtomicBool::new(false),
+            left: AtomicBool::new(false),
             size: cfg.size,
             join_timeout: cfg.join_timeout,
             request_timeout: cfg.connect_timeout,
@@ -303,6 +351,7 @@ impl Pool {
 
     /// Leaves the pool (or reports this node dead, when it is ending by a failure).
     pub(crate) fn leave(&self, died: bool) {
+        self.inner.left.store(true, Ordering::SeqCst);
         if let Some(l) = self.inner.link.get() {
             l.close(died);
         }
@@ -389,55 +438,88 @@ impl Link for TcpLink {
     }
 }
 
-/// Connects and authenticates to the registry, retrying while it is not up yet.
-fn connect_registry(cfg: &Config) -> Result<TcpStream> {
-    let server = cfg.server.clone().expect("tcp config has a server");
+/// Connects and authenticates to the registry, retrying while it is not up yet, for at most the
+/// connect timeout. With several candidate addresses (comma-separated), each round tries them
+/// in order and the first that answers wins.
+pub(crate) fn connect_registry(cfg: &Config) -> Result<TcpStream> {
+    let server = cfg
+        .server
+        .clone()
+        .ok_or_else(|| Error::config("IPL_SERVER", "no registry address"))?;
+    let candidates: Vec<&str> = server
+        .split(',')
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    if candidates.is_empty() {
+        return Err(Error::config("IPL_SERVER", "no registry address"));
+    }
     let deadline = Instant::now() + cfg.connect_timeout;
     let mut backoff = Duration::from_millis(10);
     loop {
-        let attempt = (|| -> std::result::Result<TcpStream, String> {
-            let addr = std::net::ToSocketAddrs::to_socket_addrs(&server)
-                .map_err(|e| e.to_string())?
-                .next()
-                .ok_or("no address")?;
-            let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
-                .map_err(|e| e.to_string())?;
-            s.set_nodelay(true).map_err(|e| e.to_string())?;
-            s.set_read_timeout(Some(Duration::from_secs(10)))
-                .map_err(|e| e.to_string())?;
-            let (hello, nonce) = wire::hello(wire::Purpose::Registry);
-            s.write_all(&hello).map_err(|e| e.to_string())?;
-            let mut ch = [0u8; wire::CHALLENGE_LEN];
-            s.read_exact(&mut ch)
-                .map_err(|e| format!("registry closed the handshake ({e}): wrong secret?"))?;
-            let resp = wire::answer_challenge(cfg.secret.as_bytes(), &nonce, &ch)?;
-            s.write_all(&resp).map_err(|e| e.to_string())?;
-            Ok(s)
-        })();
-        match attempt {
-            Ok(s) => return Ok(s),
-            Err(e) if e.contains("secret") => {
-                return Err(Error::Auth {
-                    peer: format!("registry {server}"),
-                    reason: e,
-                })
-            }
-            Err(e) if Instant::now() >= deadline => {
-                return Err(Error::Registry(format!(
-                    "cannot reach the registry at {server} within {:?}: {e}",
-                    cfg.connect_timeout
-                )))
-            }
-            Err(_) => {
-                std::thread::sleep(backoff);
-                backoff = (backoff * 2).min(Duration::from_millis(500));
+        let mut last = String::new();
+        for candidate in &candidates {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match try_registry(
+                cfg,
+                candidate,
+                left.clamp(Duration::from_millis(100), Duration::from_secs(5)),
+            ) {
+                Ok(s) => return Ok(s),
+                Err(e) if e.contains("secret") => {
+                    return Err(Error::Auth {
+                        peer: format!("registry {candidate}"),
+                        reason: e,
+                    })
+                }
+                Err(e) => last = format!("{candidate}: {e}"),
             }
         }
+        if Instant::now() >= deadline {
+            let hint = match (&cfg.launcher, cfg.registry_rank) {
+                (Some(l), Some(r)) => format!(
+                    " (rank {r} of this {} job runs the registry; its address came from {}: \
+                     is rank {r} running there? IPL_SERVER=host:port names it explicitly)",
+                    l.kind.name(),
+                    l.registry_source
+                ),
+                _ => String::new(),
+            };
+            return Err(Error::Registry(format!(
+                "cannot reach the registry at {server} within {:?}: {last}{hint}",
+                cfg.connect_timeout
+            )));
+        }
+        std::thread::sleep(backoff.min(deadline.saturating_duration_since(Instant::now())));
+        backoff = (backoff * 2).min(Duration::from_millis(500));
     }
 }
 
-fn join_tcp(cfg: &Config, req: JoinRequest) -> Result<Pool> {
-    let mut s = connect_registry(cfg)?;
+/// One attempt at connecting to the registry at `server` and passing its handshake.
+fn try_registry(
+    cfg: &Config,
+    server: &str,
+    timeout: Duration,
+) -> std::result::Result<TcpStream, String> {
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(server)
+        .map_err(|e| format!("cannot resolve: {e}"))?
+        .next()
+        .ok_or("no address")?;
+    let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| e.to_string())?;
+    s.set_nodelay(true).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    let (hello, nonce) = wire::hello(wire::Purpose::Registry);
+    s.write_all(&hello).map_err(|e| e.to_string())?;
+    let mut ch = [0u8; wire::CHALLENGE_LEN];
+    s.read_exact(&mut ch)
+        .map_err(|e| format!("registry closed the handshake ({e}): wrong secret?"))?;
+    let resp = wire::answer_challenge(cfg.secret.as_bytes(), &nonce, &ch)?;
+    s.write_all(&resp).map_err(|e| e.to_string())?;
+    Ok(s)
+}
+
+fn join_tcp(cfg: &Config, req: JoinRequest, mut s: TcpStream) -> Result<Pool> {
     write_frame(
         &mut s,
         &ToRegistry::Join {
@@ -471,6 +553,9 @@ fn join_tcp(cfg: &Config, req: JoinRequest) -> Result<Pool> {
         stop: Mutex::new(Some(stop_tx)),
     }));
     let weak = Arc::downgrade(&inner);
+    let server = reader
+        .peer_addr()
+        .map_or_else(|_| "?".to_string(), |a| a.to_string());
     std::thread::Builder::new()
         .name(format!("ipl-pool-{}", me.rank()))
         .spawn(move || {
@@ -481,7 +566,14 @@ fn join_tcp(cfg: &Config, req: JoinRequest) -> Result<Pool> {
                 match msg {
                     Ok(m) => p.apply(m),
                     Err(e) => {
-                        p.lost_registry(format!("connection to the registry lost: {e}"));
+                        let e = if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                            "closed by the other side".to_string()
+                        } else {
+                            e.to_string()
+                        };
+                        p.lost_registry(format!(
+                            "connection to the registry at {server} lost: {e}"
+                        ));
                         break;
                     }
                 }

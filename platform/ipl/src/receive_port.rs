@@ -238,6 +238,9 @@ impl PortShared {
             if self.closed.load(Ordering::SeqCst) {
                 return Err(Error::Closed(format!("receive port '{}'", self.name)));
             }
+            if let Some(why) = rx.pool.inner.cut_off() {
+                return Err(Error::Registry(why));
+            }
             self.adopt(&mut rx);
             let wake_at_ns = match self.find_ready(&mut rx) {
                 Ready::Message(i, h) => {
@@ -456,6 +459,10 @@ impl<'a> ReceivePortBuilder<'a> {
                                 }
                             }
                             Err(Error::Closed(_)) => break,
+                            Err(e @ Error::Registry(_)) => {
+                                tracing::warn!(port = %s.name, "no more upcalls: {e}");
+                                break;
+                            }
                             Err(e) => tracing::warn!(port = %s.name, "receive failed: {e}"),
                         }
                     })

@@ -21,6 +21,8 @@ const MAX_HANDSHAKES: usize = 256;
 struct Shared {
     secret: Vec<u8>,
     state: Mutex<RegistryState>,
+    /// Notified whenever a member is removed.
+    removed: parking_lot::Condvar,
     sockets: Mutex<HashMap<(String, u32), TcpStream>>,
     stop: AtomicBool,
     handshaking: std::sync::atomic::AtomicUsize,
@@ -46,6 +48,7 @@ impl RegistryServer {
         let shared = Arc::new(Shared {
             secret: secret.as_bytes().to_vec(),
             state: Mutex::new(RegistryState::default()),
+            removed: parking_lot::Condvar::new(),
             sockets: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
             handshaking: 0.into(),
@@ -69,6 +72,7 @@ impl RegistryServer {
                         let expired = shared.state.lock().expired();
                         for (pool, rank) in expired {
                             shared.state.lock().remove(&pool, rank, true);
+                            shared.removed.notify_all();
                             if let Some(s) = shared.sockets.lock().remove(&(pool, rank)) {
                                 let _ = s.shutdown(std::net::Shutdown::Both);
                             }
@@ -89,6 +93,24 @@ impl RegistryServer {
     /// The address nodes reach the registry at.
     pub fn address(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Waits until pool `pool` has no members left (every node left or died), for at most
+    /// `timeout`. Returns whether it emptied.
+    pub fn wait_until_empty(&self, pool: &str, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut st = self.shared.state.lock();
+        while st.member_count(pool) > 0 {
+            if self
+                .shared
+                .removed
+                .wait_until(&mut st, deadline)
+                .timed_out()
+            {
+                return st.member_count(pool) == 0;
+            }
+        }
+        true
     }
 
     /// Runs until the process is killed (for the stand-alone server).
@@ -248,6 +270,7 @@ fn serve_client(mut stream: TcpStream, shared: Arc<Shared>) {
         }
     }
     shared.state.lock().remove(&pool, rank, died);
+    shared.removed.notify_all();
     shared.sockets.lock().remove(&(pool, rank));
     let _ = stream.shutdown(std::net::Shutdown::Both);
     if let Ok(t) = writer_thread {

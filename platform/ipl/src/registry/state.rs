@@ -225,6 +225,11 @@ impl RegistryState {
         }
     }
 
+    /// Number of members of `pool` now.
+    pub fn member_count(&self, pool: &str) -> usize {
+        self.pools.get(pool).map_or(0, |p| p.members.len())
+    }
+
     /// Members whose heartbeats stopped longer ago than their death timeout.
     pub fn expired(&self) -> Vec<(String, u32)> {
         let now = Instant::now();

@@ -187,6 +187,10 @@ pub struct RunArgs {
     /// Latency added between clusters, e.g. 20ms (ipl-run --wan-latency).
     #[arg(long, value_parser = parse_latency)]
     pub wan_latency: Option<String>,
+    /// Extra arguments for the launcher, split at spaces and put before the program, e.g.
+    /// "--oversubscribe --allow-run-as-root" for mpirun or "--overcommit" for srun.
+    #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
+    pub launcher_args: Option<String>,
     /// Micro-benchmarks to run after the apps: ipl-bench, satin-bench, bsp-bench, all or none.
     #[arg(long, value_parser = parse_micro, default_value = "none")]
     pub micro: MicroList,
@@ -231,6 +235,11 @@ impl RunArgs {
             rsh: self.rsh.clone(),
             clusters: self.clusters,
             wan_latency: self.wan_latency.clone(),
+            launcher_args: self
+                .launcher_args
+                .as_deref()
+                .map(|a| a.split_whitespace().map(str::to_string).collect())
+                .unwrap_or_default(),
             timeout: self.common.timeout.unwrap_or(Duration::from_secs(600)),
             micro: self.micro.0.clone(),
             micro_repeat: self.micro_repeat.unwrap_or(self.repeat),

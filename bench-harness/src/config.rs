@@ -156,6 +156,9 @@ pub struct SweepConfig {
     pub clusters: Option<u32>,
     /// Wide-area latency between clusters (`ipl-run --wan-latency`, e.g. `20ms`).
     pub wan_latency: Option<String>,
+    /// Extra arguments for the launcher, put before the program.
+    #[serde(default)]
+    pub launcher_args: Vec<String>,
     /// Upper bound on the wall-clock time of one run; the run is killed after it.
     #[serde(with = "duration_secs")]
     pub timeout: Duration,
@@ -189,6 +192,7 @@ impl SweepConfig {
             rsh: None,
             clusters: None,
             wan_latency: None,
+            launcher_args: Vec::new(),
             timeout: Duration::from_secs(120),
             micro: Micro::ALL.to_vec(),
             micro_repeat: 2,

@@ -22,6 +22,8 @@ pub struct Launcher {
     pub clusters: Option<u32>,
     /// `--wan-latency` for `ipl-run`.
     pub wan_latency: Option<String>,
+    /// Extra launcher arguments, put before the program (and before `ipl-run`'s `--`).
+    pub extra: Vec<String>,
 }
 
 impl Launcher {
@@ -34,6 +36,7 @@ impl Launcher {
             rsh: c.rsh.clone(),
             clusters: c.clusters,
             wan_latency: c.wan_latency.clone(),
+            extra: c.launcher_args.clone(),
         }
     }
 
@@ -49,6 +52,7 @@ impl Launcher {
     ///     rsh: None,
     ///     clusters: Some(2),
     ///     wan_latency: Some("20ms".into()),
+    ///     extra: Vec::new(),
     /// };
     /// let c = l.command(4, 1, "target/release/sor".as_ref(), &["-n".into(), "512".into()]);
     /// assert_eq!(
@@ -80,11 +84,13 @@ impl Launcher {
                 if let Some(w) = &self.wan_latency {
                     v.extend(["--wan-latency".into(), w.clone()]);
                 }
+                v.extend(self.extra.iter().cloned());
                 v.push("--".into());
                 self.ipl_run.display().to_string()
             }
             LauncherKind::Mpirun => {
                 v.extend(["-n".into(), nodes.to_string()]);
+                v.extend(self.extra.iter().cloned());
                 "mpirun".to_string()
             }
             LauncherKind::Srun => {
@@ -92,6 +98,7 @@ impl Launcher {
                 if threads > 1 {
                     v.push(format!("--cpus-per-task={threads}"));
                 }
+                v.extend(self.extra.iter().cloned());
                 "srun".to_string()
             }
         };
@@ -166,6 +173,7 @@ mod tests {
             rsh: (kind == LauncherKind::Hostfile).then(|| "ip netns exec".into()),
             clusters: None,
             wan_latency: None,
+            extra: Vec::new(),
         }
     }
 
@@ -196,6 +204,32 @@ mod tests {
                 .command(4, 2, p, &args)
                 .display(),
             "srun -n 4 --cpus-per-task=2 /b/sor -n 64"
+        );
+    }
+
+    #[test]
+    fn extra_launcher_arguments_go_before_the_program() {
+        let args = ["-n".to_string(), "64".to_string()];
+        let p = Path::new("/b/sor");
+        let with = |kind, extra: &[&str]| {
+            let mut l = launcher(kind);
+            l.extra = extra.iter().map(|s| s.to_string()).collect();
+            l.command(4, 1, p, &args).display()
+        };
+        assert_eq!(
+            with(
+                LauncherKind::Mpirun,
+                &["--oversubscribe", "--allow-run-as-root"]
+            ),
+            "mpirun -n 4 --oversubscribe --allow-run-as-root /b/sor -n 64"
+        );
+        assert_eq!(
+            with(LauncherKind::Srun, &["--overcommit"]),
+            "srun -n 4 --overcommit /b/sor -n 64"
+        );
+        assert_eq!(
+            with(LauncherKind::Local, &["--grace", "1s"]),
+            "/b/ipl-run -n 4 --grace 1s -- /b/sor -n 64"
         );
     }
 

@@ -92,7 +92,8 @@ impl Context {
         // step, a task that always spawns the same number of children exits with no
         // mispredicted branch, where a single loop branch would mispredict at every exit.
         if let Some(child) = w.pop_child(frame) {
-            w.run_child(child, seen_gen);
+            // The check above is still fresh for the first child.
+            w.run_child_fresh(child, seen_gen);
             if let Some(child) = w.pop_child(frame) {
                 w.run_child(child, seen_gen);
                 while let Some(child) = w.pop_child(frame) {

@@ -1,5 +1,6 @@
-//! Job records: one heap block per spawn holding the task, later its output, and the
-//! bookkeeping of the task's own children while it runs.
+//! Job records: one block per spawn (recycled per worker, see `recycle`) holding the task,
+//! later its output, the bookkeeping of the task's own children while it runs, and the link
+//! of the worker's private stack while the job waits there.
 
 use std::alloc::Layout;
 use std::any::TypeId;

@@ -198,6 +198,14 @@ impl Worker {
         }
     }
 
+    /// Runs a child popped by its parent's frame right after that frame found itself not
+    /// aborted at generation `seen_gen`, with nothing run in between: no check is needed.
+    #[inline(always)]
+    pub(crate) fn run_child_fresh(&self, job: JobRef, seen_gen: u64) {
+        // SAFETY: the job was just taken off the deque, so this thread is its only executor.
+        unsafe { (job.header().vtable.run_inline)(job, self, seen_gen) }
+    }
+
     /// Runs a job taken from the injector, from another worker, or from an outer frame.
     pub(crate) fn run_taken(&self, job: JobRef) {
         let gen = self.abort_gen().load(Ordering::Acquire);

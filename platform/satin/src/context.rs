@@ -67,8 +67,8 @@ impl Context {
             task,
             frame,
             frame.abort_epoch.load(Ordering::Relaxed),
+            w.link_for_push(),
         );
-        frame.pending.set(frame.pending.get() + 1);
         bump(&w.local.spawns);
         w.push(job);
         Handle::new(job, Job::<T>::output_ptr(job))
@@ -87,42 +87,23 @@ impl Context {
             abort_unwind();
         }
         let frame = self.frame();
+        let seen_gen = self.seen_gen.get();
         // Each step is written out separately for the first children: with one branch per
         // step, a task that always spawns the same number of children exits with no
         // mispredicted branch, where a single loop branch would mispredict at every exit.
-        if frame.pending.get() != 0 {
-            self.run_next_child(w, frame);
-            if frame.pending.get() != 0 {
-                self.run_next_child(w, frame);
-                if frame.pending.get() != 0 {
-                    self.sync_rest(w, frame);
+        if let Some(child) = w.pop_child(frame) {
+            // The check above is still fresh for the first child.
+            w.run_child_fresh(child, seen_gen);
+            if let Some(child) = w.pop_child(frame) {
+                w.run_child(child, seen_gen);
+                while let Some(child) = w.pop_child(frame) {
+                    w.run_child(child, seen_gen);
                 }
             }
-            frame.pending.set(0);
-            frame.stolen_done.store(0, Ordering::Relaxed);
         }
-    }
-
-    /// Runs the newest child of this frame if it is still on this worker's deque; otherwise
-    /// waits for the stolen ones.
-    #[inline(always)]
-    fn run_next_child(&self, w: &Worker, frame: &JobHeader) {
-        match w.pop_child(frame) {
-            Some(child) => w.run_child(child, self.seen_gen.get()),
-            None => w.wait_children(frame),
-        }
-    }
-
-    #[inline(never)]
-    fn sync_rest(&self, w: &Worker, frame: &JobHeader) {
-        while frame.pending.get() != 0 {
-            match w.pop_child(frame) {
-                Some(child) => w.run_child(child, self.seen_gen.get()),
-                None => {
-                    w.wait_children(frame);
-                    return;
-                }
-            }
+        // Children that left the private stack: wait for those still running elsewhere.
+        if frame.away.get() != 0 {
+            w.sync_away(frame);
         }
     }
 
@@ -269,9 +250,16 @@ impl Context {
     /// Syncs children left outstanding when `run` returned.
     #[inline(always)]
     pub(crate) fn implicit_sync(&mut self) {
-        if self.frame().pending.get() != 0 {
-            self.sync();
+        let frame = self.frame();
+        if frame.away.get() != 0 || self.worker().has_private_child(frame) {
+            self.implicit_sync_slow();
         }
+    }
+
+    /// Kept out of line so that the executor of every job stays small.
+    #[inline(never)]
+    fn implicit_sync_slow(&mut self) {
+        self.sync();
     }
 
     /// Cancels this frame's children after its task unwound: drops the ones still on this
@@ -282,9 +270,7 @@ impl Context {
         while let Some(child) = w.pop_child(frame) {
             w.discard(child, Mode::Inline);
         }
-        w.wait_children(frame);
-        frame.pending.set(0);
-        frame.stolen_done.store(0, Ordering::Relaxed);
+        w.sync_away(frame);
     }
 
     /// Cleans up after `run` unwound to the executor of a stolen job or root: records a panic

@@ -3,45 +3,66 @@
 //! The older jobs sit in a crossbeam-deque `Worker` where thieves can take them from the old
 //! end. The newest jobs sit in a private stack that only the owner touches, so a spawn and the
 //! pop that runs the child at sync need no atomic instruction and no fence; this is what keeps
-//! a spawn much cheaper than a crossbeam pop. Thieves that find the public part empty raise a
-//! flag, and the owner then moves its private jobs, oldest first, to the public part at its next
-//! spawn or pop. Every public job is older than every private one, so thieves still always get
-//! the oldest job, the root of the largest untouched subtree.
+//! a spawn much cheaper than a crossbeam pop. The private stack is intrusive: each record links
+//! to the one below it, so a push is two stores and needs no capacity check. Thieves that find
+//! the public part empty raise a flag, and the owner then moves its private jobs, oldest first,
+//! to the public part at its next spawn or pop. Every public job is older than every private
+//! one, so thieves still always get the oldest job, the root of the largest untouched subtree.
+//!
+//! A frame counts its children that leave the private stack other than through its own pops
+//! (in [`JobHeader::away`]): those it must wait for at sync. A child that never leaves costs
+//! no counting at all.
 //!
 //! The price: a job spawned just before a long stretch of work without spawns or syncs becomes
 //! visible to thieves only when that stretch ends.
 
-use std::cell::UnsafeCell;
+use std::cell::{Cell, UnsafeCell};
+use std::ptr;
 
 use crossbeam_deque::Worker as Public;
 
-use crate::job::{JobHeader, JobRef};
+use crate::job::{JobHeader, JobRef, Link};
 
 pub(crate) struct Deque {
-    /// Oldest first.
-    private: UnsafeCell<Vec<JobRef>>,
+    /// The newest private job, or null; each links to the next older one.
+    top: Cell<*const JobHeader>,
     public: Public<JobRef>,
+    /// Reused by `publish` to reverse the private stack.
+    scratch: UnsafeCell<Vec<JobRef>>,
 }
 
 impl Deque {
     pub(crate) fn new(public: Public<JobRef>) -> Self {
         Deque {
-            private: UnsafeCell::new(Vec::with_capacity(256)),
+            top: Cell::new(ptr::null()),
             public,
+            scratch: UnsafeCell::new(Vec::new()),
         }
     }
 
+    /// The link a job about to be pushed must hold: the current top.
     #[inline(always)]
-    #[allow(clippy::mut_from_ref)]
-    fn private(&self) -> &mut Vec<JobRef> {
-        // SAFETY: only the owning thread reaches the deque, and no method hands out a reference
-        // to the private part or calls back into user code while it holds one.
-        unsafe { &mut *self.private.get() }
+    pub(crate) fn link_for_push(&self) -> Link {
+        Link {
+            below: self.top.get(),
+        }
     }
 
+    /// Pushes `job`, whose link was set to [`link_for_push`](Deque::link_for_push) with no
+    /// push or pop since.
     #[inline(always)]
     pub(crate) fn push(&self, job: JobRef) {
-        self.private().push(job);
+        // SAFETY: the link of a job being pushed is a `below` pointer.
+        debug_assert!(unsafe { job.header().link.get().below } == self.top.get());
+        self.top.set(job.as_ptr());
+    }
+
+    /// True if the newest private job is a child of `frame`.
+    #[inline(always)]
+    pub(crate) fn has_private_child(&self, frame: *const JobHeader) -> bool {
+        let top = self.top.get();
+        // SAFETY: jobs on the private stack are live records.
+        !top.is_null() && unsafe { (*top).parent } == frame
     }
 
     /// Pops the newest job if it is a child of `frame`. Children of the frame running on this
@@ -49,21 +70,30 @@ impl Deque {
     /// no child left here.
     #[inline(always)]
     pub(crate) fn pop_child(&self, frame: *const JobHeader) -> Option<JobRef> {
-        let p = self.private();
-        if let Some(&top) = p.last() {
-            if top.header().parent != frame {
+        let top = self.top.get();
+        if top.is_null() {
+            return self.pop_public_child(frame);
+        }
+        // SAFETY: jobs on the private stack are live records, and their links were written by
+        // `push`.
+        unsafe {
+            if (*top).parent != frame {
                 return None;
             }
-            p.pop();
-            return Some(top);
+            self.top.set((*top).link.get().below);
+            Some(JobRef::from_ptr(top))
         }
-        self.pop_public_child(frame)
     }
 
     #[inline(never)]
     fn pop_public_child(&self, frame: *const JobHeader) -> Option<JobRef> {
         let job = self.public.pop()?;
         if job.header().parent == frame {
+            // Back home: its frame runs it and no longer waits for it as a child away.
+            let f = job.header();
+            // SAFETY: the parent is the frame asking, alive on this thread.
+            let parent = unsafe { &*f.parent };
+            parent.away.set(parent.away.get() - 1);
             Some(job)
         } else {
             // Back where it was: it came off the new end and goes back on the new end.
@@ -72,22 +102,46 @@ impl Deque {
         }
     }
 
-    /// Pops the newest job, whatever frame it belongs to.
+    /// Pops the newest job, whatever frame it belongs to. The job will be finished as taken
+    /// (through `finish_elsewhere`), so its frame counts it as away.
     pub(crate) fn pop_any(&self) -> Option<JobRef> {
-        self.private().pop().or_else(|| self.public.pop())
+        let top = self.top.get();
+        if top.is_null() {
+            // Public jobs were counted when they were published.
+            return self.public.pop();
+        }
+        // SAFETY: as in `pop_child`; private jobs are children of frames running on this thread.
+        unsafe {
+            self.top.set((*top).link.get().below);
+            let parent = &*(*top).parent;
+            parent.away.set(parent.away.get() + 1);
+            Some(JobRef::from_ptr(top))
+        }
     }
 
     /// Moves all private jobs to the public part, oldest first; returns how many.
     pub(crate) fn publish(&self) -> usize {
-        let p = self.private();
-        let n = p.len();
-        for job in p.drain(..) {
+        // SAFETY: only the owning thread reaches the deque, and this is the only user of the
+        // scratch vector.
+        let scratch = unsafe { &mut *self.scratch.get() };
+        let mut node = self.top.replace(ptr::null());
+        while !node.is_null() {
+            // SAFETY: as in `pop_child`; the parent frames run on this thread.
+            unsafe {
+                let parent = &*(*node).parent;
+                parent.away.set(parent.away.get() + 1);
+                scratch.push(JobRef::from_ptr(node));
+                node = (*node).link.get().below;
+            }
+        }
+        let n = scratch.len();
+        for job in scratch.drain(..).rev() {
             self.public.push(job);
         }
         n
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.private().is_empty() && self.public.is_empty()
+        self.top.get().is_null() && self.public.is_empty()
     }
 }

@@ -50,6 +50,15 @@ impl<O> Handle<O> {
         let Some(job) = self.job else {
             panic!("Handle::take: the output was already taken by Context::next_completed");
         };
+        if job.header().state.load(Ordering::Acquire) == DONE {
+            return self.take_done();
+        }
+        self.take_slow(job)
+    }
+
+    /// `take` of a child that has not finished, or has no output.
+    #[inline(never)]
+    fn take_slow(mut self, job: JobRef) -> O {
         let mut state = job.header().state.load(Ordering::Acquire);
         if state == PENDING {
             state = wait(job);

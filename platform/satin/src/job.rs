@@ -1,10 +1,11 @@
-//! Job records: one heap block per spawn holding the task, later its output, and the
-//! bookkeeping of the task's own children while it runs.
+//! Job records: one block per spawn (recycled per worker, see `recycle`) holding the task,
+//! later its output, the bookkeeping of the task's own children while it runs, and the link
+//! of the worker's private stack while the job waits there.
 
 use std::alloc::Layout;
 use std::any::TypeId;
 use std::cell::{Cell, UnsafeCell};
-use std::mem::{ManuallyDrop, MaybeUninit};
+use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
@@ -40,15 +41,31 @@ pub(crate) struct JobHeader {
     /// Worker the job was taken from, written by whoever takes it from another worker (or the
     /// injector) before running it: that worker waits for the job, so it is the one to wake.
     pub(crate) owner: Cell<u32>,
-    /// Children spawned by this task that this task's thread has not yet seen finish.
-    /// Only the thread running the task touches it.
-    pub(crate) pending: Cell<u32>,
-    /// Children finished by other threads (thieves, or the distributed layer).
+    /// Children of this task that left this thread's private stack other than by this task's
+    /// own pops: published where thieves can take them, or run by an outer frame's wait. The
+    /// task waits for exactly these at its sync. Only the thread running the task touches it.
+    pub(crate) away: Cell<u32>,
+    /// Of the children `away`, those finished by other threads or by outer frames (always
+    /// through [`finish_elsewhere`](crate::worker::finish_elsewhere)).
     pub(crate) stolen_done: AtomicU32,
     /// Bumped by `Context::abort`, which cancels every child spawned before.
     pub(crate) abort_epoch: AtomicU32,
-    /// The run's shared state; written in roots only, the others find it through their root.
-    pub(crate) root: MaybeUninit<*const RootState>,
+    /// The job below this one on its worker's private stack, while it is there; in a root,
+    /// which never is, the run's shared state (the others find it through their root).
+    pub(crate) link: Cell<Link>,
+}
+
+/// See [`JobHeader::link`].
+#[derive(Clone, Copy)]
+pub(crate) union Link {
+    pub(crate) below: *const JobHeader,
+    pub(crate) root: *const RootState,
+}
+
+impl Link {
+    pub(crate) const NONE: Link = Link {
+        below: std::ptr::null(),
+    };
 }
 
 impl JobHeader {
@@ -63,10 +80,10 @@ impl JobHeader {
             class: recycle::UNPOOLED,
             spawn_epoch,
             owner: Cell::new(0),
-            pending: Cell::new(0),
+            away: Cell::new(0),
             stolen_done: AtomicU32::new(0),
             abort_epoch: AtomicU32::new(0),
-            root: MaybeUninit::uninit(),
+            link: Cell::new(Link::NONE),
         }
     }
 }
@@ -143,7 +160,7 @@ impl JobRef {
             loop {
                 let parent = (*node).parent;
                 if parent.is_null() {
-                    return (*(*node).root.assume_init()).is_killed();
+                    return (*(*node).link.get().root).is_killed();
                 }
                 if (*node).spawn_epoch != (*parent).abort_epoch.load(Ordering::Acquire) {
                     return true;
@@ -156,13 +173,13 @@ impl JobRef {
     /// The shared state of the run this job belongs to.
     pub(crate) fn root_state<'a>(&self) -> &'a RootState {
         let mut node = self.as_ptr();
-        // SAFETY: ancestors outlive their descendants; a root's `root` field is always written,
+        // SAFETY: ancestors outlive their descendants; a root's link always holds its state,
         // and the root state outlives the tree.
         unsafe {
             while !(*node).parent.is_null() {
                 node = (*node).parent;
             }
-            &*(*node).root.assume_init()
+            &*(*node).link.get().root
         }
     }
 }
@@ -200,7 +217,7 @@ impl<T: Task> Job<T> {
 
     /// A pending record, not yet placed anywhere.
     #[inline(always)]
-    pub(crate) fn new(task: T, parent: *const JobHeader, spawn_epoch: u32) -> Self {
+    pub(crate) fn new(task: T, parent: *const JobHeader, spawn_epoch: u32, link: Link) -> Self {
         Job {
             header: JobHeader {
                 vtable: &Self::VTABLE,
@@ -209,10 +226,10 @@ impl<T: Task> Job<T> {
                 class: Self::BLOCK.0,
                 spawn_epoch,
                 owner: Cell::new(0),
-                pending: Cell::new(0),
+                away: Cell::new(0),
                 stolen_done: AtomicU32::new(0),
                 abort_epoch: AtomicU32::new(0),
-                root: MaybeUninit::uninit(),
+                link: Cell::new(link),
             },
             slot: UnsafeCell::new(Slot {
                 task: ManuallyDrop::new(task),
@@ -221,12 +238,15 @@ impl<T: Task> Job<T> {
     }
 
     /// Builds a record in a block from `recycler` (or the global allocator when `None`).
+    /// `link` is its first [`JobHeader::link`]: the job below it on the private stack it is
+    /// about to be pushed on, or a root's state.
     #[inline(always)]
     pub(crate) fn create(
         recycler: Option<&mut recycle::Recycler>,
         task: T,
         parent: *const JobHeader,
         spawn_epoch: u32,
+        link: Link,
     ) -> JobRef {
         let (class, layout) = Self::BLOCK;
         let block = match recycler {
@@ -235,7 +255,11 @@ impl<T: Task> Job<T> {
         };
         let record = block.cast::<Job<T>>();
         // SAFETY: the block is large and aligned enough for a Job<T> and not in use.
-        unsafe { record.as_ptr().write(Self::new(task, parent, spawn_epoch)) };
+        unsafe {
+            record
+                .as_ptr()
+                .write(Self::new(task, parent, spawn_epoch, link))
+        };
         JobRef(record.cast())
     }
 

@@ -78,12 +78,22 @@
 //!
 //! Each worker keeps its spawned jobs in a deque. The newest jobs stay in a private part that
 //! only the worker touches, so spawning and running a child at sync cost no atomic instruction;
-//! older jobs sit in a crossbeam-deque where others can steal them. An idle worker tries the
-//! other workers in random order and takes the oldest published job; if a victim has published
-//! nothing, the thief raises a flag and the victim publishes its private jobs at its next spawn
-//! or sync. A job therefore becomes stealable no later than its parent's next spawn or sync.
-//! A worker waiting at a sync for stolen children runs other jobs meanwhile. Idle workers spin,
-//! then yield, then park; publishing work wakes a parked worker.
+//! older jobs sit in a crossbeam-deque where others can steal them. A spawn takes a job record
+//! (the task, later its output) from the worker's own free list and links it on top of the
+//! private stack; sync pops the frame's children off that stack and calls them directly; a
+//! frame counts only the children that left the private stack (published for thieves), so a
+//! child that is never stolen costs no counting. An idle worker tries the other workers in
+//! random order and takes the oldest published job; if a victim has published nothing, the
+//! thief raises a flag and the victim publishes its private jobs at its next spawn or sync. A
+//! job therefore becomes stealable no later than its parent's next spawn or sync. A worker
+//! waiting at a sync for stolen children runs other jobs meanwhile. Idle workers spin, then
+//! yield, then park; publishing work wakes a parked worker.
+//!
+//! What this costs (`satin-bench`, 2 cores): fib(32) with every call spawning both children
+//! takes about 2.4 times as long on 2 threads as the same with `rayon::join` (one join where
+//! this makes two spawns), and spawning one child and calling the other about 1.7 times; a
+//! spawn costs about 11 ns over a plain call on one thread; fib(40) spawning above 20 runs
+//! about 2.0 times as fast on 2 threads as sequentially.
 //!
 //! A task that panics fails the whole run: every other job of it is cancelled and
 //! [`Runtime::run`] returns [`Error::TaskPanicked`] naming the task. [`Runtime::stats`] counts

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::job::{Job, JobRef, DONE};
+use crate::job::{Job, JobRef, Link, DONE};
 use crate::scheduler::Scheduler;
 use crate::{Error, Task};
 
@@ -70,13 +70,8 @@ where
     });
     // The record keeps the state alive for all jobs of the tree; `finish` releases it.
     let raw = Arc::into_raw(Arc::clone(&state));
-    let job = Job::<T>::create(None, task, ptr::null(), 0);
-    // SAFETY: the record is new and not shared yet; `root` is written in roots only.
-    unsafe {
-        (*(job.as_ptr() as *mut crate::job::JobHeader))
-            .root
-            .write(raw)
-    };
+    // A root never sits on a private stack, so its link holds the state for good.
+    let job = Job::<T>::create(None, task, ptr::null(), 0, Link { root: raw });
     sched.active_roots.fetch_add(1, Ordering::SeqCst);
     tracing::debug!(task = std::any::type_name::<T>(), "root submitted");
     sched.inject(job);
@@ -105,7 +100,7 @@ unsafe fn collect<T: Task>(job: JobRef, error: Option<Error>) -> Result<T::Outpu
 /// # Safety
 /// `job` must be a root that the calling thread executed and is done with.
 pub(crate) unsafe fn finish(job: JobRef, state: u8, sched: &Scheduler) {
-    let root = Arc::from_raw(job.header().root.assume_init());
+    let root = Arc::from_raw(job.header().link.get().root);
     job.header().state.store(state, Ordering::Release);
     let error = root.error.lock().take();
     let deliver = root.deliver.lock().take();

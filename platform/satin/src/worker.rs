@@ -138,7 +138,14 @@ impl Worker {
         tracing::trace!(worker = self.index, "worker stopped");
     }
 
-    /// Puts a freshly spawned job on the deque.
+    /// The link a job about to be spawned must be created with.
+    #[inline(always)]
+    pub(crate) fn link_for_push(&self) -> crate::job::Link {
+        self.deque.link_for_push()
+    }
+
+    /// Puts a freshly spawned job, created with [`link_for_push`](Worker::link_for_push), on
+    /// the deque.
     #[inline(always)]
     pub(crate) fn push(&self, job: JobRef) {
         self.deque.push(job);
@@ -191,6 +198,14 @@ impl Worker {
         }
     }
 
+    /// Runs a child popped by its parent's frame right after that frame found itself not
+    /// aborted at generation `seen_gen`, with nothing run in between: no check is needed.
+    #[inline(always)]
+    pub(crate) fn run_child_fresh(&self, job: JobRef, seen_gen: u64) {
+        // SAFETY: the job was just taken off the deque, so this thread is its only executor.
+        unsafe { (job.header().vtable.run_inline)(job, self, seen_gen) }
+    }
+
     /// Runs a job taken from the injector, from another worker, or from an outer frame.
     pub(crate) fn run_taken(&self, job: JobRef) {
         let gen = self.abort_gen().load(Ordering::Acquire);
@@ -241,14 +256,12 @@ impl Worker {
         match mode {
             Mode::Inline => {
                 let h = job.header();
-                let parent = &*h.parent;
                 // The handle lives on this thread too, so nobody races with this load.
                 if h.state.load(Ordering::Relaxed) == ORPHANED {
                     free_unclaimed(job, state);
                 } else {
                     h.state.store(state, Ordering::Release);
                 }
-                parent.pending.set(parent.pending.get() - 1);
             }
             Mode::Stolen => finish_elsewhere(job, state, &self.sched),
             Mode::Root => root::finish(job, state, &self.sched),
@@ -256,27 +269,32 @@ impl Worker {
         }
     }
 
-    /// Waits until every child of `frame` that left this thread's deque has finished,
-    /// running other work meanwhile.
+    /// True if the newest job of the private stack is a child of `frame`.
     #[inline(always)]
-    pub(crate) fn wait_children(&self, frame: &JobHeader) {
-        if frame.pending.get() != frame.stolen_done.load(Ordering::SeqCst) {
-            self.wait_stolen_children(frame);
-        }
+    pub(crate) fn has_private_child(&self, frame: &JobHeader) -> bool {
+        self.deque.has_private_child(frame)
     }
 
+    /// Waits until every child of `frame` that left this thread's private stack (its `away`
+    /// children) has finished, running other work meanwhile, and resets the count. The frame
+    /// must have no child left on the private stack.
     #[cold]
-    fn wait_stolen_children(&self, frame: &JobHeader) {
-        let done = || frame.pending.get() == frame.stolen_done.load(Ordering::SeqCst);
-        let mut idle = Idle::new();
-        while !done() {
-            if self.help_once() {
-                idle.reset(self.counters());
-            } else {
-                idle.step(self, done);
+    pub(crate) fn sync_away(&self, frame: &JobHeader) {
+        let done = || frame.away.get() == frame.stolen_done.load(Ordering::SeqCst);
+        if !done() {
+            let mut idle = Idle::new();
+            while !done() {
+                if self.help_once() {
+                    idle.reset(self.counters());
+                } else {
+                    idle.step(self, done);
+                }
             }
+            idle.reset(self.counters());
         }
-        idle.reset(self.counters());
+        // No child of the frame is left anywhere, so nothing else touches the counts now.
+        frame.away.set(0);
+        frame.stolen_done.store(0, Ordering::Relaxed);
     }
 
     /// Waits until `job`, a child spawned on this thread, is finished; returns its state.

@@ -45,32 +45,15 @@ macro_rules! floats {
 }
 floats!(f32 f64);
 
-/// Size in bytes of the number type with wire code `code`, if it is one.
+/// Size in bytes of the number type with wire code `code` (its `ipl::Primitive::TAG`), if it
+/// is one.
 pub(crate) fn code_size(code: u8) -> Option<usize> {
-    Some(match code {
-        1 | 2 => 1,
-        3 | 4 => 2,
-        5 | 6 | 9 => 4,
-        7 | 8 | 10 => 8,
-        _ => return None,
-    })
+    ipl::primitive_by_tag(code).map(|(_, size)| size)
 }
 
 /// Name of the number type with wire code `code`.
 pub(crate) fn code_name(code: u8) -> &'static str {
-    match code {
-        1 => "u8",
-        2 => "i8",
-        3 => "u16",
-        4 => "i16",
-        5 => "u32",
-        6 => "i32",
-        7 => "u64",
-        8 => "i64",
-        9 => "f32",
-        10 => "f64",
-        _ => "an unknown number type",
-    }
+    ipl::primitive_by_tag(code).map_or("an unknown number type", |(name, _)| name)
 }
 
 /// Copies raw bytes of numbers into a new vector, swapping their byte order when asked.

@@ -17,18 +17,29 @@ mod sealed {
 }
 
 macro_rules! primitive {
-    ($($t:ty => $tag:expr, $swap:expr;)*) => {$(
-        impl sealed::Sealed for $t {}
-        impl Primitive for $t {
-            const TAG: u8 = $tag;
-            const NAME: &'static str = stringify!($t);
-            #[inline]
-            fn swap(self) -> Self {
-                let f: fn($t) -> $t = $swap;
-                f(self)
+    ($($t:ty => $tag:expr, $swap:expr;)*) => {
+        $(
+            impl sealed::Sealed for $t {}
+            impl Primitive for $t {
+                const TAG: u8 = $tag;
+                const NAME: &'static str = stringify!($t);
+                #[inline]
+                fn swap(self) -> Self {
+                    let f: fn($t) -> $t = $swap;
+                    f(self)
+                }
+            }
+        )*
+
+        /// Name and size in bytes of the primitive whose [`Primitive::TAG`] is `tag`, for
+        /// layers that carry the tag on their own wire (e.g. to check or describe a slice).
+        pub fn primitive_by_tag(tag: u8) -> Option<(&'static str, usize)> {
+            match tag {
+                $($tag => Some((stringify!($t), std::mem::size_of::<$t>())),)*
+                _ => None,
             }
         }
-    )*};
+    };
 }
 
 primitive! {
@@ -57,21 +68,7 @@ pub(crate) const TAG_BOOL: u8 = 0x42;
 
 /// Human-readable name of a wire tag, for error messages.
 pub(crate) fn tag_name(tag: u8) -> String {
-    fn prim(t: u8) -> Option<&'static str> {
-        Some(match t {
-            1 => "u8",
-            2 => "i8",
-            3 => "u16",
-            4 => "i16",
-            5 => "u32",
-            6 => "i32",
-            7 => "u64",
-            8 => "i64",
-            9 => "f32",
-            10 => "f64",
-            _ => return None,
-        })
-    }
+    let prim = |t: u8| primitive_by_tag(t).map(|(name, _)| name);
     match tag {
         TAG_OBJECT => "object".into(),
         TAG_BYTES => "bytes".into(),
@@ -82,5 +79,34 @@ pub(crate) fn tag_name(tag: u8) -> String {
         t => prim(t)
             .map(str::to_owned)
             .unwrap_or_else(|| format!("unknown tag {t:#x}")),
+    }
+}
+
+#[cfg(test)]
+mod by_tag_tests {
+    use super::*;
+
+    fn agrees<T: Primitive>() {
+        assert_eq!(
+            primitive_by_tag(T::TAG),
+            Some((T::NAME, std::mem::size_of::<T>()))
+        );
+    }
+
+    #[test]
+    fn every_primitive_is_found_by_its_tag_and_nothing_else_is() {
+        agrees::<u8>();
+        agrees::<i8>();
+        agrees::<u16>();
+        agrees::<i16>();
+        agrees::<u32>();
+        agrees::<i32>();
+        agrees::<u64>();
+        agrees::<i64>();
+        agrees::<f32>();
+        agrees::<f64>();
+        for tag in [0, 11, 0x21, TAG_OBJECT, TAG_BYTES, TAG_BOOL, 255] {
+            assert_eq!(primitive_by_tag(tag), None, "tag {tag}");
+        }
     }
 }

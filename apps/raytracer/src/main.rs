@@ -161,6 +161,25 @@ struct Rendered {
     stats: Option<(satin::Stats, Option<f64>)>,
 }
 
+impl Rendered {
+    fn new(
+        image: Canvas,
+        scene: &Scene,
+        (scene_seconds, render_seconds): (f64, f64),
+        stats: Option<(satin::Stats, Option<f64>)>,
+    ) -> Rendered {
+        Rendered {
+            image,
+            scene_seconds,
+            render_seconds,
+            spheres: scene.sphere_count(),
+            polygons: scene.polygon_count(),
+            lights: scene.lights().len(),
+            stats,
+        }
+    }
+}
+
 fn render_sequential(
     desc: &raytracer::SceneDescription,
     width: u32,
@@ -178,15 +197,13 @@ fn render_sequential(
     } else {
         render_split(&scene, &camera, settings, tile)
     };
-    Ok(Rendered {
+    let render_seconds = render_start.elapsed().as_secs_f64();
+    Ok(Rendered::new(
         image,
-        scene_seconds,
-        render_seconds: render_start.elapsed().as_secs_f64(),
-        spheres: scene.sphere_count(),
-        polygons: scene.polygon_count(),
-        lights: scene.lights().len(),
-        stats: None,
-    })
+        &scene,
+        (scene_seconds, render_seconds),
+        None,
+    ))
 }
 
 /// Renders over every process of `ibis`'s pool; `None` on the nodes other than the master.
@@ -206,15 +223,13 @@ fn render_in_processes(
     let render_start = Instant::now();
     let image = render_in_pool(&runtime, &shared, tile)?;
     let render_seconds = render_start.elapsed().as_secs_f64();
-    let scene = shared.scene();
-    Ok(image.map(|image| Rendered {
-        image,
-        scene_seconds,
-        render_seconds,
-        spheres: scene.sphere_count(),
-        polygons: scene.polygon_count(),
-        lights: scene.lights().len(),
-        stats: Some((runtime.stats(), None)),
+    Ok(image.map(|image| {
+        Rendered::new(
+            image,
+            shared.scene(),
+            (scene_seconds, render_seconds),
+            Some((runtime.stats(), None)),
+        )
     }))
 }
 
@@ -229,16 +244,12 @@ fn render_with_satin(frame: Frame, threads: u32, tile: u32) -> Result<Rendered, 
     let render_start = Instant::now();
     let image = render_parallel(&runtime, &shared, tile)?;
     let render_seconds = render_start.elapsed().as_secs_f64();
-    let scene = shared.scene();
-    Ok(Rendered {
+    Ok(Rendered::new(
         image,
-        scene_seconds,
-        render_seconds,
-        spheres: scene.sphere_count(),
-        polygons: scene.polygon_count(),
-        lights: scene.lights().len(),
-        stats: Some((runtime.stats(), Some(start_seconds))),
-    })
+        shared.scene(),
+        (scene_seconds, render_seconds),
+        Some((runtime.stats(), Some(start_seconds))),
+    ))
 }
 
 fn run(args: Args) -> Result<(), AppError> {

@@ -409,17 +409,19 @@ pub fn parse_bandwidth(s: &str) -> Result<u64> {
     }
 }
 
+/// An environment of the given variables only, for [`Config::from_lookup`] in tests.
+#[cfg(test)]
+pub(crate) fn lookup(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let v: Vec<(String, String)> = vars
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    move |k| v.iter().find(|(a, _)| a == k).map(|(_, b)| b.clone())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn lookup(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let v: Vec<(String, String)> = vars
-            .iter()
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .collect();
-        move |k| v.iter().find(|(a, _)| a == k).map(|(_, b)| b.clone())
-    }
 
     #[test]
     fn empty_environment_is_a_one_node_inproc_pool() {

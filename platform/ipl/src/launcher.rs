@@ -378,13 +378,7 @@ pub fn first_host(list: &str) -> std::result::Result<String, String> {
 mod tests {
     use super::*;
 
-    fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let v: Vec<(String, String)> = vars
-            .iter()
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .collect();
-        move |k| v.iter().find(|(a, _)| a == k).map(|(_, b)| b.clone())
-    }
+    use crate::config::lookup as env;
 
     #[test]
     fn slurm_host_lists() {

@@ -51,41 +51,10 @@ impl satin::Task for FibCall {
 }
 satin::register!(FibCall);
 
-/// Spawns above a threshold and recurses plainly below it.
-#[derive(Serialize, Deserialize)]
-struct FibThreshold {
-    n: u32,
-    threshold: u32,
-}
-
-impl satin::Task for FibThreshold {
-    type Output = u64;
-    fn run(self, cx: &mut satin::Context) -> u64 {
-        let FibThreshold { n, threshold } = self;
-        if n < threshold || n < 2 {
-            return fib(n);
-        }
-        let a = cx.spawn(FibThreshold {
-            n: n - 1,
-            threshold,
-        });
-        let b = cx.spawn(FibThreshold {
-            n: n - 2,
-            threshold,
-        });
-        cx.sync();
-        a.take() + b.take()
-    }
-}
-satin::register!(FibThreshold);
-
-fn fib(n: u32) -> u64 {
-    if n < 2 {
-        n as u64
-    } else {
-        fib(n - 1) + fib(n - 2)
-    }
-}
+// Both benchmarks measure the same task.
+#[path = "shared/fib_threshold.rs"]
+mod fib_threshold;
+use fib_threshold::{fib, FibThreshold};
 
 fn rayon_fib(n: u32) -> u64 {
     if n < 2 {

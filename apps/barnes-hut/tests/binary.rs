@@ -4,68 +4,19 @@
 
 use barnes_hut::io;
 use serde_json::Value;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::Duration;
+use std::process::Command;
+use std::time::{Duration, Instant};
+use testkit::Reaped;
 
 const LIMIT: Duration = Duration::from_secs(60);
 const BIN: &str = env!("CARGO_BIN_EXE_barnes-hut");
 /// A small run: 1500 bodies, two steps.
 const RUN: [&str; 6] = ["-n", "1500", "--tstop", "0.05", "--seed", "9"];
 
-/// A child process that is killed when the test ends.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Reaped {
-    fn spawn(cmd: &mut Command) -> Reaped {
-        Reaped(
-            cmd.stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap_or_else(|e| panic!("start {cmd:?}: {e}")),
-        )
-    }
-
-    /// Reads stdout and stderr to their end (the child's exit) within `limit`, then reaps
-    /// the child.
-    fn output(&mut self, limit: Duration) -> (ExitStatus, String, String) {
-        let mut out = self.0.stdout.take().expect("stdout is piped");
-        let mut err = self.0.stderr.take().expect("stderr is piped");
-        let (tx, rx) = crossbeam_channel::bounded(2);
-        let tx2 = tx.clone();
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = out.read_to_string(&mut s);
-            let _ = tx.send((0, s));
-        });
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = err.read_to_string(&mut s);
-            let _ = tx2.send((1, s));
-        });
-        let mut texts = [String::new(), String::new()];
-        for _ in 0..2 {
-            let (i, s) = rx
-                .recv_timeout(limit)
-                .unwrap_or_else(|_| panic!("child did not finish within {limit:?}"));
-            texts[i] = s;
-        }
-        let [out, err] = texts;
-        (self.0.wait().expect("wait for child"), out, err)
-    }
-}
-
 /// Runs `cmd` and returns its single JSON result line.
 fn result_line(cmd: &mut Command) -> Value {
-    let (status, out, err) = Reaped::spawn(cmd).output(LIMIT);
+    let (status, out, err) = Reaped::start(cmd).output(Instant::now() + LIMIT);
     assert!(status.success(), "{cmd:?}: {status}\n{err}");
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 1, "one result line from rank 0 only: {out}");
@@ -85,22 +36,7 @@ fn barnes_hut() -> Command {
 
 /// The `ipl-run` launcher next to the binary, built there if missing.
 fn ipl_run() -> PathBuf {
-    let bin = Path::new(BIN);
-    let launcher = bin.with_file_name("ipl-run");
-    if !launcher.is_file() {
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "-q", "-p", "ipl", "--bin", "ipl-run"]);
-        if bin.parent().and_then(Path::file_name) == Some("release".as_ref()) {
-            cmd.arg("--release");
-        }
-        let status = cmd.status().expect("run cargo build for ipl-run");
-        assert!(
-            status.success(),
-            "cargo build -p ipl --bin ipl-run: {status}"
-        );
-    }
-    assert!(launcher.is_file(), "no ipl-run at {}", launcher.display());
-    launcher
+    testkit::ipl_run_beside(Path::new(BIN))
 }
 
 fn temp_path(name: &str) -> PathBuf {
@@ -227,13 +163,13 @@ fn without_a_launcher_the_parallel_binary_runs_an_in_process_pool() {
 #[test]
 fn a_missing_input_file_fails_every_node_with_its_name() {
     let missing = temp_path("no-such-bodies.txt");
-    let (status, out, err) = Reaped::spawn(
+    let (status, out, err) = Reaped::start(
         barnes_hut()
             .arg("--input")
             .arg(&missing)
             .env("IPL_POOL_SIZE", "2"),
     )
-    .output(LIMIT);
+    .output(Instant::now() + LIMIT);
     assert!(!status.success());
     assert!(out.is_empty(), "no result line: {out}");
     assert!(

@@ -10,41 +10,15 @@ use ipl::{Config, Ibis, PoolEvent, RegistryServer};
 use master_worker::primes::sieve_count;
 use master_worker::sweep::sweep;
 use master_worker::{run_master, Client, MasterOptions, Mode, Task};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use testkit::Reaped;
 
 const ROLE: &str = "MW_TEST_ROLE";
 const LIMIT: Duration = Duration::from_secs(60);
 const SECRET: &str = "mw-process-test";
-
-/// A child process that is killed when the test ends.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Reaped {
-    /// Reads stdout to its end (the child's exit) within `limit`, then reaps the child.
-    fn output(&mut self, limit: Duration) -> (ExitStatus, String) {
-        let mut out = self.0.stdout.take().expect("stdout is piped");
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = out.read_to_string(&mut s);
-            let _ = tx.send(s);
-        });
-        let s = rx
-            .recv_timeout(limit)
-            .unwrap_or_else(|_| panic!("child did not finish within {limit:?}"));
-        (self.0.wait().expect("wait for child"), s)
-    }
-}
 
 /// The IPL_* environment of a node of the open tcp pool `pool`.
 fn pool_env(registry: &RegistryServer, pool: &str) -> Vec<(&'static str, String)> {
@@ -125,7 +99,7 @@ fn a_worker_process_killed_mid_job_loses_no_work() {
         .unwrap_or_else(|| panic!("unexpected line from the hanging worker: {line:?}"));
 
     // A second worker process (the real binary) joins; once it is in the pool, the first dies.
-    let mut worker = Reaped(
+    let worker = Reaped(
         Command::new(env!("CARGO_BIN_EXE_master-worker"))
             .arg("--quiet")
             .envs(pool_env(&registry, &pool))
@@ -161,33 +135,18 @@ fn a_worker_process_killed_mid_job_loses_no_work() {
     assert_eq!(f.duplicates, 0);
     assert_eq!(f.jobs_per_worker.get(&victim_rank), None);
     assert_eq!(f.jobs_per_worker.get(&worker_rank), Some(&f.jobs));
-    let (status, out) = worker.output(LIMIT);
+    let (status, out, _) = worker.output(Instant::now() + LIMIT);
     assert!(status.success(), "worker binary: {status}");
     assert!(out.is_empty(), "only the master prints a result: {out}");
 }
 
 /// The `ipl-run` launcher: next to the `master-worker` binary, built there if missing.
 fn ipl_run() -> PathBuf {
-    let bin = Path::new(env!("CARGO_BIN_EXE_master-worker"));
-    let launcher = bin.with_file_name("ipl-run");
-    if !launcher.is_file() {
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "-q", "-p", "ipl", "--bin", "ipl-run"]);
-        if bin.parent().and_then(Path::file_name) == Some("release".as_ref()) {
-            cmd.arg("--release");
-        }
-        let status = cmd.status().expect("run cargo build for ipl-run");
-        assert!(
-            status.success(),
-            "cargo build -p ipl --bin ipl-run: {status}"
-        );
-    }
-    assert!(launcher.is_file(), "no ipl-run at {}", launcher.display());
-    launcher
+    testkit::ipl_run_beside(Path::new(env!("CARGO_BIN_EXE_master-worker")))
 }
 
 fn ipl_run_starts_a_farm_of_processes() {
-    let mut run = Reaped(
+    let run = Reaped(
         Command::new(ipl_run())
             .args(["-n", "3", "--no-prefix", "--"])
             .arg(env!("CARGO_BIN_EXE_master-worker"))
@@ -198,7 +157,7 @@ fn ipl_run_starts_a_farm_of_processes() {
             .spawn()
             .expect("start ipl-run"),
     );
-    let (status, out) = run.output(LIMIT);
+    let (status, out, _) = run.output(Instant::now() + LIMIT);
     assert!(status.success(), "{status}: {out}");
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 1, "one result line: {out}");

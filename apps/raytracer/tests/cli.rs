@@ -4,54 +4,18 @@
 //! policy, always giving the sequential image. Every
 //! child is killed when its test ends, and every wait is bounded.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{self, Receiver};
+use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
+
+use testkit::Reaped;
 
 /// Longest the runs of one test may take together.
 const LIMIT: Duration = Duration::from_secs(60);
 
-/// A child process that is killed when the test ends (`ipl-run` takes its
-/// ranks with it).
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Reads `pipe` to its end on a thread of its own.
-fn read_all(mut pipe: impl Read + Send + 'static) -> Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = pipe.read_to_string(&mut s);
-        let _ = tx.send(s);
-    });
-    rx
-}
-
 /// Runs `cmd` to its end before `deadline`: exit status, stdout, stderr.
 fn output(cmd: &mut Command, deadline: Instant) -> (ExitStatus, String, String) {
-    let mut child = Reaped(
-        cmd.stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}")),
-    );
-    let out = read_all(child.0.stdout.take().expect("stdout is piped"));
-    let err = read_all(child.0.stderr.take().expect("stderr is piped"));
-    let finished = |rx: Receiver<String>| {
-        rx.recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .unwrap_or_else(|_| panic!("{cmd:?} did not finish within the test's {LIMIT:?}"))
-    };
-    let (out, err) = (finished(out), finished(err));
-    let status = child.0.wait().expect("wait for the child");
-    (status, out, err)
+    Reaped::start(cmd).output(deadline)
 }
 
 /// The one JSON line a successful run printed before `deadline`.
@@ -66,22 +30,7 @@ fn result_line(cmd: &mut Command, deadline: Instant) -> serde_json::Value {
 /// The `ipl-run` launcher next to the `raytracer` binary, built there if
 /// missing.
 fn ipl_run() -> PathBuf {
-    let bin = Path::new(env!("CARGO_BIN_EXE_raytracer"));
-    let launcher = bin.with_file_name("ipl-run");
-    if !launcher.is_file() {
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "-q", "-p", "ipl", "--bin", "ipl-run"]);
-        if bin.parent().and_then(Path::file_name) == Some("release".as_ref()) {
-            cmd.arg("--release");
-        }
-        let status = cmd.status().expect("run cargo build for ipl-run");
-        assert!(
-            status.success(),
-            "cargo build -p ipl --bin ipl-run: {status}"
-        );
-    }
-    assert!(launcher.is_file(), "no ipl-run at {}", launcher.display());
-    launcher
+    testkit::ipl_run_beside(Path::new(env!("CARGO_BIN_EXE_raytracer")))
 }
 
 /// Small-image arguments.

@@ -9,43 +9,10 @@ use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use testkit::Reaped;
 
 /// Longest one test may take.
 const LIMIT: Duration = Duration::from_secs(60);
-
-/// Kills the child when the test ends, however it ends.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Reaped {
-    /// Standard output and error to their end, before `deadline`, and the exit status.
-    fn output(mut self, deadline: Instant) -> (ExitStatus, String, String) {
-        let out = read_all(self.0.stdout.take().expect("piped stdout"));
-        let err = read_all(self.0.stderr.take().expect("piped stderr"));
-        let get = |rx: mpsc::Receiver<String>| {
-            rx.recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                .expect("the child did not finish in time")
-        };
-        let (out, err) = (get(out), get(err));
-        (self.0.wait().expect("wait for the child"), out, err)
-    }
-}
-
-fn read_all(mut pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = pipe.read_to_string(&mut s);
-        let _ = tx.send(s);
-    });
-    rx
-}
 
 fn role() -> Option<String> {
     std::env::var("IPL_TEST_ROLE").ok()

@@ -6,26 +6,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::tasks::Fib;
 use common::{bounded, fib};
-use satin::{Context, Runtime, Task};
-use serde::{Deserialize, Serialize};
-
-#[derive(Serialize, Deserialize)]
-struct Fib(u32);
-
-impl Task for Fib {
-    type Output = u64;
-    fn run(self, cx: &mut Context) -> u64 {
-        if self.0 < 2 {
-            return self.0 as u64;
-        }
-        let a = cx.spawn(Fib(self.0 - 1));
-        let b = cx.spawn(Fib(self.0 - 2));
-        cx.sync();
-        a.take() + b.take()
-    }
-}
-satin::register!(Fib);
+use satin::Runtime;
 
 /// CPU time (user + system) this process has used, from `/proc/self/stat`.
 fn process_cpu() -> Duration {

@@ -1,12 +1,17 @@
 //! The view a running task has of the runtime: spawn, sync, speculative results and abort.
 
 use std::any::Any;
-use std::cell::Cell;
+use std::cell::{Cell, UnsafeCell};
+use std::marker::PhantomData;
+use std::mem::MaybeUninit;
 use std::panic;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::ptr;
+use std::sync::atomic::Ordering;
 
-use crate::handle::Handle;
-use crate::job::{Job, JobHeader, JobRef, ABORTED, DONE, FAILED, PENDING};
+use crate::handle::{Handle, Peek};
+use crate::job::{Job, JobHeader, JobRef, ABORTED, DONE, FAILED, LAZY_FRAME_VTABLE, PENDING};
+use crate::root::RootState;
+use crate::scheduler::ABORT_GEN;
 use crate::stats::bump;
 use crate::worker::{Mode, Worker};
 use crate::{Error, Task};
@@ -21,20 +26,42 @@ pub(crate) struct AbortUnwind;
 /// on one worker thread.
 pub struct Context {
     worker: *const Worker,
-    frame: JobRef,
-    /// The scheduler's abort generation, kept here to make the check one load shorter.
-    abort_gen: *const AtomicU64,
+    /// The running task's frame, the header its children link to: its record's header, or
+    /// `slot` once written. Null while the frame is lazy: a task run within a spawn or call
+    /// gets a frame only when it first queues a child, aborts, or waits for completions, so
+    /// that a task which only spawns children run at once costs no frame at all.
+    frame: Cell<*const JobHeader>,
+    /// While the frame is lazy: the nearest ancestor with a frame. The lazy frame's parent
+    /// cannot abort it (that parent's task is suspended in the spawn or call that runs this
+    /// one), so cancellation is checked from there.
+    lazy_parent: *const JobHeader,
     /// Abort generation at which this frame was last found not aborted.
     seen_gen: Cell<u64>,
+    /// Room for a lazy frame, written by [`Context::own_frame`].
+    slot: UnsafeCell<MaybeUninit<JobHeader>>,
 }
 
 impl Context {
+    /// The context of a task run from its record (queued, stolen, or a root).
     pub(crate) fn new(worker: &Worker, frame: JobRef, seen_gen: u64) -> Self {
         Context {
             worker,
-            frame,
-            abort_gen: worker.abort_gen(),
+            frame: Cell::new(frame.as_ptr()),
+            lazy_parent: ptr::null(),
             seen_gen: Cell::new(seen_gen),
+            slot: UnsafeCell::new(MaybeUninit::uninit()),
+        }
+    }
+
+    /// The context of a task run on the stack of its parent, with a lazy frame.
+    #[inline(always)]
+    fn lazy(worker: *const Worker, parent: *const JobHeader, seen_gen: u64) -> Self {
+        Context {
+            worker,
+            frame: Cell::new(ptr::null()),
+            lazy_parent: parent,
+            seen_gen: Cell::new(seen_gen),
+            slot: UnsafeCell::new(MaybeUninit::uninit()),
         }
     }
 
@@ -44,16 +71,61 @@ impl Context {
         unsafe { &*self.worker }
     }
 
+    /// The frame, if the task has one yet.
     #[inline(always)]
-    fn frame(&self) -> &JobHeader {
-        self.frame.header()
+    fn frame_if_any(&self) -> Option<&JobHeader> {
+        // SAFETY: a frame outlives the task's context.
+        unsafe { self.frame.get().as_ref() }
+    }
+
+    /// The nearest frame at or above the running task: what children run at once link to.
+    #[inline(always)]
+    fn nearest_frame(&self) -> *const JobHeader {
+        let f = self.frame.get();
+        if f.is_null() {
+            self.lazy_parent
+        } else {
+            f
+        }
+    }
+
+    /// The task's frame, written now if it was lazy.
+    #[inline(always)]
+    fn own_frame(&self) -> &JobHeader {
+        match self.frame_if_any() {
+            Some(f) => f,
+            None => self.write_frame(),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn write_frame(&self) -> &JobHeader {
+        // SAFETY: the lazy parent is a live frame, as for every task below it.
+        let parent = unsafe { &*self.lazy_parent };
+        // The parent's epoch now is the one at the spawn: it cannot have aborted since.
+        let header = JobHeader::for_call(
+            &LAZY_FRAME_VTABLE,
+            parent,
+            parent.abort_epoch.load(Ordering::Relaxed),
+        );
+        // SAFETY: the slot is this context's own and unused while the frame is lazy; the
+        // context stays in place while the task runs.
+        let frame = unsafe { (*self.slot.get()).write(header) as *const JobHeader };
+        self.frame.set(frame);
+        // SAFETY: just written.
+        unsafe { &*frame }
     }
 
     /// Spawns `task` as a child of the running task and returns a handle to its output.
     ///
     /// The child is pushed on this worker's deque; usually this worker runs it itself at
-    /// [`sync`](Context::sync), but an idle worker may steal it first. If the running task has
-    /// been aborted, the child is dropped and the running task unwinds (see [`Context::abort`]).
+    /// [`sync`](Context::sync), but an idle worker may steal it first. Deep in the task tree,
+    /// while this worker already has enough queued work, the child runs right here instead,
+    /// before `spawn` returns (see [`Inlining`](crate::Inlining)): a legal order, since
+    /// nothing may rely on a child having run or not before `sync`. If the running task has
+    /// been aborted, the child is dropped and the running task unwinds (see
+    /// [`Context::abort`]).
     #[inline(always)]
     pub fn spawn<T: Task>(&mut self, task: T) -> Handle<T::Output> {
         if self.is_aborted() {
@@ -61,17 +133,37 @@ impl Context {
             abort_unwind();
         }
         let w = self.worker();
-        let frame = self.frame();
+        let frame = self.frame_if_any();
+        // A lazy frame belongs to a task run at once by a deep frame (or called by one), so
+        // it is deep enough.
+        let deep = frame.map_or(true, |f| f.depth.get() >= w.inline_depth());
+        if deep && w.has_queued_work() {
+            // Counted once, as spawned and executed alike (see `LocalCounters`).
+            bump(&w.local.inlined);
+            let spawn_epoch = frame.map_or(0, |f| f.abort_epoch.load(Ordering::Relaxed));
+            let output = self.run_here(task, false);
+            return Handle::ready(output, spawn_epoch);
+        }
+        self.spawn_queued(task)
+    }
+
+    /// The part of `spawn` that queues the child. Out of line, so that the registers and stack
+    /// of every task that spawns are sized for the common, inlined path.
+    #[inline(never)]
+    fn spawn_queued<T: Task>(&mut self, task: T) -> Handle<T::Output> {
+        let w = self.worker();
+        bump(&w.local.spawns);
+        let frame = self.own_frame();
         let job = Job::<T>::create(
             Some(w.recycler()),
             task,
             frame,
+            frame.depth.get().saturating_add(1),
             frame.abort_epoch.load(Ordering::Relaxed),
             w.link_for_push(),
         );
-        bump(&w.local.spawns);
         w.push(job);
-        Handle::new(job, Job::<T>::output_ptr(job))
+        Handle::queued(job, Job::<T>::output_ptr(job))
     }
 
     /// Waits until every child spawned so far has finished.
@@ -86,7 +178,10 @@ impl Context {
         if self.is_aborted() {
             abort_unwind();
         }
-        let frame = self.frame();
+        // Without a frame, no child was queued: all ran within their spawn.
+        let Some(frame) = self.frame_if_any() else {
+            return;
+        };
         let seen_gen = self.seen_gen.get();
         // Each step is written out separately for the first children: with one branch per
         // step, a task that always spawns the same number of children exits with no
@@ -120,15 +215,25 @@ impl Context {
             abort_unwind();
         }
         let w = self.worker();
-        let frame = self.frame();
-        // The task needs a frame of its own for its children, but no record: it is neither
-        // queued nor stolen, and its output goes straight back. The header lives on this stack
-        // frame, which outlasts the task's children, the only ones that refer to it.
-        let header = JobHeader::for_call::<T>(frame, frame.abort_epoch.load(Ordering::Relaxed));
-        let mut cx = Context::new(w, JobRef::from_header(&header), self.seen_gen.get());
         bump(&w.local.executed);
+        // A lazy frame counts as deep (see `spawn`); a task called from a shallow frame is
+        // not, so it gets its frame, with its true depth, from the start.
+        let shallow = self
+            .frame_if_any()
+            .is_some_and(|f| f.depth.get().saturating_add(1) < w.inline_depth());
+        self.run_here(task, shallow)
+    }
+
+    /// Runs `task` on this stack as a child of the running task, with a frame of its own that
+    /// is lazy unless `with_frame`.
+    #[inline(always)]
+    fn run_here<T: Task>(&mut self, task: T, with_frame: bool) -> T::Output {
+        let mut cx = Context::lazy(self.worker, self.nearest_frame(), self.seen_gen.get());
+        if with_frame {
+            cx.own_frame();
+        }
         // A panic or abort unwinds on into this task, the guard finishing the callee's frame.
-        let guard = UnwindGuard::<true> { cx: &cx };
+        let guard = UnwindGuard::<T, true>::new(&cx);
         let output = task.run(&mut cx);
         cx.implicit_sync();
         std::mem::forget(guard);
@@ -148,21 +253,29 @@ impl Context {
     pub fn next_completed<O>(&mut self, handles: &mut [Handle<O>]) -> Option<(usize, O)> {
         let mut idle_rounds = 0u32;
         loop {
-            let frame = self.frame();
+            let frame = self.own_frame();
             let epoch = frame.abort_epoch.load(Ordering::Relaxed);
             let mut waiting = false;
             for (i, h) in handles.iter_mut().enumerate() {
-                let Some(job) = h.job() else { continue };
-                let header = job.header();
-                assert!(
-                    std::ptr::eq(header.parent, frame),
-                    "Context::next_completed was given a handle of another task's child"
-                );
-                if header.spawn_epoch != epoch {
+                let (spawn_epoch, state) = match h.peek() {
+                    Peek::Taken => continue,
+                    // Such a child ran within its spawn, so it can only be this task's if it
+                    // came from here; its handle does not record the parent.
+                    Peek::Ready { spawn_epoch } => (spawn_epoch, DONE),
+                    Peek::Queued(job) => {
+                        let header = job.header();
+                        assert!(
+                            std::ptr::eq(header.parent, frame),
+                            "Context::next_completed was given a handle of another task's child"
+                        );
+                        (header.spawn_epoch, header.state.load(Ordering::Acquire))
+                    }
+                };
+                if spawn_epoch != epoch {
                     continue;
                 }
-                match header.state.load(Ordering::Acquire) {
-                    DONE => return Some((i, h.take_done())),
+                match state {
+                    DONE => return Some((i, h.take_finished())),
                     PENDING => waiting = true,
                     // Only an abort above this frame, or a failing run, ends a child this way.
                     _ => abort_unwind(),
@@ -201,7 +314,7 @@ impl Context {
     /// every child spawned before the abort.
     pub fn abort(&mut self) {
         let w = self.worker();
-        let frame = self.frame();
+        let frame = self.own_frame();
         frame.abort_epoch.store(
             frame.abort_epoch.load(Ordering::Relaxed).wrapping_add(1),
             Ordering::Release,
@@ -219,8 +332,7 @@ impl Context {
     /// ignored, so a long computation may stop early.
     #[inline(always)]
     pub fn is_aborted(&self) -> bool {
-        // SAFETY: the generation lives in the scheduler, which outlives every task.
-        let gen = unsafe { (*self.abort_gen).load(Ordering::Acquire) };
+        let gen = ABORT_GEN.load(Ordering::Acquire);
         if gen == self.seen_gen.get() {
             return false;
         }
@@ -229,7 +341,9 @@ impl Context {
 
     #[cold]
     fn is_aborted_slow(&self, gen: u64) -> bool {
-        if self.frame.is_aborted() {
+        // A lazy frame cannot be aborted by its own parent (see `lazy_parent`): start above.
+        // SAFETY: the nearest frame is live while this task runs.
+        if unsafe { JobRef::from_ptr(self.nearest_frame()) }.is_aborted() {
             true
         } else {
             self.seen_gen.set(gen);
@@ -250,7 +364,9 @@ impl Context {
     /// Syncs children left outstanding when `run` returned.
     #[inline(always)]
     pub(crate) fn implicit_sync(&mut self) {
-        let frame = self.frame();
+        let Some(frame) = self.frame_if_any() else {
+            return;
+        };
         if frame.away.get() != 0 || self.worker().has_private_child(frame) {
             self.implicit_sync_slow();
         }
@@ -266,11 +382,19 @@ impl Context {
     /// worker's deque, and waits for the stolen ones, which point at this frame.
     fn drain(&self) {
         let w = self.worker();
-        let frame = self.frame();
+        let Some(frame) = self.frame_if_any() else {
+            return;
+        };
         while let Some(child) = w.pop_child(frame) {
             w.discard(child, Mode::Inline);
         }
         w.sync_away(frame);
+    }
+
+    /// The shared state of the run this task belongs to.
+    fn root_state(&self) -> &RootState {
+        // SAFETY: the nearest frame is live while this task runs.
+        unsafe { JobRef::from_ptr(self.nearest_frame()) }.root_state()
     }
 
     /// Cleans up after `run` unwound to the executor of a stolen job or root: records a panic
@@ -283,7 +407,7 @@ impl Context {
         if !aborted {
             let message = panic_message(&*payload);
             tracing::debug!(task = culprit, %message, "task panicked; cancelling the run");
-            self.frame.root_state().fail(
+            self.root_state().fail(
                 &self.worker().sched,
                 Error::TaskPanicked {
                     task: culprit,
@@ -312,12 +436,24 @@ thread_local! {
 /// Finishes the job of a frame that runs without `catch_unwind` (children run inline, and
 /// `Context::call`) when its task unwinds; forgotten on the normal path, so it costs nothing
 /// there. The unwinding goes on to the nearest executor of a stolen job or root.
-/// `CALLED` tells a job of `Context::call` from a child run inline.
-pub(crate) struct UnwindGuard<const CALLED: bool> {
-    pub(crate) cx: *const Context,
+/// `T` is the task's type; `CALLED` tells a task run on its parent's stack (by a spawn or
+/// `Context::call`) from a queued child run inline.
+pub(crate) struct UnwindGuard<T, const CALLED: bool> {
+    cx: *const Context,
+    _task: PhantomData<T>,
 }
 
-impl<const CALLED: bool> Drop for UnwindGuard<CALLED> {
+impl<T, const CALLED: bool> UnwindGuard<T, CALLED> {
+    #[inline(always)]
+    pub(crate) fn new(cx: &Context) -> Self {
+        UnwindGuard {
+            cx,
+            _task: PhantomData,
+        }
+    }
+}
+
+impl<T, const CALLED: bool> Drop for UnwindGuard<T, CALLED> {
     fn drop(&mut self) {
         // SAFETY: the guard is declared after the context it points to, so it is dropped first.
         let cx = unsafe { &*self.cx };
@@ -327,17 +463,19 @@ impl<const CALLED: bool> Drop for UnwindGuard<CALLED> {
         } else {
             PANICKED_TASK.with(|p| {
                 if p.get().is_none() {
-                    p.set(Some((cx.frame().vtable.task_name)()));
+                    p.set(Some(std::any::type_name::<T>()));
                 }
             });
             // Cancel the run now, so that the stolen children waited for below stop soon.
-            cx.frame.root_state().kill(&w.sched);
+            cx.root_state().kill(&w.sched);
             FAILED
         };
         cx.drain();
         let mode = if CALLED { Mode::Called } else { Mode::Inline };
-        // SAFETY: this thread runs the job, and its task is gone.
-        unsafe { w.finish(cx.frame, state, mode) };
+        if let Some(frame) = cx.frame_if_any() {
+            // SAFETY: this thread runs the job, and its task is gone.
+            unsafe { w.finish(JobRef::from_header(frame), state, mode) };
+        }
     }
 }
 

@@ -26,6 +26,8 @@ use crate::job::{JobHeader, JobRef, Link};
 pub(crate) struct Deque {
     /// The newest private job, or null; each links to the next older one.
     top: Cell<*const JobHeader>,
+    /// Number of jobs on the private stack.
+    private_len: Cell<u32>,
     public: Public<JobRef>,
     /// Reused by `publish` to reverse the private stack.
     scratch: UnsafeCell<Vec<JobRef>>,
@@ -35,6 +37,7 @@ impl Deque {
     pub(crate) fn new(public: Public<JobRef>) -> Self {
         Deque {
             top: Cell::new(ptr::null()),
+            private_len: Cell::new(0),
             public,
             scratch: UnsafeCell::new(Vec::new()),
         }
@@ -55,6 +58,13 @@ impl Deque {
         // SAFETY: the link of a job being pushed is a `below` pointer.
         debug_assert!(unsafe { job.header().link.get().below } == self.top.get());
         self.top.set(job.as_ptr());
+        self.private_len.set(self.private_len.get() + 1);
+    }
+
+    /// Number of jobs waiting on the private stack.
+    #[inline(always)]
+    pub(crate) fn private_len(&self) -> u32 {
+        self.private_len.get()
     }
 
     /// True if the newest private job is a child of `frame`.
@@ -81,6 +91,7 @@ impl Deque {
                 return None;
             }
             self.top.set((*top).link.get().below);
+            self.private_len.set(self.private_len.get() - 1);
             Some(JobRef::from_ptr(top))
         }
     }
@@ -113,6 +124,7 @@ impl Deque {
         // SAFETY: as in `pop_child`; private jobs are children of frames running on this thread.
         unsafe {
             self.top.set((*top).link.get().below);
+            self.private_len.set(self.private_len.get() - 1);
             let parent = &*(*top).parent;
             parent.away.set(parent.away.get() + 1);
             Some(JobRef::from_ptr(top))
@@ -125,6 +137,7 @@ impl Deque {
         // scratch vector.
         let scratch = unsafe { &mut *self.scratch.get() };
         let mut node = self.top.replace(ptr::null());
+        self.private_len.set(0);
         while !node.is_null() {
             // SAFETY: as in `pop_child`; the parent frames run on this thread.
             unsafe {

@@ -4,6 +4,10 @@
 #[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// A runtime setting (from the builder or the environment) cannot be used.
+    #[error("invalid runtime setting: {0}")]
+    Config(String),
+
     /// The runtime was configured with `threads(0)`.
     #[error("a runtime needs at least one worker thread, but threads(0) was given")]
     NoThreads,

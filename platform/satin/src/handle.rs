@@ -1,6 +1,7 @@
 //! Handles to the outputs of spawned children.
 
 use std::marker::PhantomData;
+use std::mem::{self, ManuallyDrop};
 use std::ptr;
 use std::sync::atomic::Ordering;
 
@@ -15,25 +16,57 @@ use crate::worker::Worker;
 /// spawned the child (it is not `Send`). Dropping it without taking the output is allowed; the
 /// child still runs (unless aborted) and its output is dropped.
 pub struct Handle<O> {
-    /// None once the output has been taken.
-    job: Option<JobRef>,
-    out: *mut O,
+    state: Slot<O>,
     _not_send: PhantomData<*const O>,
+}
+
+enum Slot<O> {
+    /// The child was queued: its record will hold the output.
+    Queued { job: JobRef, out: *mut O },
+    /// The child ran within the spawn (see [`Inlining`](crate::Inlining)); its output is here.
+    /// The parent's abort epoch at the spawn tells `Context::next_completed` whether an abort
+    /// since then cancelled it.
+    Ready { output: O, spawn_epoch: u32 },
+    /// The output was taken by `Context::next_completed`.
+    Taken,
+}
+
+/// What `Context::next_completed` finds in a handle.
+pub(crate) enum Peek {
+    Queued(JobRef),
+    Ready { spawn_epoch: u32 },
+    Taken,
 }
 
 impl<O> Handle<O> {
     #[inline(always)]
-    pub(crate) fn new(job: JobRef, out: *mut O) -> Self {
+    pub(crate) fn queued(job: JobRef, out: *mut O) -> Self {
         Handle {
-            job: Some(job),
-            out,
+            state: Slot::Queued { job, out },
             _not_send: PhantomData,
         }
     }
 
     #[inline(always)]
-    pub(crate) fn job(&self) -> Option<JobRef> {
-        self.job
+    pub(crate) fn ready(output: O, spawn_epoch: u32) -> Self {
+        Handle {
+            state: Slot::Ready {
+                output,
+                spawn_epoch,
+            },
+            _not_send: PhantomData,
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn peek(&self) -> Peek {
+        match &self.state {
+            Slot::Queued { job, .. } => Peek::Queued(*job),
+            Slot::Ready { spawn_epoch, .. } => Peek::Ready {
+                spawn_epoch: *spawn_epoch,
+            },
+            Slot::Taken => Peek::Taken,
+        }
     }
 
     /// Returns the child's output.
@@ -46,61 +79,90 @@ impl<O> Handle<O> {
     /// or the child was cancelled by its parent's [`abort`](crate::Context::abort). If the child
     /// was cancelled from further up, the calling task is itself aborted and unwinds quietly.
     #[inline(always)]
-    pub fn take(mut self) -> O {
-        let Some(job) = self.job else {
-            panic!("Handle::take: the output was already taken by Context::next_completed");
-        };
-        if job.header().state.load(Ordering::Acquire) == DONE {
-            return self.take_done();
-        }
-        self.take_slow(job)
-    }
-
-    /// `take` of a child that has not finished, or has no output.
-    #[inline(never)]
-    fn take_slow(mut self, job: JobRef) -> O {
-        let mut state = job.header().state.load(Ordering::Acquire);
-        if state == PENDING {
-            state = wait(job);
-        }
-        if state == DONE {
-            self.take_done()
-        } else {
-            self.job = None;
-            // SAFETY: the child finished, and its handle was still here, so the record is ours.
-            let parent_aborted = unsafe { JobRef::from_ptr(job.header().parent) }.is_aborted();
-            // SAFETY: nothing refers to the record any more; it holds no task and no output.
-            unsafe { job.free() };
-            if parent_aborted {
-                abort_unwind();
+    pub fn take(self) -> O {
+        // Fields are read one by one, never the whole handle at once: a handle is written
+        // field by field, and a wider read of it would wait for those stores to drain.
+        let this = ManuallyDrop::new(self);
+        match &this.state {
+            // SAFETY: the handle is consumed and never dropped, so the output is moved once.
+            Slot::Ready { output, .. } => unsafe { ptr::read(output) },
+            &Slot::Queued { job, out } => {
+                if job.header().state.load(Ordering::Acquire) == DONE {
+                    // SAFETY: the state is DONE, seen with Acquire: the output is written and
+                    // the record belongs to this handle alone.
+                    unsafe { take_done(job, out) }
+                } else {
+                    take_slow(job, out)
+                }
             }
-            panic!("Handle::take: the child was cancelled by Context::abort and has no output");
+            Slot::Taken => {
+                panic!("Handle::take: the output was already taken by Context::next_completed")
+            }
         }
     }
 
     /// True once the child has finished with an output that can be taken without waiting.
     pub fn is_ready(&self) -> bool {
-        self.job
-            .is_some_and(|j| j.header().state.load(Ordering::Acquire) == DONE)
+        match &self.state {
+            Slot::Ready { .. } => true,
+            Slot::Queued { job, .. } => job.header().state.load(Ordering::Acquire) == DONE,
+            Slot::Taken => false,
+        }
     }
 
     /// True once the output has been taken through [`Context::next_completed`](crate::Context::next_completed).
     pub fn is_taken(&self) -> bool {
-        self.job.is_none()
+        matches!(self.state, Slot::Taken)
     }
 
-    /// Moves the output out of a finished child's record and frees the record.
+    /// Moves the output out of a finished child (its state DONE for a queued one) and leaves
+    /// the handle empty.
     #[inline(always)]
-    pub(crate) fn take_done(&mut self) -> O {
-        let job = self.job.take().expect("handle holds a job");
-        // SAFETY: the state is DONE, seen with Acquire, so the output is written, and the
-        // executor has let go of the record: it belongs to this handle alone.
-        unsafe {
-            let out = ptr::read(self.out);
-            job.free();
-            out
+    pub(crate) fn take_finished(&mut self) -> O {
+        match mem::replace(&mut self.state, Slot::Taken) {
+            Slot::Ready { output, .. } => output,
+            // SAFETY: the caller saw the state DONE with Acquire.
+            Slot::Queued { job, out } => unsafe { take_done(job, out) },
+            Slot::Taken => unreachable!("take_finished on an empty handle"),
         }
     }
+}
+
+/// Moves the output out of a finished child's record and frees the record.
+///
+/// # Safety
+/// The record's state must be DONE, seen with Acquire, and the record must belong to the
+/// caller's handle alone.
+#[inline(always)]
+unsafe fn take_done<O>(job: JobRef, out: *mut O) -> O {
+    let output = ptr::read(out);
+    job.free();
+    output
+}
+
+/// `take` of a queued child that has not finished, or has no output.
+#[inline(never)]
+fn take_slow<O>(job: JobRef, out: *mut O) -> O {
+    let mut state = job.header().state.load(Ordering::Acquire);
+    if state == PENDING {
+        // Should the wait unwind (an abort from further up), the handle's drop orphans the
+        // record so that its executor frees it.
+        let unclaimed = Handle::queued(job, out);
+        state = wait(job);
+        mem::forget(unclaimed);
+    }
+    if state == DONE {
+        // SAFETY: DONE was seen with Acquire, and the handle was consumed by `take`.
+        return unsafe { take_done(job, out) };
+    }
+    // SAFETY: the child finished, and its handle was still here, so the record is ours.
+    let parent_aborted = unsafe { JobRef::from_ptr(job.header().parent) }.is_aborted();
+    // SAFETY: nothing refers to the record any more; it holds no task and no output.
+    unsafe { job.free() };
+    if parent_aborted {
+        abort_unwind();
+    }
+    panic!("Handle::take: the child was cancelled by Context::abort and has no output");
 }
 
 #[cold]
@@ -111,7 +173,10 @@ fn wait(job: JobRef) -> u8 {
 
 impl<O> Drop for Handle<O> {
     fn drop(&mut self) {
-        let Some(job) = self.job else { return };
+        // A ready output is dropped with the handle's fields.
+        let Slot::Queued { job, out } = self.state else {
+            return;
+        };
         match job.header().state.compare_exchange(
             PENDING,
             ORPHANED,
@@ -124,7 +189,7 @@ impl<O> Drop for Handle<O> {
                 // SAFETY: the child has finished and this handle is the record's last user.
                 unsafe {
                     if state == DONE {
-                        ptr::drop_in_place(self.out);
+                        ptr::drop_in_place(out);
                     }
                     job.free();
                 }

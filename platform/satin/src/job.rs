@@ -36,6 +36,10 @@ pub(crate) struct JobHeader {
     pub(crate) state: AtomicU8,
     /// Size class of the record's block, for freeing it.
     pub(crate) class: u8,
+    /// Frames between this one and the nearest job taken from a deque by another frame or
+    /// thread (a root, a stolen job): 0 for those, one more than the parent otherwise. Spawns
+    /// of deep frames may run their child at once (see [`Inlining`](crate::Inlining)).
+    pub(crate) depth: Cell<u16>,
     /// The parent's `abort_epoch` when this job was spawned; the job is aborted once they differ.
     pub(crate) spawn_epoch: u32,
     /// Worker the job was taken from, written by whoever takes it from another worker (or the
@@ -69,15 +73,21 @@ impl Link {
 }
 
 impl JobHeader {
-    /// The header of a frame without a record, for a task of type `T` run by `Context::call`:
+    /// The header of a frame without a record, for a task run on its parent's stack (by
+    /// `Context::call`, or by a spawn that runs its child at once; `vtable` is its type's):
     /// it carries the frame's bookkeeping and links to the caller's frame like any other.
     #[inline(always)]
-    pub(crate) fn for_call<T: Task>(parent: *const JobHeader, spawn_epoch: u32) -> JobHeader {
+    pub(crate) fn for_call(
+        vtable: &'static JobVTable,
+        parent: &JobHeader,
+        spawn_epoch: u32,
+    ) -> JobHeader {
         JobHeader {
-            vtable: &Job::<T>::VTABLE,
+            vtable,
             parent,
             state: AtomicU8::new(PENDING),
             class: recycle::UNPOOLED,
+            depth: Cell::new(parent.depth.get().saturating_add(1)),
             spawn_epoch,
             owner: Cell::new(0),
             away: Cell::new(0),
@@ -103,6 +113,37 @@ pub(crate) struct JobVTable {
     pub(crate) task_name: fn() -> &'static str,
     /// Layout of the record's block.
     pub(crate) layout: Layout,
+}
+
+/// The table of a frame written lazily for a task run on its parent's stack (see
+/// `Context::own_frame`). Such a frame is never queued, stolen, encoded or freed, and the guard
+/// that reports a panic of its task names the type itself, so none of these entries is used.
+pub(crate) static LAZY_FRAME_VTABLE: JobVTable = JobVTable {
+    run_inline: lazy_frame_unused,
+    run_taken: lazy_frame_unused,
+    discard: lazy_frame_never_queued,
+    drop_output: lazy_frame_never_queued,
+    encode_task: lazy_frame_never_encoded,
+    decode_output: lazy_frame_never_decoded,
+    type_id: TypeId::of::<JobHeader>,
+    task_name: || "(a task run within a spawn or call)",
+    layout: Layout::new::<JobHeader>(),
+};
+
+unsafe fn lazy_frame_unused(_: JobRef, _: &Worker, _: u64) {
+    unreachable!("a frame run on its parent's stack is never run from a deque")
+}
+
+unsafe fn lazy_frame_never_queued(_: JobRef) {
+    unreachable!("a frame run on its parent's stack never holds a task or an output")
+}
+
+unsafe fn lazy_frame_never_encoded(_: JobRef) -> Result<Vec<u8>, Error> {
+    unreachable!("a frame run on its parent's stack is never stolen")
+}
+
+unsafe fn lazy_frame_never_decoded(_: JobRef, _: &[u8]) -> Result<(), Error> {
+    unreachable!("a frame run on its parent's stack is never stolen")
 }
 
 /// A pointer to a record, as stored in deques.
@@ -217,13 +258,20 @@ impl<T: Task> Job<T> {
 
     /// A pending record, not yet placed anywhere.
     #[inline(always)]
-    pub(crate) fn new(task: T, parent: *const JobHeader, spawn_epoch: u32, link: Link) -> Self {
+    pub(crate) fn new(
+        task: T,
+        parent: *const JobHeader,
+        depth: u16,
+        spawn_epoch: u32,
+        link: Link,
+    ) -> Self {
         Job {
             header: JobHeader {
                 vtable: &Self::VTABLE,
                 parent,
                 state: AtomicU8::new(PENDING),
                 class: Self::BLOCK.0,
+                depth: Cell::new(depth),
                 spawn_epoch,
                 owner: Cell::new(0),
                 away: Cell::new(0),
@@ -245,6 +293,7 @@ impl<T: Task> Job<T> {
         recycler: Option<&mut recycle::Recycler>,
         task: T,
         parent: *const JobHeader,
+        depth: u16,
         spawn_epoch: u32,
         link: Link,
     ) -> JobRef {
@@ -258,7 +307,7 @@ impl<T: Task> Job<T> {
         unsafe {
             record
                 .as_ptr()
-                .write(Self::new(task, parent, spawn_epoch, link))
+                .write(Self::new(task, parent, depth, spawn_epoch, link))
         };
         JobRef(record.cast())
     }

@@ -89,11 +89,19 @@
 //! waiting at a sync for stolen children runs other jobs meanwhile. Idle workers spin, then
 //! yield, then park; publishing work wakes a parked worker.
 //!
+//! Deep in the tree, a spawn runs its child at once, like a call, while the worker already
+//! has queued jobs that no thief has asked for ([`Inlining`]; the lazy scheduling of Tzannes
+//! et al.). A child run this way gets a frame only if it queues children of its own, aborts,
+//! or waits for completions, so a spawn that runs its child at once costs little more than a
+//! call. Thieves still find the large pieces, which are the oldest queued jobs, and a thief's
+//! publish request empties the queue, so the next spawns are queued again.
+//! [`Inlining::OFF`] queues every child, as Satin does.
+//!
 //! What this costs (`satin-bench`, 2 cores): fib(32) with every call spawning both children
-//! takes about 2.4 times as long on 2 threads as the same with `rayon::join` (one join where
-//! this makes two spawns), and spawning one child and calling the other about 1.7 times; a
-//! spawn costs about 11 ns over a plain call on one thread; fib(40) spawning above 20 runs
-//! about 2.0 times as fast on 2 threads as sequentially.
+//! runs in about 0.9 times the time of the same with `rayon::join` on 2 threads (about 2.6
+//! times with every spawn queued); a spawn costs about 4 ns over a plain call on one thread
+//! (12 ns queued); fib(40) spawning above 20 runs about 1.9 to 2.0 times as fast on 2 threads
+//! as sequentially.
 //!
 //! A task that panics fails the whole run: every other job of it is cancelled and
 //! [`Runtime::run`] returns [`Error::TaskPanicked`] naming the task. [`Runtime::stats`] counts
@@ -165,6 +173,7 @@ mod deque;
 mod dist;
 mod error;
 mod handle;
+mod inlining;
 mod job;
 mod recycle;
 pub mod remote;
@@ -179,6 +188,7 @@ pub use context::Context;
 pub use dist::{PoolRuntime, Steal};
 pub use error::Error;
 pub use handle::Handle;
+pub use inlining::Inlining;
 pub use runtime::Runtime;
 pub use stats::Stats;
 pub use task::Task;

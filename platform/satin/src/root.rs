@@ -71,7 +71,7 @@ where
     // The record keeps the state alive for all jobs of the tree; `finish` releases it.
     let raw = Arc::into_raw(Arc::clone(&state));
     // A root never sits on a private stack, so its link holds the state for good.
-    let job = Job::<T>::create(None, task, ptr::null(), 0, Link { root: raw });
+    let job = Job::<T>::create(None, task, ptr::null(), 0, 0, Link { root: raw });
     sched.active_roots.fetch_add(1, Ordering::SeqCst);
     tracing::debug!(task = std::any::type_name::<T>(), "root submitted");
     sched.inject(job);

@@ -6,6 +6,7 @@ use std::thread::JoinHandle;
 use parking_lot::Mutex;
 
 use crate::codec;
+use crate::inlining::Inlining;
 use crate::remote::Remote;
 use crate::root::{self, Latch};
 use crate::scheduler::Scheduler;
@@ -37,6 +38,8 @@ const DEFAULT_STACK: usize = 16 << 20;
 pub struct Runtime {
     threads: usize,
     stack_size: usize,
+    /// None: `SATIN_INLINING`, else the default.
+    inlining: Option<Inlining>,
     started: Mutex<Option<Started>>,
 }
 
@@ -51,6 +54,7 @@ impl Runtime {
         Runtime {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             stack_size: DEFAULT_STACK,
+            inlining: None,
             started: Mutex::new(None),
         }
     }
@@ -59,6 +63,13 @@ impl Runtime {
     /// [`Error::NoThreads`]).
     pub fn threads(mut self, n: usize) -> Runtime {
         self.threads = n;
+        self
+    }
+
+    /// Sets when spawns run their child at once instead of queueing it (see [`Inlining`]).
+    /// Without this call, `SATIN_INLINING` decides, and without that [`Inlining::DEFAULT`].
+    pub fn inlining(mut self, inlining: Inlining) -> Runtime {
+        self.inlining = Some(inlining);
         self
     }
 
@@ -88,7 +99,13 @@ impl Runtime {
         }
         // Conflicting registrations would break distributed runs; report them at once.
         codec::table()?;
-        let (sched, handles) = Scheduler::start(self.threads, self.stack_size)?;
+        let inlining = match self.inlining {
+            Some(i) => i,
+            None => Inlining::from_env()
+                .map_err(Error::Config)?
+                .unwrap_or_default(),
+        };
+        let (sched, handles) = Scheduler::start(self.threads, self.stack_size, inlining)?;
         *started = Some(Started {
             sched: Arc::clone(&sched),
             handles,

@@ -10,6 +10,7 @@ use crossbeam_deque::{Injector, Stealer, Worker as Public};
 use crossbeam_utils::CachePadded;
 use parking_lot::RwLock;
 
+use crate::inlining::Inlining;
 use crate::job::JobRef;
 use crate::stats::{SharedCounters, Stats, WorkerCounters};
 use crate::worker::Worker;
@@ -32,13 +33,20 @@ pub(crate) struct WorkerShared {
     pub(crate) counters: CachePadded<WorkerCounters>,
 }
 
+/// Bumped by every abort and every failing run, in any runtime of the process. A running task
+/// compares it with the value at which it last found itself not aborted, so that the check on
+/// every spawn and sync is one load from a fixed address; only after a bump does a task walk up
+/// its ancestors to see whether the abort concerns it. Sharing it between runtimes costs an
+/// unrelated runtime one such walk per task that is running at an abort, and nothing else.
+pub(crate) static ABORT_GEN: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
+
 pub(crate) struct Scheduler {
     pub(crate) workers: Box<[WorkerShared]>,
+    pub(crate) inlining: Inlining,
     /// Roots, and jobs put back by the remote hooks, that any worker may take.
     pub(crate) injector: Injector<JobRef>,
     /// Bumped after every abort. A frame that saw the same value before is known not to be
     /// aborted without walking its ancestors.
-    pub(crate) abort_gen: CachePadded<AtomicU64>,
     /// Number of workers marked sleeping; spawns look at it to decide whether to wake one.
     pub(crate) sleepers: CachePadded<AtomicUsize>,
     pub(crate) active_roots: AtomicUsize,
@@ -66,6 +74,7 @@ impl Scheduler {
     pub(crate) fn start(
         threads: usize,
         stack_size: usize,
+        inlining: Inlining,
     ) -> Result<(Arc<Scheduler>, Vec<JoinHandle<()>>), Error> {
         let publics: Vec<Public<JobRef>> = (0..threads).map(|_| Public::new_lifo()).collect();
         let workers = publics
@@ -80,8 +89,8 @@ impl Scheduler {
             .collect();
         let sched = Arc::new(Scheduler {
             workers,
+            inlining,
             injector: Injector::new(),
-            abort_gen: CachePadded::new(AtomicU64::new(0)),
             sleepers: CachePadded::new(AtomicUsize::new(0)),
             active_roots: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
@@ -205,7 +214,7 @@ impl Scheduler {
 
     /// Marks every run as cancelled for frames that compare generations.
     pub(crate) fn bump_abort_gen(&self) {
-        self.abort_gen.fetch_add(1, Ordering::AcqRel);
+        ABORT_GEN.fetch_add(1, Ordering::AcqRel);
         if self.abort_hook_set.load(Ordering::Acquire) {
             self.call_abort_hook();
         }

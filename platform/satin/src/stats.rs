@@ -10,6 +10,9 @@ use std::time::Duration;
 pub struct Stats {
     /// Children spawned with [`Context::spawn`](crate::Context::spawn).
     pub spawns: u64,
+    /// Of those, the ones run at once by the spawn instead of being queued (see
+    /// [`Inlining`](crate::Inlining)).
+    pub spawns_inlined: u64,
     /// Explicit and implicit syncs that had children to wait for, plus explicit syncs without.
     pub syncs: u64,
     /// Attempts to steal a job from another worker of this process (one per victim tried).
@@ -50,6 +53,7 @@ impl Stats {
     pub fn since(&self, earlier: &Stats) -> Stats {
         Stats {
             spawns: self.spawns.saturating_sub(earlier.spawns),
+            spawns_inlined: self.spawns_inlined.saturating_sub(earlier.spawns_inlined),
             syncs: self.syncs.saturating_sub(earlier.syncs),
             local_steal_attempts: self
                 .local_steal_attempts
@@ -81,7 +85,11 @@ impl Stats {
 impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "satin statistics")?;
-        writeln!(f, "  spawns                {}", self.spawns)?;
+        writeln!(
+            f,
+            "  spawns                {} ({} run at once)",
+            self.spawns, self.spawns_inlined
+        )?;
         writeln!(f, "  syncs                 {}", self.syncs)?;
         writeln!(f, "  jobs executed         {}", self.jobs_executed)?;
         writeln!(f, "  jobs discarded        {}", self.jobs_discarded)?;
@@ -122,6 +130,7 @@ impl fmt::Display for Stats {
 #[derive(Default)]
 pub(crate) struct WorkerCounters {
     pub(crate) spawns: AtomicU64,
+    pub(crate) inlined: AtomicU64,
     pub(crate) syncs: AtomicU64,
     pub(crate) steal_attempts: AtomicU64,
     pub(crate) steals: AtomicU64,
@@ -138,12 +147,15 @@ pub(crate) fn add(counter: &AtomicU64, n: u64) {
 }
 
 /// Counts a worker keeps in its own memory, next to its deque, so that bumping one on the spawn
-/// path is a single increment. They are added to the worker's [`WorkerCounters`] whenever the
-/// worker finishes a job it did not spawn itself (before the completion is published, so a
-/// finished run's counts are all visible) and while it idles.
+/// path is a single increment. A spawn that runs its child at once bumps `inlined` alone, which
+/// counts as a spawn and an executed job both: `spawns` and `executed` leave those out. They
+/// are added to the worker's [`WorkerCounters`] whenever the worker finishes a job it did not
+/// spawn itself (before the completion is published, so a finished run's counts are all
+/// visible) and while it idles.
 #[derive(Default)]
 pub(crate) struct LocalCounters {
     pub(crate) spawns: Cell<u64>,
+    pub(crate) inlined: Cell<u64>,
     pub(crate) syncs: Cell<u64>,
     pub(crate) executed: Cell<u64>,
     pub(crate) discarded: Cell<u64>,
@@ -161,6 +173,7 @@ pub(crate) fn bump(c: &Cell<u64>) {
 impl LocalCounters {
     pub(crate) fn flush_into(&self, to: &WorkerCounters) {
         add(&to.spawns, self.spawns.take());
+        add(&to.inlined, self.inlined.take());
         add(&to.syncs, self.syncs.take());
         add(&to.executed, self.executed.take());
         add(&to.discarded, self.discarded.take());
@@ -187,12 +200,14 @@ pub(crate) struct SharedCounters {
 
 impl WorkerCounters {
     pub(crate) fn add_to(&self, s: &mut Stats) {
-        s.spawns += self.spawns.load(Relaxed);
+        let inlined = self.inlined.load(Relaxed);
+        s.spawns += self.spawns.load(Relaxed) + inlined;
+        s.spawns_inlined += inlined;
         s.syncs += self.syncs.load(Relaxed);
         s.local_steal_attempts += self.steal_attempts.load(Relaxed);
         s.local_steals += self.steals.load(Relaxed);
         s.aborts += self.aborts.load(Relaxed);
-        s.jobs_executed += self.executed.load(Relaxed);
+        s.jobs_executed += self.executed.load(Relaxed) + inlined;
         s.jobs_discarded += self.discarded.load(Relaxed);
         s.idle += Duration::from_nanos(self.idle_ns.load(Relaxed));
     }

@@ -20,7 +20,7 @@ use crate::deque::Deque;
 use crate::job::{Job, JobHeader, JobRef, DONE, ORPHANED, PENDING};
 use crate::recycle::Recycler;
 use crate::root;
-use crate::scheduler::{Scheduler, WorkerShared};
+use crate::scheduler::{Scheduler, WorkerShared, ABORT_GEN};
 use crate::stats::{add, bump, LocalCounters, WorkerCounters};
 use crate::Task;
 
@@ -52,7 +52,9 @@ pub(crate) struct Worker {
     pub(crate) local: LocalCounters,
     /// This worker's flag in `sched.workers`, and the scheduler's abort generation.
     publish_request: *const AtomicBool,
-    abort_gen: *const AtomicU64,
+    /// The scheduler's [`Inlining`](crate::Inlining) thresholds, at hand for every spawn.
+    inline_depth: u16,
+    inline_queued: u32,
     pub(crate) index: usize,
     pub(crate) sched: Arc<Scheduler>,
     rng: UnsafeCell<SmallRng>,
@@ -62,13 +64,13 @@ impl Worker {
     pub(crate) fn new(index: usize, sched: Arc<Scheduler>, public: Public<JobRef>) -> Self {
         // Both pointers stay valid as long as `sched`, which the worker owns a reference to.
         let publish_request: *const AtomicBool = &*sched.workers[index].publish_request;
-        let abort_gen: *const AtomicU64 = &*sched.abort_gen;
         Worker {
             deque: Deque::new(public),
             recycler: UnsafeCell::new(Recycler::new()),
             local: LocalCounters::default(),
             publish_request,
-            abort_gen,
+            inline_depth: sched.inlining.min_depth,
+            inline_queued: sched.inlining.min_queued,
             index,
             sched,
             rng: UnsafeCell::new(SmallRng::seed_from_u64(0x5a71_9e37 ^ index as u64)),
@@ -94,9 +96,8 @@ impl Worker {
     }
 
     #[inline(always)]
-    pub(crate) fn abort_gen(&self) -> &AtomicU64 {
-        // SAFETY: points into the scheduler, which `self.sched` keeps alive.
-        unsafe { &*self.abort_gen }
+    pub(crate) fn abort_gen(&self) -> &'static AtomicU64 {
+        &ABORT_GEN
     }
 
     /// Makes the worker-local counts visible to `Runtime::stats`.
@@ -152,6 +153,22 @@ impl Worker {
         // Sleeping workers raise every publish request before they park, and publishing wakes
         // one, so this single check also covers waking sleepers.
         self.serve_publish_request();
+    }
+
+    /// Frames at least this deep may run spawned children at once (see
+    /// [`Inlining`](crate::Inlining)).
+    #[inline(always)]
+    pub(crate) fn inline_depth(&self) -> u16 {
+        self.inline_depth
+    }
+
+    /// True if enough jobs wait unpublished here that a spawn deep in the tree may run its
+    /// child at once. Serves a pending publish request first, so that a thief's request turns
+    /// the following spawns back into queued ones.
+    #[inline(always)]
+    pub(crate) fn has_queued_work(&self) -> bool {
+        self.serve_publish_request();
+        self.deque.private_len() >= self.inline_queued
     }
 
     /// Pops the newest job if it is a child of `frame`.
@@ -459,12 +476,16 @@ pub(crate) unsafe fn run_taken<T: Task>(job: JobRef, worker: &Worker, seen_gen: 
 unsafe fn execute<T: Task>(job: JobRef, worker: &Worker, mode: Mode, seen_gen: u64) {
     let slot = Job::<T>::slot(job);
     let task = ManuallyDrop::take(&mut (*slot).task);
+    if mode != Mode::Inline {
+        // Taken from elsewhere: a large piece, whose top levels thieves should be able to split.
+        job.header().depth.set(0);
+    }
     bump(&worker.local.executed);
     let mut cx = Context::new(worker, job, seen_gen);
     let state = if mode == Mode::Inline {
         // A panic here unwinds on into the parent's frame, which runs on this thread too;
         // the guard finishes this job on the way.
-        let guard = UnwindGuard::<false> { cx: &cx };
+        let guard = UnwindGuard::<T, false>::new(&cx);
         let output = task.run(&mut cx);
         cx.implicit_sync();
         std::mem::forget(guard);

@@ -6,7 +6,8 @@
 //! 1. fib(32) where every call spawns both children, on 2 threads, next to the same
 //!    computation with `rayon::join` on a 2-thread rayon pool, and their ratio; also the
 //!    variant closest to `join`, which spawns one child and runs the other with
-//!    `Context::call`;
+//!    `Context::call`, and the first again with every spawn queued (`Inlining::OFF`), which
+//!    shows what the runtime's spawn inlining saves;
 //! 2. the spawn overhead on 1 thread, in ns per spawn over the plain recursive function;
 //! 3. fib(40) with a sequential threshold of 20 on 2 threads against plain sequential fib(40).
 
@@ -131,18 +132,44 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ms(t_call),
         t_call.as_secs_f64() / t_rayon.as_secs_f64()
     );
+    drop(satin2);
+    let queued2 = satin::Runtime::local()
+        .threads(2)
+        .inlining(satin::Inlining::OFF);
+    let t_queued = time(reps, || {
+        let v = queued2.run(Fib(n)).expect("fib run");
+        assert_eq!(v, expect);
+    });
+    drop(queued2);
+    println!(
+        "fib({n}), every call spawns, every spawn queued (Inlining::OFF), 2 threads: satin {:.1} ms, satin/rayon = {:.2}",
+        ms(t_queued),
+        t_queued.as_secs_f64() / t_rayon.as_secs_f64()
+    );
+    let satin2 = satin::Runtime::local().threads(2);
 
     let satin1 = satin::Runtime::local().threads(1);
     let t_seq = time(reps, || assert_eq!(fib(black_box(n)), expect));
     let t_one = time(reps, || {
         assert_eq!(satin1.run(Fib(n)).expect("fib run"), expect);
     });
+    drop(satin1);
+    let queued1 = satin::Runtime::local()
+        .threads(1)
+        .inlining(satin::Inlining::OFF);
+    let t_one_queued = time(reps, || {
+        assert_eq!(queued1.run(Fib(n)).expect("fib run"), expect);
+    });
+    drop(queued1);
     let spawns = calls(n) - 1;
+    let per_spawn = |t: Duration| (t.as_secs_f64() - t_seq.as_secs_f64()) * 1e9 / spawns as f64;
     println!(
-        "spawn overhead, 1 thread: fib({n}) satin {:.1} ms vs plain recursion {:.1} ms: {:.1} ns per spawn ({spawns} spawns)",
+        "spawn overhead, 1 thread: fib({n}) satin {:.1} ms vs plain recursion {:.1} ms: {:.1} ns per spawn ({spawns} spawns); every spawn queued: {:.1} ms, {:.1} ns per spawn",
         ms(t_one),
         ms(t_seq),
-        (t_one.as_secs_f64() - t_seq.as_secs_f64()) * 1e9 / spawns as f64
+        per_spawn(t_one),
+        ms(t_one_queued),
+        per_spawn(t_one_queued),
     );
 
     let n = 40;

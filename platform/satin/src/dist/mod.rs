@@ -103,6 +103,13 @@ impl PoolRuntime {
         self
     }
 
+    /// Sets when spawns on this node run their child at once instead of queueing it (see
+    /// [`Inlining`](crate::Inlining); default as for [`Runtime::inlining`]).
+    pub fn inlining(mut self, inlining: crate::Inlining) -> PoolRuntime {
+        self.local = self.local.inlining(inlining);
+        self
+    }
+
     /// Sets how idle nodes look for work in other processes (default
     /// [`Steal::ClusterAware`]). Every node of a pool should use the same policy.
     pub fn steal(mut self, policy: Steal) -> PoolRuntime {

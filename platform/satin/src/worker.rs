@@ -301,8 +301,10 @@ impl Worker {
         if !done() {
             let mut idle = Idle::new();
             while !done() {
-                if self.help_once() {
+                if let Some(job) = self.find_help() {
+                    // The clock stops before the job runs: its time is work, not idling.
                     idle.reset(self.counters());
+                    self.run_taken(job);
                 } else {
                     idle.step(self, done);
                 }
@@ -327,11 +329,12 @@ impl Worker {
                 return s;
             }
             if let Some(child) = self.pop_child(frame) {
+                idle.reset(self.counters());
                 // No generation was verified here, so the check walks ancestors if any abort happened.
                 self.run_child(child, u64::MAX);
+            } else if let Some(job) = self.find_help() {
                 idle.reset(self.counters());
-            } else if self.help_once() {
-                idle.reset(self.counters());
+                self.run_taken(job);
             } else {
                 idle.step(self, || state() != PENDING);
             }
@@ -341,19 +344,25 @@ impl Worker {
     /// Runs one job from anywhere but the waiting frame's own children. Returns false if
     /// there was none.
     pub(crate) fn help_once(&self) -> bool {
+        match self.find_help() {
+            Some(job) => {
+                self.run_taken(job);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A job for a thread waiting at a frame: from anywhere but the frame's own children.
+    fn find_help(&self) -> Option<JobRef> {
         // The newest job left here belongs to an outer frame and is what this thread would run
         // next anyway once the waiting frame returns; running it now keeps the thread busy
         // without taking work a thief could use better (thieves take the oldest).
         if let Some(job) = self.deque.pop_any() {
             job.header().owner.set(self.index as u32);
-            self.run_taken(job);
-            return true;
+            return Some(job);
         }
-        if let Some(job) = self.find_work() {
-            self.run_taken(job);
-            return true;
-        }
-        false
+        self.find_work()
     }
 
     fn find_work(&self) -> Option<JobRef> {

@@ -1,4 +1,5 @@
-//! An idle runtime parks its workers instead of spinning.
+//! An idle runtime parks its workers instead of spinning, and counts as idle only the time
+//! its workers found nothing to do.
 
 #![cfg(target_os = "linux")]
 
@@ -38,5 +39,91 @@ fn idle_workers_do_not_burn_cpu() {
     assert!(
         used < Duration::from_millis(150),
         "idle workers used {used:?} of CPU in 1 s"
+    );
+}
+
+/// Busy work of about `micros` µs that adds its own duration to `WORKED_NS`.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct TimedLeaf {
+    micros: u64,
+}
+
+static WORKED_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+impl satin::Task for TimedLeaf {
+    type Output = u64;
+    fn run(self, _cx: &mut satin::Context) -> u64 {
+        let start = Instant::now();
+        let mut x = 1u64;
+        while start.elapsed() < Duration::from_micros(self.micros) {
+            for i in 0..100u64 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+            }
+        }
+        WORKED_NS.fetch_add(
+            start.elapsed().as_nanos() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        x
+    }
+}
+satin::register!(TimedLeaf);
+
+/// Makes a thread wait at a sync with nothing to steal for a while, and then find a long
+/// job to run while it waits: the root's first child is stolen and starts with a stretch of
+/// work that spawns nothing, then spawns two long leaves.
+#[derive(serde::Serialize, serde::Deserialize)]
+enum WaitThenHelp {
+    Root,
+    Stolen,
+}
+
+impl satin::Task for WaitThenHelp {
+    type Output = u64;
+    fn run(self, cx: &mut satin::Context) -> u64 {
+        match self {
+            WaitThenHelp::Root => {
+                let stolen = cx.spawn(WaitThenHelp::Stolen);
+                // Long enough for the other worker to take the first child.
+                let here = cx.spawn(TimedLeaf { micros: 3_000 });
+                cx.sync();
+                stolen.take() ^ here.take()
+            }
+            WaitThenHelp::Stolen => {
+                let first = cx.call(TimedLeaf { micros: 6_000 });
+                let a = cx.spawn(TimedLeaf { micros: 20_000 });
+                let b = cx.spawn(TimedLeaf { micros: 20_000 });
+                cx.sync();
+                first ^ a.take() ^ b.take()
+            }
+        }
+    }
+}
+satin::register!(WaitThenHelp);
+
+#[test]
+fn idle_time_never_includes_work_done_while_waiting() {
+    let threads = 2;
+    let (idle, worked, wall) = bounded("idle accounting", move || {
+        WORKED_NS.store(0, std::sync::atomic::Ordering::Relaxed);
+        // Every worker starts after this instant, so all its idle time falls after it.
+        let start = Instant::now();
+        let rt = Runtime::local().threads(threads);
+        for _ in 0..5 {
+            rt.run(WaitThenHelp::Root).unwrap();
+        }
+        let idle = rt.stats().idle;
+        let worked = Duration::from_nanos(WORKED_NS.load(std::sync::atomic::Ordering::Relaxed));
+        // Measured last: whatever the counters hold was spent before this.
+        let wall = start.elapsed();
+        (idle, worked, wall)
+    });
+    // Each worker's time splits into work, idling and bookkeeping, so the two sums cannot
+    // exceed what the workers had in all. Counting the jobs a waiting worker runs as idle
+    // (as the accounting once did) breaks this.
+    let available = wall * threads as u32;
+    assert!(
+        idle + worked <= available,
+        "idle {idle:?} + work {worked:?} > {threads} workers x {wall:?}"
     );
 }

@@ -363,6 +363,8 @@ impl Net {
                 }
             }
         };
+        // Name the peer that went first, as `check` does: this one may only have followed it.
+        let (n, died) = self.departed.first().cloned().unwrap_or((n, died));
         Error::PeerGone {
             pid: self.pid,
             superstep: ctx.superstep,
@@ -383,11 +385,14 @@ impl Net {
         let deadline = Instant::now() + self.opts.wait_slice * 4;
         loop {
             self.note_departures();
-            if let Some((n, died)) = self.departed.iter().find(|(n, _)| n.rank() as usize == d) {
+            if self.departed.iter().any(|(n, _)| n.rank() as usize == d) {
+                // As in `check`: name the peer that went first, which `d` may only have
+                // followed (it failed because of that departure and left in turn).
+                let (n, died) = &self.departed[0];
                 return Error::PeerGone {
                     pid: self.pid,
                     superstep: ctx.superstep,
-                    peer: d,
+                    peer: n.rank() as usize,
                     node: n.to_string(),
                     died: *died,
                     during: ctx.during(),

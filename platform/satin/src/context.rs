@@ -133,16 +133,26 @@ impl Context {
             abort_unwind();
         }
         let w = self.worker();
-        let frame = self.frame_if_any();
-        // A lazy frame belongs to a task run at once by a deep frame (or called by one), so
-        // it is deep enough.
-        let deep = frame.map_or(true, |f| f.depth.get() >= w.inline_depth());
-        if deep && w.has_queued_work() {
-            // Counted once, as spawned and executed alike (see `LocalCounters`).
-            bump(&w.local.inlined);
-            let spawn_epoch = frame.map_or(0, |f| f.abort_epoch.load(Ordering::Relaxed));
-            let output = self.run_here(task, false);
-            return Handle::ready(output, spawn_epoch);
+        let frame = self.frame.get();
+        // Written out per case, so that the common one (a lazy frame) tests nothing twice.
+        if frame.is_null() {
+            // A lazy frame belongs to a task run at once by a deep frame (or called by one),
+            // so it is deep enough; and it cannot have been aborted by itself: epoch 0.
+            if w.has_queued_work() {
+                // Counted once, as spawned and executed alike (see `LocalCounters`).
+                bump(&w.local.inlined);
+                let output = self.run_here(task, self.lazy_parent, false);
+                return Handle::ready(output, 0);
+            }
+        } else {
+            // SAFETY: a frame outlives the task's context.
+            let f = unsafe { &*frame };
+            if f.depth.get() >= w.inline_depth() && w.has_queued_work() {
+                bump(&w.local.inlined);
+                let spawn_epoch = f.abort_epoch.load(Ordering::Relaxed);
+                let output = self.run_here(task, frame, false);
+                return Handle::ready(output, spawn_epoch);
+            }
         }
         self.spawn_queued(task)
     }
@@ -221,14 +231,19 @@ impl Context {
         let shallow = self
             .frame_if_any()
             .is_some_and(|f| f.depth.get().saturating_add(1) < w.inline_depth());
-        self.run_here(task, shallow)
+        self.run_here(task, self.nearest_frame(), shallow)
     }
 
     /// Runs `task` on this stack as a child of the running task, with a frame of its own that
-    /// is lazy unless `with_frame`.
+    /// is lazy unless `with_frame`; `nearest` is [`nearest_frame`](Context::nearest_frame).
     #[inline(always)]
-    fn run_here<T: Task>(&mut self, task: T, with_frame: bool) -> T::Output {
-        let mut cx = Context::lazy(self.worker, self.nearest_frame(), self.seen_gen.get());
+    fn run_here<T: Task>(
+        &mut self,
+        task: T,
+        nearest: *const JobHeader,
+        with_frame: bool,
+    ) -> T::Output {
+        let mut cx = Context::lazy(self.worker, nearest, self.seen_gen.get());
         if with_frame {
             cx.own_frame();
         }

@@ -70,6 +70,9 @@ fn calls(n: u32) -> u64 {
     2 * fib(n + 1) - 1
 }
 
+/// A named computation timed in every round.
+type Contender<'a> = (&'static str, Box<dyn FnMut() + 'a>);
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -103,50 +106,77 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    println!("satin-bench: median of {reps} repetitions, {cores} cores available");
+    println!(
+        "satin-bench: median of {reps} repetitions (ratios: median of the per-round ratios), {cores} cores available"
+    );
 
     let n = 32;
     let expect = fib(n);
     let satin2 = satin::Runtime::local().threads(2);
-    let pool2 = rayon::ThreadPoolBuilder::new().num_threads(2).build()?;
-    let t_satin = time(reps, || {
-        let v = satin2.run(Fib(n)).expect("fib run");
-        assert_eq!(v, expect);
-    });
-    let t_rayon = time(reps, || {
-        let v = pool2.install(|| rayon_fib(n));
-        assert_eq!(v, expect);
-    });
-    let t_call = time(reps, || {
-        let v = satin2.run(FibCall(n)).expect("fib run");
-        assert_eq!(v, expect);
-    });
-    println!(
-        "fib({n}), every call spawns, 2 threads: satin {:.1} ms, rayon::join {:.1} ms, satin/rayon = {:.2}",
-        ms(t_satin),
-        ms(t_rayon),
-        t_satin.as_secs_f64() / t_rayon.as_secs_f64()
-    );
-    println!(
-        "fib({n}), every call spawns one child and calls the other, 2 threads: satin {:.1} ms, satin/rayon = {:.2}",
-        ms(t_call),
-        t_call.as_secs_f64() / t_rayon.as_secs_f64()
-    );
-    drop(satin2);
     let queued2 = satin::Runtime::local()
         .threads(2)
         .inlining(satin::Inlining::OFF);
-    let t_queued = time(reps, || {
-        let v = queued2.run(Fib(n)).expect("fib run");
-        assert_eq!(v, expect);
-    });
+    let pool2 = rayon::ThreadPoolBuilder::new().num_threads(2).build()?;
+    // The contenders alternate within every round and each ratio is taken within a round, so
+    // that the machine's speed drifting between rounds (other tenants of a shared host)
+    // cancels out of the ratios.
+    let mut contenders: [Contender; 4] = [
+        (
+            "rayon",
+            Box::new(|| assert_eq!(pool2.install(|| rayon_fib(n)), expect)),
+        ),
+        (
+            "satin",
+            Box::new(|| assert_eq!(satin2.run(Fib(n)).expect("fib run"), expect)),
+        ),
+        (
+            "call",
+            Box::new(|| assert_eq!(satin2.run(FibCall(n)).expect("fib run"), expect)),
+        ),
+        (
+            "queued",
+            Box::new(|| assert_eq!(queued2.run(Fib(n)).expect("fib run"), expect)),
+        ),
+    ];
+    let mut times: [Vec<Duration>; 4] = Default::default();
+    for round in 0..=reps {
+        for (i, (_, f)) in contenders.iter_mut().enumerate() {
+            let t = Instant::now();
+            f();
+            // Round 0 warms up: thread start, caches, recycled records.
+            if round > 0 {
+                times[i].push(t.elapsed());
+            }
+        }
+    }
+    drop(contenders);
     drop(queued2);
+    let ratio = |i: usize| {
+        let mut r: Vec<f64> = times[i]
+            .iter()
+            .zip(&times[0])
+            .map(|(a, b)| a.as_secs_f64() / b.as_secs_f64())
+            .collect();
+        r.sort_by(f64::total_cmp);
+        r[r.len() / 2]
+    };
+    let med = |i: usize| median(times[i].clone());
+    println!(
+        "fib({n}), every call spawns, 2 threads: satin {:.1} ms, rayon::join {:.1} ms, satin/rayon = {:.2}",
+        ms(med(1)),
+        ms(med(0)),
+        ratio(1)
+    );
+    println!(
+        "fib({n}), every call spawns one child and calls the other, 2 threads: satin {:.1} ms, satin/rayon = {:.2}",
+        ms(med(2)),
+        ratio(2)
+    );
     println!(
         "fib({n}), every call spawns, every spawn queued (Inlining::OFF), 2 threads: satin {:.1} ms, satin/rayon = {:.2}",
-        ms(t_queued),
-        t_queued.as_secs_f64() / t_rayon.as_secs_f64()
+        ms(med(3)),
+        ratio(3)
     );
-    let satin2 = satin::Runtime::local().threads(2);
 
     let satin1 = satin::Runtime::local().threads(1);
     let t_seq = time(reps, || assert_eq!(fib(black_box(n)), expect));

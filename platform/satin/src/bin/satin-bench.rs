@@ -7,7 +7,8 @@
 //!    computation with `rayon::join` on a 2-thread rayon pool, and their ratio; also the
 //!    variant closest to `join`, which spawns one child and runs the other with
 //!    `Context::call`, and the first again with every spawn queued (`Inlining::OFF`), which
-//!    shows what the runtime's spawn inlining saves;
+//!    shows what the runtime's spawn inlining saves. These four alternate within every round,
+//!    and each ratio is the median of the ratios within rounds;
 //! 2. the spawn overhead on 1 thread, in ns per spawn over the plain recursive function;
 //! 3. fib(40) with a sequential threshold of 20 on 2 threads against plain sequential fib(40).
 

@@ -185,7 +185,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
         "satin-dist-bench: {cores} cores, load average {} at the start; medians of {rounds} rounds \
-         (each round runs every configuration once; a launch times {reps} runs after a warm-up)",
+         (each round runs every configuration once; a launch times {reps} runs after a warm-up; \
+         ratios are medians of the ratios within rounds)",
         load_average()
     );
     let lat = Some(Duration::from_millis(20));
@@ -234,9 +235,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut measured: Vec<Measured> = configs.iter().map(|_| Measured::default()).collect();
     let mut sequential = Vec::new();
     for round in 0..rounds {
-        let t = Instant::now();
-        assert_eq!(black_box(fib(black_box(40))), 102_334_155);
-        sequential.push(t.elapsed().as_secs_f64());
+        // Timed like a launch: the median of `reps` runs after a warm-up, right before the
+        // 2-process configuration it is compared with.
+        let mut runs: Vec<f64> = (0..=reps)
+            .map(|_| {
+                let t = Instant::now();
+                assert_eq!(black_box(fib(black_box(40))), 102_334_155);
+                t.elapsed().as_secs_f64()
+            })
+            .skip(1)
+            .collect();
+        runs.sort_by(f64::total_cmp);
+        sequential.push(runs[runs.len() / 2]);
         for (c, m) in configs.iter().zip(&mut measured) {
             launch(c, reps, m)?;
         }
@@ -248,6 +258,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let hi = v.iter().copied().fold(0.0, f64::max);
         format!("{:.1}-{:.1} ms", ms(lo), ms(hi))
     };
+    // Ratios are taken within each round, then their median: the machine's speed drifting
+    // between rounds cancels out.
+    let ratio_median =
+        |num: &[f64], den: &[f64]| median(num.iter().zip(den).map(|(a, b)| a / b).collect());
     let seq = median(sequential.clone());
     let two = median(measured[0].times.clone());
     println!(
@@ -256,9 +270,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         range(&sequential),
         ms(two),
         range(&measured[0].times),
-        seq / two
+        ratio_median(&sequential, &measured[0].times)
     );
-    let base = median(measured[1].times.clone());
     println!(
         "fib({wan_n}), threshold {THRESHOLD}, 4 processes x 1 thread in 2 locations (ipl-run -n 4 --clusters 2):"
     );
@@ -270,13 +283,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ] {
         let m = &measured[i];
         let t = median(m.times.clone());
+        let relative = ratio_median(&m.times, &measured[1].times);
         let [attempts, steals, wide_attempts, wide_steals, bytes] = m.steals;
         let per = (rounds * (reps + 1)) as u64;
         println!(
             "  {label} {:7.1} ms ({}), {:.2}x cluster-aware without latency; per run: {} of {} steal requests succeeded, {} of {} to the other location, {} bytes moved",
             ms(t),
             range(&m.times),
-            t / base,
+            relative,
             steals / per,
             attempts / per,
             wide_steals / per,

@@ -53,13 +53,16 @@ impl Inlining {
         min_queued: u32::MAX,
     };
 
-    /// The default: inline below 6 frames while 2 jobs are queued. Six levels of binary
-    /// splitting leave every worker pieces of 1/64 of its work and larger for thieves. The
-    /// queue is kept short on purpose: a job is queued whenever fewer wait, and every job
-    /// queued while more wait is a job run at once that no thief asked for (with 4, a deep
-    /// binary tree queues about 50 times as many as with 2, and runs no faster).
+    /// The default: inline from 12 frames down while 2 jobs are queued. Twelve levels of
+    /// splitting leave pieces of all sizes queued for thieves down to about 1/4096 of the
+    /// tree, and a thief in another location (cluster-aware stealing over a slow link) needs
+    /// the middle-sized ones: with 6 levels, the wide-area experiment of `satin-dist-bench`
+    /// ran 1.2 times slower than with no inlining, with 12 as fast. The queue is kept short
+    /// on purpose: a job is queued whenever fewer wait, and every job queued while more wait
+    /// is a job run at once that no thief asked for (with 4, a deep binary tree queues about
+    /// 50 times as many as with 2, and runs no faster).
     pub const DEFAULT: Inlining = Inlining {
-        min_depth: 6,
+        min_depth: 12,
         min_queued: 2,
     };
 

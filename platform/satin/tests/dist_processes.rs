@@ -48,6 +48,35 @@ satin::register!(Endless);
 
 const TREE: RandomTree = RandomTree { seed: 42, depth: 9 };
 
+/// Eight children of some milliseconds of plain sequential work each: the other processes,
+/// idle meanwhile, ask for work long before the master could finish them alone, so this run
+/// moves jobs however quickly the others finish (spawns deep in a tree may run at once, and
+/// then a small run can end before any thief asks).
+#[derive(Serialize, Deserialize)]
+struct Spread;
+
+impl Task for Spread {
+    type Output = u64;
+    fn run(self, cx: &mut Context) -> u64 {
+        let children: Vec<_> = (0..8).map(|_| cx.spawn(SequentialFib(27))).collect();
+        cx.sync();
+        children.into_iter().map(|h| h.take()).sum()
+    }
+}
+satin::register!(Spread);
+
+/// fib(n) by the plain recursive function, in one job.
+#[derive(Serialize, Deserialize)]
+struct SequentialFib(u32);
+
+impl Task for SequentialFib {
+    type Output = u64;
+    fn run(self, _cx: &mut Context) -> u64 {
+        fib(self.0)
+    }
+}
+satin::register!(SequentialFib);
+
 /// Entry point of the child processes; does nothing in a normal test run.
 #[test]
 fn child_process_entry() {
@@ -64,7 +93,12 @@ fn child_process_entry() {
     let rt = Runtime::in_pool(ibis.clone()).threads(1).steal(policy);
     match role.as_str() {
         "compute" => {
-            let results = [rt.run(Fib(24)), rt.run(queens(10, 4)), rt.run(TREE)];
+            let results = [
+                rt.run(Fib(24)),
+                rt.run(queens(10, 4)),
+                rt.run(TREE),
+                rt.run(Spread),
+            ];
             for (i, r) in results.into_iter().enumerate() {
                 match r {
                     Ok(Some(v)) => println!("result {rank} {i} {v}"),
@@ -165,7 +199,7 @@ fn compute_on_processes(size: u32, clusters: u32, policy: &str) {
         })
         .collect();
     drop(tx);
-    let expect = [fib(24), 724, TREE.sequential()];
+    let expect = [fib(24), 724, TREE.sequential(), 8 * fib(27)];
     let mut results: Vec<Vec<(u32, u64)>> = vec![Vec::new(); expect.len()];
     let mut nones = vec![0; expect.len()];
     let (mut received, mut sent, mut reported) = (0u64, 0u64, 0);

@@ -45,8 +45,6 @@ pub(crate) struct Scheduler {
     pub(crate) inlining: Inlining,
     /// Roots, and jobs put back by the remote hooks, that any worker may take.
     pub(crate) injector: Injector<JobRef>,
-    /// Bumped after every abort. A frame that saw the same value before is known not to be
-    /// aborted without walking its ancestors.
     /// Number of workers marked sleeping; spawns look at it to decide whether to wake one.
     pub(crate) sleepers: CachePadded<AtomicUsize>,
     pub(crate) active_roots: AtomicUsize,

@@ -6,7 +6,7 @@ use std::hint;
 use std::mem::ManuallyDrop;
 use std::panic::{self, AssertUnwindSafe};
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Instant;
@@ -50,7 +50,7 @@ pub(crate) struct Worker {
     deque: Deque,
     recycler: UnsafeCell<Recycler>,
     pub(crate) local: LocalCounters,
-    /// This worker's flag in `sched.workers`, and the scheduler's abort generation.
+    /// This worker's publish-request flag in `sched.workers`.
     publish_request: *const AtomicBool,
     /// The scheduler's [`Inlining`](crate::Inlining) thresholds, at hand for every spawn.
     inline_depth: u16,
@@ -62,7 +62,7 @@ pub(crate) struct Worker {
 
 impl Worker {
     pub(crate) fn new(index: usize, sched: Arc<Scheduler>, public: Public<JobRef>) -> Self {
-        // Both pointers stay valid as long as `sched`, which the worker owns a reference to.
+        // The pointer stays valid as long as `sched`, which the worker owns a reference to.
         let publish_request: *const AtomicBool = &*sched.workers[index].publish_request;
         Worker {
             deque: Deque::new(public),
@@ -93,11 +93,6 @@ impl Worker {
     #[inline(always)]
     pub(crate) fn counters(&self) -> &WorkerCounters {
         &self.shared().counters
-    }
-
-    #[inline(always)]
-    pub(crate) fn abort_gen(&self) -> &'static AtomicU64 {
-        &ABORT_GEN
     }
 
     /// Makes the worker-local counts visible to `Runtime::stats`.
@@ -204,7 +199,7 @@ impl Worker {
     #[inline(always)]
     pub(crate) fn run_child(&self, job: JobRef, seen_gen: u64) {
         let h = job.header();
-        let gen = self.abort_gen().load(Ordering::Acquire);
+        let gen = ABORT_GEN.load(Ordering::Acquire);
         // `Context::abort` drops the frame's children from this deque at once, so a child
         // popped here can only be aborted from further up, which shows in the generation.
         if gen == seen_gen {
@@ -225,7 +220,7 @@ impl Worker {
 
     /// Runs a job taken from the injector, from another worker, or from an outer frame.
     pub(crate) fn run_taken(&self, job: JobRef) {
-        let gen = self.abort_gen().load(Ordering::Acquire);
+        let gen = ABORT_GEN.load(Ordering::Acquire);
         if gen == 0 {
             // SAFETY: taking the job off a deque made this thread its only executor.
             unsafe { (job.header().vtable.run_taken)(job, self, gen) }

@@ -13,6 +13,26 @@ pub enum Driver {
     Tcp,
     /// TCP with emulated wide-area latency and bandwidth between nodes of different locations.
     Wan,
+    /// Shared memory between processes of the same host, TCP to the others (both at once in a
+    /// pool that spans hosts); the default for pools of processes.
+    Shm,
+    /// MPI point-to-point (the `mpi` feature), for programs started by `mpirun` or `srun`:
+    /// the MPI library's transports (shared memory, InfiniBand, ...) carry the connections;
+    /// the registry stays on tcp in rank 0.
+    Mpi,
+}
+
+impl Driver {
+    /// The name `IPL_DRIVER` gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Driver::Inproc => "inproc",
+            Driver::Tcp => "tcp",
+            Driver::Wan => "wan",
+            Driver::Shm => "shm",
+            Driver::Mpi => "mpi",
+        }
+    }
 }
 
 /// Byte order of the data a node writes. `Native` is the normal case; the others force a specific
@@ -47,8 +67,8 @@ pub struct WanLink {
     pub bandwidth: Option<u64>,
 }
 
-/// Everything a node needs to join a pool.
-#[derive(Debug, Clone)]
+/// Everything a node needs to join a pool. Its `Debug` form shows every field but the secret.
+#[derive(Clone)]
 pub struct Config {
     /// Pool name; nodes with the same name (and registry) form one pool.
     pub pool: String,
@@ -92,10 +112,91 @@ pub struct Config {
     pub spin: Duration,
     /// Byte order of written data (tests force the swapped path with this).
     pub byte_order: ByteOrder,
-    /// Largest message accepted from the network, in bytes.
+    /// Largest message, in bytes, this node sends or accepts (default [`DEFAULT_MAX_MESSAGE`]).
+    /// A receive port tells every sender its limit when they connect, so a message over either
+    /// side's limit fails its `finish` with [`Error::MessageTooLarge`]; a peer that sends one
+    /// anyway loses that connection.
     pub max_message: u64,
+    /// Size in bytes of the ring of each shared-memory connection (a power of two from 4 KiB
+    /// to 1 GiB; default 256 KiB): what a sender may write ahead of its receiver, as a socket's
+    /// buffers do for tcp. Larger parts wait for the receiver, which copies them straight from
+    /// the sender's memory where the system allows it.
+    pub shm_ring: usize,
+    /// Whether receivers of shared-memory connections read parts of at least 32 KiB straight
+    /// from the sender's memory (one copy, where the system allows reading another process's
+    /// memory) instead of through the ring (two copies); default true (`IPL_SHM_SINGLE_COPY`).
+    pub shm_single_copy: bool,
     /// The parallel launcher (`mpirun`, `srun`) the pool was read from, if any.
     pub launcher: Option<Launcher>,
+    /// Join a closed pool that is already full and running, growing it, rather than a pool of
+    /// `size` (which must then be None): the join waits, within the join timeout, until the
+    /// pool has filled (`IPL_JOIN_RUNNING=1`; what `ipl-run --join` sets).
+    pub join_running: bool,
+}
+
+/// The default largest message: 128 MiB. That is more than the apps send in one message at
+/// their reference sizes (a whole 4096 x 4096 raytracer image is 48 MiB, SOR rows of 65536
+/// points 512 KiB, Barnes-Hut exchanges about 100 bytes per body) and twice the 64 MiB that
+/// bsp buffers before it sends early (so an early send, the budget plus one packet, fits).
+pub const DEFAULT_MAX_MESSAGE: u64 = 128 << 20;
+
+/// The longest duration a setting accepts: a year. Deadlines are computed by adding durations
+/// to the clock, which must not overflow.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Config {
+            pool,
+            size,
+            rank,
+            server,
+            registry_bind,
+            registry_linger,
+            registry_rank,
+            secret,
+            location,
+            host,
+            driver,
+            wan,
+            heartbeat,
+            death_timeout,
+            connect_timeout,
+            join_timeout,
+            spin,
+            byte_order,
+            max_message,
+            shm_ring,
+            shm_single_copy,
+            launcher,
+            join_running,
+        } = self;
+        f.debug_struct("Config")
+            .field("pool", pool)
+            .field("size", size)
+            .field("rank", rank)
+            .field("server", server)
+            .field("registry_bind", registry_bind)
+            .field("registry_linger", registry_linger)
+            .field("registry_rank", registry_rank)
+            .field("secret", &if secret.is_empty() { "" } else { "<hidden>" })
+            .field("location", location)
+            .field("host", host)
+            .field("driver", driver)
+            .field("wan", wan)
+            .field("heartbeat", heartbeat)
+            .field("death_timeout", death_timeout)
+            .field("connect_timeout", connect_timeout)
+            .field("join_timeout", join_timeout)
+            .field("spin", spin)
+            .field("byte_order", byte_order)
+            .field("max_message", max_message)
+            .field("shm_ring", shm_ring)
+            .field("shm_single_copy", shm_single_copy)
+            .field("launcher", launcher)
+            .field("join_running", join_running)
+            .finish()
+    }
 }
 
 impl Config {
@@ -120,8 +221,11 @@ impl Config {
             join_timeout: Duration::from_secs(120),
             spin: Duration::from_micros(200),
             byte_order: ByteOrder::Native,
-            max_message: 1 << 40,
+            max_message: DEFAULT_MAX_MESSAGE,
+            shm_ring: 256 * 1024,
+            shm_single_copy: true,
             launcher: None,
+            join_running: false,
         }
     }
 
@@ -141,6 +245,19 @@ impl Config {
         }
     }
 
+    /// Like [`Config::tcp`], but processes on the same host talk through shared memory.
+    pub fn shm(
+        pool: impl Into<String>,
+        size: u32,
+        server: impl Into<String>,
+        secret: impl Into<String>,
+    ) -> Config {
+        Config {
+            driver: Driver::Shm,
+            ..Config::tcp(pool, size, server, secret)
+        }
+    }
+
     /// Reads the configuration from `IPL_*` environment variables, or from the environment of
     /// a parallel launcher (`mpirun`, `srun`; see [`crate::launcher`]) when no `IPL_POOL`,
     /// `IPL_POOL_SIZE` or `IPL_RANK` is set.
@@ -148,11 +265,14 @@ impl Config {
     /// `IPL_POOL` (name, default `default`), `IPL_POOL_SIZE` (closed-pool size), `IPL_RANK`,
     /// `IPL_SERVER` (registry `host:port`, or several separated by commas), `IPL_SECRET`,
     /// `IPL_LOCATION`, `IPL_HOST` (the address to listen on and advertise; default: the local
-    /// address of the route toward the registry), `IPL_DRIVER` (`inproc`, `tcp`, `wan`),
+    /// address of the route toward the registry), `IPL_DRIVER` (`inproc`, `tcp`, `wan`, `shm`,
+    /// and `mpi` under `mpirun` or `srun` in builds with the `mpi` feature),
     /// `IPL_WAN_LATENCY` (e.g. `20ms`), `IPL_WAN_BANDWIDTH` (bytes/s, with K/M/G suffix, or
     /// `100Mbit`), `IPL_HEARTBEAT`, `IPL_DEATH_TIMEOUT`, `IPL_CONNECT_TIMEOUT`,
     /// `IPL_JOIN_TIMEOUT`, `IPL_SPIN`, `IPL_REGISTRY_LINGER` (durations), `IPL_BYTE_ORDER`
-    /// (`native`, `little`, `big`), `IPL_MAX_MESSAGE` (bytes).
+    /// (`native`, `little`, `big`), `IPL_MAX_MESSAGE` (bytes), `IPL_SHM_RING` (bytes),
+    /// `IPL_SHM_SINGLE_COPY` (`0` or `1`), `IPL_JOIN_RUNNING` (`1`: grow a running pool, see
+    /// [`Config::join_running`]).
     ///
     /// Under a launcher: the pool is the launcher's job, with its size and ranks; rank 0 runs the
     /// registry (unless `IPL_REGISTRY=external`: a registry started otherwise, at `IPL_SERVER`);
@@ -161,9 +281,28 @@ impl Config {
     /// job id.
     ///
     /// With no variables set this is a one-node in-process pool. With `IPL_SERVER` set the driver
-    /// defaults to tcp (wan when a wan latency or bandwidth is given).
+    /// defaults to shm: shared memory between processes of one host, tcp between hosts (wan
+    /// when a wan latency or bandwidth is given). `IPL_DRIVER=tcp` keeps every connection on
+    /// tcp.
+    ///
+    /// `IPL_SECRET_STDIN=1` takes the secret from the first line of standard input instead of
+    /// `IPL_SECRET` (how `ipl-run --hostfile` passes it, so that it never appears on a command
+    /// line); the line is read once per process.
     pub fn from_env() -> Result<Config> {
-        Config::from_lookup(|k| std::env::var(k).ok())
+        let stdin_secret = match std::env::var(SECRET_STDIN).ok().as_deref().map(str::trim) {
+            None | Some("") | Some("0") => None,
+            Some("1") => Some(secret_from_stdin()?),
+            Some(other) => {
+                return Err(Error::config(
+                    SECRET_STDIN,
+                    format!("'{other}' is not 0 or 1"),
+                ))
+            }
+        };
+        Config::from_lookup(|k| match (k, &stdin_secret) {
+            ("IPL_SECRET", Some(s)) => Some(s.clone()),
+            _ => std::env::var(k).ok(),
+        })
     }
 
     /// Like [`Config::from_env`] but reading variables through `get` (for tests and launchers).
@@ -268,14 +407,26 @@ impl Config {
             Some("inproc") => Driver::Inproc,
             Some("tcp") => Driver::Tcp,
             Some("wan") => Driver::Wan,
+            Some("shm") => Driver::Shm,
+            Some("mpi") if !cfg!(feature = "mpi") => return Err(no_mpi()),
+            Some("mpi") if c.launcher.is_none() => {
+                return Err(Error::config(
+                    "IPL_DRIVER",
+                    "mpi needs a program started by mpirun or srun, which set the rank and \
+                     size of every process (OMPI_COMM_WORLD_RANK, SLURM_PROCID, ...); none is \
+                     set here, or IPL_POOL, IPL_POOL_SIZE or IPL_RANK overrides it: run \
+                     `mpirun -n N program` or `srun -n N program`, or choose another driver",
+                ))
+            }
+            Some("mpi") => Driver::Mpi,
             Some(other) => {
                 return Err(Error::config(
                     "IPL_DRIVER",
-                    format!("'{other}' is not one of inproc, tcp, wan"),
+                    format!("'{other}' is not one of inproc, tcp, wan, shm, mpi"),
                 ))
             }
             None if server.is_some() && wan_requested => Driver::Wan,
-            None if server.is_some() => Driver::Tcp,
+            None if server.is_some() => Driver::Shm,
             None => Driver::Inproc,
         };
         if let (Driver::Inproc, Some(l)) = (c.driver, &c.launcher) {
@@ -288,13 +439,23 @@ impl Config {
                 ),
             ));
         }
+        if let (Driver::Inproc, Some(server)) = (c.driver, &server) {
+            return Err(Error::config(
+                "IPL_DRIVER",
+                format!(
+                    "inproc makes a pool of threads of one process, but IPL_SERVER={server} \
+                     names a registry for a pool of processes: use tcp or wan (or leave \
+                     IPL_DRIVER unset)"
+                ),
+            ));
+        }
         if c.driver != Driver::Inproc {
             // Found when joining: the route toward the registry.
             c.host = String::new();
             if server.is_none() {
                 return Err(Error::config(
                     "IPL_SERVER",
-                    "the tcp and wan drivers need the registry address (host:port)",
+                    "the tcp, wan and shm drivers need the registry address (host:port)",
                 ));
             }
         }
@@ -339,8 +500,108 @@ impl Config {
         if let Some(m) = get("IPL_MAX_MESSAGE") {
             c.max_message = parse_bytes("IPL_MAX_MESSAGE", &m)?;
         }
+        match get("IPL_JOIN_RUNNING").as_deref().map(str::trim) {
+            None | Some("") | Some("0") => {}
+            Some("1") if c.size.is_none() && c.rank.is_none() => c.join_running = true,
+            Some("1") => {
+                return Err(Error::config(
+                    "IPL_JOIN_RUNNING",
+                    "a node joining a running pool gets its rank from the registry and names no \
+                     pool size: unset IPL_POOL_SIZE and IPL_RANK",
+                ))
+            }
+            Some(other) => {
+                return Err(Error::config(
+                    "IPL_JOIN_RUNNING",
+                    format!("'{other}' is not 0 or 1"),
+                ))
+            }
+        }
+        if let Some(r) = get("IPL_SHM_RING") {
+            let n = parse_bytes("IPL_SHM_RING", &r)?;
+            if !n.is_power_of_two() || !(4096..=1 << 30).contains(&n) {
+                return Err(Error::config(
+                    "IPL_SHM_RING",
+                    format!("'{r}' is not a power of two from 4 KiB to 1 GiB"),
+                ));
+            }
+            c.shm_ring = n as usize;
+        }
+        if let Some(v) = get("IPL_SHM_SINGLE_COPY") {
+            c.shm_single_copy = match v.trim() {
+                "1" | "true" | "yes" => true,
+                "0" | "false" | "no" => false,
+                other => {
+                    return Err(Error::config(
+                        "IPL_SHM_SINGLE_COPY",
+                        format!("'{other}' is not 0 or 1"),
+                    ))
+                }
+            };
+        }
         Ok(c)
     }
+}
+
+/// The error for `IPL_DRIVER=mpi` in a build without the `mpi` feature.
+pub(crate) fn no_mpi() -> Error {
+    Error::config(
+        "IPL_DRIVER",
+        "mpi: this program was built without the mpi driver; build it with the `mpi` feature \
+         of ipl (e.g. `cargo build --release --features ipl/mpi`, which needs an MPI library \
+         and libclang)",
+    )
+}
+
+/// The variable that makes [`Config::from_env`] read the secret from standard input.
+pub const SECRET_STDIN: &str = "IPL_SECRET_STDIN";
+
+/// How long [`Config::from_env`] waits for the secret on standard input.
+const SECRET_STDIN_WAIT: Duration = Duration::from_secs(30);
+
+/// The secret on the first line of standard input, read once per process (later calls get the
+/// same answer): the line must arrive within [`SECRET_STDIN_WAIT`] and hold 1 to 4096 bytes.
+fn secret_from_stdin() -> Result<String> {
+    static SECRET: std::sync::OnceLock<std::result::Result<String, String>> =
+        std::sync::OnceLock::new();
+    SECRET
+        .get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            // A thread of its own, so that a standard input that never delivers cannot hold
+            // the node up beyond the wait; such a thread stays blocked, which costs nothing.
+            std::thread::Builder::new()
+                .name("ipl-secret-stdin".into())
+                .spawn(move || {
+                    use std::io::{BufRead, Read};
+                    let mut line = Vec::new();
+                    let r = std::io::stdin()
+                        .lock()
+                        .take(4097)
+                        .read_until(b'\n', &mut line);
+                    let _ = tx.send(r.map(|_| line));
+                })
+                .map_err(|e| format!("cannot start a thread to read standard input: {e}"))?;
+            let line = match rx.recv_timeout(SECRET_STDIN_WAIT) {
+                Ok(Ok(line)) => line,
+                Ok(Err(e)) => return Err(format!("cannot read standard input: {e}")),
+                Err(_) => {
+                    return Err(format!(
+                        "no secret arrived on standard input within {SECRET_STDIN_WAIT:?}"
+                    ))
+                }
+            };
+            let line = line.strip_suffix(b"\n").unwrap_or(&line);
+            match std::str::from_utf8(line) {
+                Ok("") => Err("standard input held no secret (a remote shell must pass \
+                               standard input on, as ssh does without -n)"
+                    .into()),
+                Ok(s) if s.len() <= 4096 => Ok(s.to_owned()),
+                Ok(_) => Err("the secret on standard input is longer than 4096 bytes".into()),
+                Err(_) => Err("the secret on standard input is not UTF-8".into()),
+            }
+        })
+        .clone()
+        .map_err(|why| Error::config(SECRET_STDIN, why))
 }
 
 /// The port of the first `host:port` of a registry address list.
@@ -365,10 +626,17 @@ fn parse_count(key: &str, s: &str) -> Result<u32> {
     }
 }
 
-/// Parses `20ms`, `1.5s`, `10s`, `250us`.
+/// Parses `20ms`, `1.5s`, `10s`, `250us`, up to [`MAX_DURATION`].
 pub fn parse_duration(key: &str, s: &str) -> Result<Duration> {
-    humantime::parse_duration(s.trim())
-        .map_err(|e| Error::config(key, format!("'{s}' is not a duration ({e})")))
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| Error::config(key, format!("'{s}' is not a duration ({e})")))?;
+    if d > MAX_DURATION {
+        return Err(Error::config(
+            key,
+            format!("'{s}' is longer than the longest supported duration, 365 days"),
+        ));
+    }
+    Ok(d)
 }
 
 /// Parses a byte count with an optional K/M/G (powers of 1000) or Ki/Mi/Gi suffix.
@@ -431,8 +699,14 @@ mod tests {
     }
 
     #[test]
-    fn server_selects_tcp_and_latency_selects_wan() {
+    fn server_selects_shm_and_latency_selects_wan() {
         let c = Config::from_lookup(lookup(&[("IPL_SERVER", "127.0.0.1:5000")])).unwrap();
+        assert_eq!(c.driver, Driver::Shm);
+        let c = Config::from_lookup(lookup(&[
+            ("IPL_SERVER", "127.0.0.1:5000"),
+            ("IPL_DRIVER", "tcp"),
+        ]))
+        .unwrap();
         assert_eq!(c.driver, Driver::Tcp);
         let c = Config::from_lookup(lookup(&[
             ("IPL_SERVER", "127.0.0.1:5000"),
@@ -466,6 +740,50 @@ mod tests {
         assert!(e.contains("IPL_SERVER"), "{e}");
     }
 
+    #[test]
+    fn durations_that_would_overflow_a_deadline_are_refused() {
+        for key in [
+            "IPL_SPIN",
+            "IPL_CONNECT_TIMEOUT",
+            "IPL_DEATH_TIMEOUT",
+            "IPL_JOIN_TIMEOUT",
+            "IPL_HEARTBEAT",
+            "IPL_REGISTRY_LINGER",
+            "IPL_WAN_LATENCY",
+        ] {
+            let e = Config::from_lookup(lookup(&[(key, "500000000000y")]))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key) && e.contains("365 days"), "{e}");
+        }
+        let c = Config::from_lookup(lookup(&[("IPL_JOIN_TIMEOUT", "365days")])).unwrap();
+        assert_eq!(c.join_timeout, MAX_DURATION);
+    }
+
+    #[test]
+    fn inproc_with_a_registry_address_is_refused_at_once() {
+        let e = Config::from_lookup(lookup(&[
+            ("IPL_SERVER", "127.0.0.1:5000"),
+            ("IPL_POOL_SIZE", "2"),
+            ("IPL_DRIVER", "inproc"),
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("IPL_DRIVER") && e.contains("threads of one process"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_debug_form_hides_the_secret() {
+        let c = Config::tcp("p", 2, "127.0.0.1:1", "sw0rdf1sh");
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("sw0rdf1sh"), "{shown}");
+        assert!(shown.contains("secret: \"<hidden>\""), "{shown}");
+        assert!(shown.contains("max_message: 134217728"), "{shown}");
+    }
+
     fn srun(rank: &str) -> Vec<(&'static str, String)> {
         vec![
             ("SLURM_PROCID", rank.to_string()),
@@ -494,7 +812,7 @@ mod tests {
             (zero.size, zero.rank, two.rank),
             (Some(4), Some(0), Some(2))
         );
-        assert_eq!(zero.driver, Driver::Tcp);
+        assert_eq!(zero.driver, Driver::Shm);
         assert_eq!(zero.secret, two.secret);
         assert!(!zero.secret.is_empty());
         let port = crate::launcher::job_port("slurm-4711.2");
@@ -523,6 +841,32 @@ mod tests {
         let c = with(srun("3"), &[("IPL_POOL_SIZE", "1")]);
         assert_eq!((c.driver, c.rank), (Driver::Inproc, None));
         assert!(c.launcher.is_none());
+    }
+
+    #[test]
+    fn the_mpi_driver_needs_a_launcher_and_the_feature() {
+        let e = Config::from_lookup(lookup(&[("IPL_DRIVER", "mpi")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("IPL_DRIVER"), "{e}");
+        let mut v = srun("1");
+        v.push(("IPL_DRIVER", "mpi".into()));
+        let r: Vec<(&str, &str)> = v.iter().map(|(k, x)| (*k, x.as_str())).collect();
+        let under_srun = Config::from_lookup(lookup(&r));
+        if cfg!(feature = "mpi") {
+            assert!(e.contains("mpirun or srun"), "{e}");
+            let c = under_srun.unwrap();
+            assert_eq!((c.driver, c.rank, c.size), (Driver::Mpi, Some(1), Some(4)));
+        } else {
+            assert!(e.contains("built without the mpi driver"), "{e}");
+            let e = under_srun.unwrap_err().to_string();
+            assert!(e.contains("built without the mpi driver"), "{e}");
+            // A configuration made in code fails when the node joins, before anything starts.
+            let mut c = Config::tcp("p", 2, "127.0.0.1:1", "s");
+            c.driver = Driver::Mpi;
+            let e = crate::Ibis::join(c).err().expect("refused").to_string();
+            assert!(e.contains("built without the mpi driver"), "{e}");
+        }
     }
 
     #[test]

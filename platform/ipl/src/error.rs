@@ -103,6 +103,17 @@ pub enum Error {
         /// How long.
         waited: Duration,
     },
+    /// A message is larger than the limit of the sending node or of a receiving node
+    /// (`IPL_MAX_MESSAGE`); nothing was sent.
+    #[error("a message of {len} bytes exceeds the limit of {limit} bytes of {whose} (IPL_MAX_MESSAGE); nothing was sent")]
+    MessageTooLarge {
+        /// The message's size in bytes.
+        len: u64,
+        /// The limit it exceeds.
+        limit: u64,
+        /// Whose limit: this node, or the receive port and node that announced it.
+        whose: String,
+    },
     /// A connection was lost while it was in use.
     #[error("connection with {peer} lost: {reason}")]
     ConnectionLost {

@@ -6,10 +6,10 @@ use crate::message::ReadMessage;
 use crate::node::NodeId;
 use crate::pool::Pool;
 use crate::port_type::PortType;
-use crate::receive_port::{PortTable, ReceivePort, ReceivePortBuilder};
+use crate::receive_port::{PortTable, PortsAcceptor, ReceivePort, ReceivePortBuilder};
 use crate::registry::RegistryServer;
 use crate::send_port::SendPort;
-use crate::transport::{inproc, tcp::NodeServer};
+use crate::transport::select::{self, Endpoint};
 use std::net::{IpAddr, TcpStream, ToSocketAddrs, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,9 +19,9 @@ pub(crate) struct IbisInner {
     pub(crate) cfg: Config,
     pub(crate) pool: Pool,
     pub(crate) ports: Arc<PortTable>,
-    pub(crate) links: Arc<crate::transport::links::Links>,
+    /// The node's drivers and listeners.
+    pub(crate) endpoint: Endpoint,
     next_send_port: AtomicU64,
-    _server: Option<NodeServer>,
     /// The registry this node runs for its pool (rank 0 under `mpirun` and `srun`).
     registry: Option<RegistryServer>,
     ended: AtomicBool,
@@ -30,9 +30,8 @@ pub(crate) struct IbisInner {
 impl IbisInner {
     fn end(&self, died: bool) {
         if !self.ended.swap(true, Ordering::SeqCst) {
-            if self.cfg.driver == Driver::Inproc {
-                inproc::unregister(&self.id);
-            }
+            crate::trace::leaving(&self.id, died);
+            self.endpoint.leave(&self.id);
             self.pool.leave(died);
             if let Some(r) = &self.registry {
                 // The others still need the registry to finish: keep it until they have gone.
@@ -75,6 +74,15 @@ impl Ibis {
                 "pool name must be 1 to 256 bytes",
             ));
         }
+        if cfg.driver != Driver::Inproc && cfg.secret.is_empty() {
+            return Err(Error::config(
+                "IPL_SECRET",
+                "the tcp and wan drivers need a non-empty pool secret: every connection proves \
+                 it knows the secret, and an empty one admits anybody",
+            ));
+        }
+        crate::trace::init_for_join()?;
+        select::precheck(&cfg)?;
         let registry = match (&cfg.registry_bind, cfg.driver) {
             (None, _) => None,
             (Some(_), Driver::Inproc) => {
@@ -86,24 +94,21 @@ impl Ibis {
             (Some(bind), _) => Some(start_registry(&cfg, bind)?),
         };
         let ports: Arc<PortTable> = Arc::default();
-        let links: Arc<crate::transport::links::Links> = Arc::default();
-        let (server, address, stream) = match cfg.driver {
-            Driver::Inproc => (None, "inproc".to_string(), None),
-            Driver::Tcp | Driver::Wan => {
+        let stream = match cfg.driver {
+            Driver::Inproc => None,
+            _ => {
                 let stream = crate::pool::connect_registry(&cfg)?;
                 if cfg.host.is_empty() {
                     cfg.host = advertised_host(&stream, &cfg)?;
                 }
-                let s = NodeServer::start(&cfg.host, &cfg.secret, ports.clone(), links.clone())?;
-                let a = s.address().to_string();
-                (Some(s), a, Some(stream))
+                Some(stream)
             }
         };
-        let pool = Pool::join(&cfg, &address, stream)?;
+        let endpoint = select::start(&cfg, Arc::new(PortsAcceptor(ports.clone())))?;
+        let pool = Pool::join(&cfg, &endpoint.address, endpoint.reach.clone(), stream)?;
         let id = pool.me().clone();
-        if cfg.driver == Driver::Inproc {
-            inproc::register(&id, &ports);
-        }
+        crate::trace::joined(&id, cfg.size, pool.clock());
+        endpoint.joined(&id);
         tracing::debug!(node = %id, "joined pool '{}'", cfg.pool);
         Ok(Ibis {
             inner: Arc::new(IbisInner {
@@ -111,9 +116,8 @@ impl Ibis {
                 cfg,
                 pool,
                 ports,
-                links,
+                endpoint,
                 next_send_port: AtomicU64::new(0),
-                _server: server,
                 registry,
                 ended: AtomicBool::new(false),
             }),

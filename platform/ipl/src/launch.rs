@@ -3,7 +3,12 @@
 //! The launcher runs the registry itself and starts every rank with the `IPL_*` variables that
 //! make `Config::from_env` join the pool: as local processes, or with a host file on the hosts
 //! it lists through a remote shell (`ssh`), which does not forward the environment, so the
-//! variables travel on the remote command line: `RSH HOST env IPL_SERVER=... PROGRAM ARGS`.
+//! variables travel on the remote command line: `RSH HOST env IPL_SERVER=... PROGRAM ARGS`;
+//! all but the secret, which a command line would show to every user of both hosts (`ps`): it
+//! travels on the remote command's standard input (`IPL_SECRET_STDIN=1`).
+//!
+//! SIGINT, SIGTERM and SIGHUP to the launching process kill every process of every rank's
+//! process group before it exits with 128 + the signal's number.
 
 use crate::error::{Error, Result};
 use crate::registry::RegistryServer;
@@ -48,6 +53,49 @@ pub struct RunOptions {
     /// After one process failed, how long the others get to end on their own (they normally
     /// see the failure and stop with an error naming the failed rank) before they are killed.
     pub grace: Duration,
+    /// For programs that survive crashes: a process that dies leaves the others (and the pool)
+    /// going, and the run succeeds when the program succeeded on the survivors (see
+    /// [`run_with`]). Default: fail fast.
+    pub tolerate_failures: bool,
+    /// The pool's name and secret, for a pool that others may join later (see [`Join`]);
+    /// None: a fresh random name and secret.
+    pub pool: Option<Named>,
+    /// Where the registry of local processes listens (`host:port`), so that a later launch can
+    /// find it; None: a free port on 127.0.0.1.
+    pub registry_bind: Option<String>,
+    /// Add the processes to a running pool instead of starting a new one (`ipl-run --join`).
+    pub join: Option<Join>,
+}
+
+/// A pool's name and secret.
+#[derive(Clone)]
+pub struct Named {
+    /// The pool's name.
+    pub pool: String,
+    /// The pool's secret.
+    pub secret: String,
+}
+
+impl std::fmt::Debug for Named {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Named")
+            .field("pool", &self.pool)
+            .field("secret", &"<hidden>")
+            .finish()
+    }
+}
+
+/// A running pool that new processes join: they get ranks from its registry, above every
+/// rank given out so far, and programs that can (satin's `Runtime::in_pool`) put them to
+/// work at once.
+#[derive(Debug, Clone)]
+pub struct Join {
+    /// The registry's address, `host:port`.
+    pub registry: String,
+    /// The pool's name and secret.
+    pub pool: Named,
+    /// The location the new processes are in.
+    pub location: String,
 }
 
 impl Default for RunOptions {
@@ -56,6 +104,10 @@ impl Default for RunOptions {
         RunOptions {
             remote: None,
             grace: Duration::from_secs(3),
+            tolerate_failures: false,
+            pool: None,
+            registry_bind: None,
+            join: None,
         }
     }
 }
@@ -222,7 +274,7 @@ fn registry_bind(remote: &Remote) -> Result<String> {
 
 fn forward(
     src: impl std::io::Read + Send + 'static,
-    rank: u32,
+    rank: String,
     to_err: bool,
     prefix: bool,
     done: crossbeam_channel::Sender<()>,
@@ -261,10 +313,67 @@ fn code_of(status: std::process::ExitStatus) -> i32 {
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
-/// The processes started so far, by rank: each leads a process group of its own; `None` once
-/// it has exited (checked under the lock before killing, so that a reaped process's group id,
-/// which the system may reuse, is never signalled).
-type Groups = Arc<Mutex<Vec<Option<i32>>>>;
+/// The processes of one launch.
+#[derive(Default)]
+struct Launched {
+    /// The processes started so far, by rank: each leads a process group of its own; `None`
+    /// once it has exited (checked under the lock before killing, so that a reaped process's
+    /// group id, which the system may reuse, is never signalled).
+    groups: Vec<Option<i32>>,
+    /// Set once everything is being killed: nothing more is started.
+    stopping: bool,
+}
+
+type Groups = Arc<Mutex<Launched>>;
+
+/// The launches running in this process, for the signal watcher.
+fn running() -> &'static Mutex<Vec<Groups>> {
+    static RUNNING: std::sync::OnceLock<Mutex<Vec<Groups>>> = std::sync::OnceLock::new();
+    RUNNING.get_or_init(Default::default)
+}
+
+/// Starts, once per process, a thread that turns SIGINT, SIGTERM and SIGHUP into killing the
+/// process groups of every running launch and exiting with 128 + the signal. With no launch
+/// running the signal does what it does by default (ends the process).
+fn watch_signals() -> Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    static WATCHING: std::sync::OnceLock<std::result::Result<(), String>> =
+        std::sync::OnceLock::new();
+    WATCHING
+        .get_or_init(|| {
+            let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+                .map_err(|e| format!("cannot watch for signals: {e}"))?;
+            std::thread::Builder::new()
+                .name("ipl-run-signals".into())
+                .spawn(move || {
+                    if let Some(sig) = signals.forever().next() {
+                        let launches = std::mem::take(&mut *running().lock().expect("launches"));
+                        if launches.is_empty() {
+                            let _ = signal_hook::low_level::emulate_default_handler(sig);
+                        }
+                        for g in &launches {
+                            kill_all(g);
+                        }
+                        let name = match sig {
+                            SIGINT => "SIGINT",
+                            SIGTERM => "SIGTERM",
+                            _ => "SIGHUP",
+                        };
+                        eprintln!("ipl-run: {name}: killed every process");
+                        std::process::exit(128 + sig);
+                    }
+                })
+                .map_err(|e| format!("cannot start the signal watcher: {e}"))?;
+            Ok(())
+        })
+        .clone()
+        .map_err(|e| {
+            Error::io(
+                "watch for SIGINT, SIGTERM and SIGHUP",
+                std::io::Error::other(e),
+            )
+        })
+}
 
 /// Starts the registry and local processes, forwards their output, and returns the exit status:
 /// the first non-zero status of any process (the others are then killed), or 0.
@@ -275,6 +384,13 @@ pub fn run(l: &Launch) -> Result<i32> {
 /// Like [`run`], with the processes placed and stopped as `o` says: on the hosts of a host
 /// file through a remote shell, and given [`RunOptions::grace`] to end on their own after the
 /// first failure.
+///
+/// With [`RunOptions::tolerate_failures`] nothing is killed because a process ended, and the
+/// status says whether the program succeeded on the surviving ranks: 0 when at least one rank
+/// exited with 0 and none failed. A rank *fails* by exiting with a non-zero status of its own;
+/// it *dies* (tolerated) by a signal, which under a remote shell shows as a status above 128
+/// (the shell's 128 + N, or ssh's 255 for a lost connection). Otherwise the status is that of
+/// the first rank that failed, or when every rank died, of the first that died.
 pub fn run_with(l: &Launch, o: &RunOptions) -> Result<i32> {
     if l.nodes == 0 || l.nodes > MAX_NODES {
         return Err(Error::config(
@@ -291,11 +407,34 @@ pub fn run_with(l: &Launch, o: &RunOptions) -> Result<i32> {
             ),
         ));
     }
+    if let Some((k, _)) = l
+        .env
+        .iter()
+        .find(|(k, _)| PER_RANK.contains(&k.as_str()) && k != "IPL_DRIVER")
+    {
+        return Err(Error::config(
+            "--env",
+            format!("{k} is set by the launcher for each rank and cannot be given"),
+        ));
+    }
+    check_settings(l)?;
     let Some((program, args)) = l.command.split_first() else {
         return Err(Error::config("PROGRAM", "no program given after --"));
     };
+    if o.join.is_some() && o.remote.is_some() {
+        return Err(Error::config(
+            "--join",
+            "adds local processes; it cannot be combined with --hostfile",
+        ));
+    }
+    ensure_limits(l.nodes)?;
     let (bind, hosts) = match &o.remote {
-        None => ("127.0.0.1:0".to_string(), None),
+        None => (
+            o.registry_bind
+                .clone()
+                .unwrap_or_else(|| "127.0.0.1:0".to_string()),
+            None,
+        ),
         Some(r) => {
             if r.hosts.is_empty() {
                 return Err(Error::config("--hostfile", "no hosts"));
@@ -306,13 +445,43 @@ pub fn run_with(l: &Launch, o: &RunOptions) -> Result<i32> {
             (registry_bind(r)?, Some(placement(&r.hosts, l.nodes)))
         }
     };
-    let secret: String = (0..16)
-        .map(|_| format!("{:02x}", rand::random::<u8>()))
-        .collect();
-    let registry = RegistryServer::start(&bind, &secret)?;
-    let pool = format!("run-{}-{:08x}", std::process::id(), rand::random::<u32>());
+    watch_signals()?;
+    let named = match (&o.join, &o.pool) {
+        (Some(j), _) => j.pool.clone(),
+        (None, Some(n)) => n.clone(),
+        (None, None) => Named {
+            pool: format!("run-{}-{:08x}", std::process::id(), rand::random::<u32>()),
+            secret: (0..16)
+                .map(|_| format!("{:02x}", rand::random::<u8>()))
+                .collect(),
+        },
+    };
+    if named.pool.is_empty() || named.secret.is_empty() {
+        return Err(Error::config(
+            "IPL_POOL, IPL_SECRET",
+            "a pool's name and secret must not be empty",
+        ));
+    }
+    let (pool, secret) = (named.pool, named.secret);
+    // A launch that joins a running pool uses that pool's registry and starts none.
+    let registry = match &o.join {
+        Some(_) => None,
+        None => Some(RegistryServer::start(&bind, &secret).map_err(|e| {
+            if o.registry_bind.is_some() || o.remote.is_some() {
+                Error::config("--registry-addr", format!("cannot listen on {bind}: {e}"))
+            } else {
+                e
+            }
+        })?),
+    };
+    let registry_address = match (&registry, &o.join) {
+        (Some(r), _) => r.address().to_string(),
+        (None, Some(j)) => j.registry.clone(),
+        (None, None) => unreachable!("a launch either starts a registry or joins one"),
+    };
     let wan = l.wan_latency.is_some() || l.wan_bandwidth.is_some();
-    tracing::info!(registry = %registry.address(), %pool, nodes = l.nodes, "starting");
+    let driver = rank_driver(l, wan)?;
+    tracing::info!(registry = %registry_address, %pool, nodes = l.nodes, driver, joining = o.join.is_some(), "starting");
     // What remote ranks get besides the pool variables: this launcher's own IPL_* settings
     // (ssh does not pass the environment on) and the log filter.
     let inherited: Vec<(String, String)> = if hosts.is_some() {
@@ -326,22 +495,45 @@ pub fn run_with(l: &Launch, o: &RunOptions) -> Result<i32> {
         Vec::new()
     };
     let groups: Groups = Arc::default();
+    running().lock().expect("launches").push(groups.clone());
+    // Taken off the list of running launches however this function returns.
+    struct Unlist(Groups);
+    impl Drop for Unlist {
+        fn drop(&mut self) {
+            running()
+                .lock()
+                .expect("launches")
+                .retain(|g| !Arc::ptr_eq(g, &self.0));
+        }
+    }
+    let _unlist = Unlist(groups.clone());
     let (tx, rx) = crossbeam_channel::unbounded();
     let (done_tx, done_rx) = crossbeam_channel::unbounded();
     let mut streams = 0;
     for rank in 0..l.nodes {
         let mut vars: Vec<(String, String)> = vec![
-            ("IPL_SERVER".into(), registry.address().to_string()),
+            ("IPL_SERVER".into(), registry_address.clone()),
             ("IPL_POOL".into(), pool.clone()),
-            ("IPL_POOL_SIZE".into(), l.nodes.to_string()),
-            ("IPL_RANK".into(), rank.to_string()),
-            ("IPL_SECRET".into(), secret.clone()),
-            (
-                "IPL_LOCATION".into(),
-                location_of(rank, l.nodes, l.clusters),
-            ),
-            ("IPL_DRIVER".into(), if wan { "wan" } else { "tcp" }.into()),
+            ("IPL_DRIVER".into(), driver.into()),
         ];
+        // Processes joining a running pool name no size or rank: the registry gives them
+        // ranks above every rank given out so far.
+        let label = match &o.join {
+            Some(j) => {
+                vars.push(("IPL_LOCATION".into(), j.location.clone()));
+                vars.push(("IPL_JOIN_RUNNING".into(), "1".into()));
+                format!("+{rank}")
+            }
+            None => {
+                vars.push(("IPL_POOL_SIZE".into(), l.nodes.to_string()));
+                vars.push(("IPL_RANK".into(), rank.to_string()));
+                vars.push((
+                    "IPL_LOCATION".into(),
+                    location_of(rank, l.nodes, l.clusters),
+                ));
+                rank.to_string()
+            }
+        };
         if let Some(d) = l.wan_latency {
             vars.push(("IPL_WAN_LATENCY".into(), format!("{}us", d.as_micros())));
         }
@@ -353,29 +545,36 @@ pub fn run_with(l: &Launch, o: &RunOptions) -> Result<i32> {
                 let host = hosts[rank as usize];
                 let mut cmd = Command::new(&r.rsh[0]);
                 cmd.args(&r.rsh[1..]).arg(host).arg("env");
+                vars.push((crate::config::SECRET_STDIN.into(), "1".into()));
                 for (k, v) in inherited.iter().chain(&vars).chain(&l.env) {
                     cmd.arg(shell_word(&format!("{k}={v}")));
                 }
                 cmd.arg(shell_word(program));
                 cmd.args(args.iter().map(|a| shell_word(a)));
                 tracing::debug!(rank, host, "{cmd:?}");
+                cmd.stdin(Stdio::piped());
                 cmd
             }
             _ => {
                 let mut cmd = Command::new(program);
+                vars.push(("IPL_SECRET".into(), secret.clone()));
                 cmd.args(args).envs(vars).envs(l.env.iter().cloned());
+                cmd.stdin(Stdio::null());
                 cmd
             }
         };
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
+        cmd.stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
-        // SAFETY: prctl is async-signal-safe; it makes the child die with the launcher, so a
-        // killed launcher never leaves ranks (or remote shells) behind.
+        // SAFETY: prctl and sigprocmask are async-signal-safe. The first makes the child die
+        // with the launcher, so a killed launcher never leaves ranks (or remote shells)
+        // behind; the second makes sure the child starts with no signal blocked.
         unsafe {
             cmd.pre_exec(|| {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                let mut none: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut none);
+                libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
                 Ok(())
             });
         }
@@ -387,23 +586,35 @@ pub fn run_with(l: &Launch, o: &RunOptions) -> Result<i32> {
             ),
             None => format!("start '{program}' as rank {rank}"),
         };
-        let mut child = match cmd.spawn() {
-            Ok(c) => c,
-            Err(e) => {
-                kill_all(&groups);
-                return Err(Error::io(what, e));
+        // Started and listed under the lock, so that a signal's kill_all sees every process.
+        let mut child = {
+            let mut launched = groups.lock().expect("group list");
+            if launched.stopping {
+                return Err(Error::Closed("the launch, stopped by a signal,".into()));
+            }
+            match cmd.spawn() {
+                Ok(c) => {
+                    launched.groups.push(Some(c.id() as i32));
+                    c
+                }
+                Err(e) => {
+                    drop(launched);
+                    kill_all(&groups);
+                    return Err(Error::io(what, e));
+                }
             }
         };
-        groups
-            .lock()
-            .expect("group list")
-            .push(Some(child.id() as i32));
+        if let Some(mut stdin) = child.stdin.take() {
+            // A pipe takes a line without blocking; a remote shell that has already failed
+            // shows as that rank's exit status.
+            let _ = stdin.write_all(format!("{secret}\n").as_bytes());
+        }
         if let Some(o) = child.stdout.take() {
-            forward(o, rank, false, l.prefix_output, done_tx.clone());
+            forward(o, label.clone(), false, l.prefix_output, done_tx.clone());
             streams += 1;
         }
         if let Some(e) = child.stderr.take() {
-            forward(e, rank, true, l.prefix_output, done_tx.clone());
+            forward(e, label.clone(), true, l.prefix_output, done_tx.clone());
             streams += 1;
         }
         let tx = tx.clone();
@@ -415,14 +626,9 @@ pub fn run_with(l: &Launch, o: &RunOptions) -> Result<i32> {
     }
     drop(tx);
     drop(done_tx);
-    {
-        let groups = groups.clone();
-        let _ = ctrlc::set_handler(move || {
-            kill_all(&groups);
-            std::process::exit(130);
-        });
-    }
-    let mut result = 0;
+    let mut first_failure = None;
+    let mut first_death = None;
+    let mut succeeded = 0;
     let mut kill_at: Option<Instant> = None;
     loop {
         let next = match kill_at {
@@ -438,16 +644,37 @@ pub fn run_with(l: &Launch, o: &RunOptions) -> Result<i32> {
             },
         };
         let Ok((rank, status)) = next else { break };
-        let code = match status {
-            Ok(s) => code_of(s),
-            Err(_) => 1,
+        let (code, signal) = match status {
+            Ok(s) => (code_of(s), s.signal()),
+            Err(_) => (1, None),
         };
-        if code != 0 && result == 0 {
-            result = code;
-            let host = hosts
-                .as_ref()
-                .map(|h| format!(" on {}", h[rank as usize]))
-                .unwrap_or_default();
+        if code == 0 {
+            succeeded += 1;
+            continue;
+        }
+        let host = hosts
+            .as_ref()
+            .map(|h| format!(" on {}", h[rank as usize]))
+            .unwrap_or_default();
+        let rank = match &o.join {
+            Some(_) => format!("+{rank} (joined)"),
+            None => rank.to_string(),
+        };
+        if o.tolerate_failures {
+            let died = signal.is_some() || (hosts.is_some() && code > 128);
+            let how = match signal {
+                Some(s) => format!("was killed by signal {s}"),
+                None => format!("exited with status {code}"),
+            };
+            if died {
+                first_death.get_or_insert(code);
+                eprintln!("ipl-run: rank {rank}{host} {how}; the others go on");
+            } else {
+                first_failure.get_or_insert(code);
+                eprintln!("ipl-run: rank {rank}{host} {how}: the program failed");
+            }
+        } else if first_failure.is_none() {
+            first_failure = Some(code);
             eprintln!(
                 "ipl-run: rank {rank}{host} exited with status {code}; stopping the others \
                  (killed after {:?})",
@@ -456,6 +683,11 @@ pub fn run_with(l: &Launch, o: &RunOptions) -> Result<i32> {
             kill_at = Some(Instant::now() + o.grace);
         }
     }
+    let result = match (first_failure, first_death) {
+        (Some(code), _) => code,
+        (None, Some(code)) if succeeded == 0 => code,
+        _ => 0,
+    };
     // Remote ranks whose shell has gone end when they lose the registry.
     drop(registry);
     let deadline = Instant::now() + OUTPUT_LINGER;
@@ -471,6 +703,128 @@ pub fn run_with(l: &Launch, o: &RunOptions) -> Result<i32> {
     Ok(result)
 }
 
+/// File descriptors one process of a pool of `nodes` may hold: a connection per lane (two)
+/// and direction to every other member, plus its registry connection, listener, pipes and
+/// files.
+fn fds_per_process(nodes: u32) -> u64 {
+    4 * u64::from(nodes) + 64
+}
+
+/// Raises this process's soft limits, which the processes it starts inherit, where a pool of
+/// `nodes` needs more than they allow: open files (see [`fds_per_process`]; this launcher
+/// holds three per process too) and, where the user's process count is limited, threads
+/// (about 16 per process). Fails with what to do when a hard limit is too low.
+fn ensure_limits(nodes: u32) -> Result<()> {
+    let files = fds_per_process(nodes).max(3 * u64::from(nodes) + 64);
+    raise_limit(libc::RLIMIT_NOFILE, files, "open files", "ulimit -n")?;
+    raise_limit(
+        libc::RLIMIT_NPROC,
+        16 * u64::from(nodes) + 256,
+        "processes and threads",
+        "ulimit -u",
+    )
+}
+
+fn raise_limit(
+    resource: libc::__rlimit_resource_t,
+    need: u64,
+    what: &str,
+    how: &str,
+) -> Result<()> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the limits into `lim`, which is valid for writes.
+    if unsafe { libc::getrlimit(resource, &mut lim) } != 0 {
+        return Err(Error::io(
+            format!("read the limit of {what}"),
+            std::io::Error::last_os_error(),
+        ));
+    }
+    let unlimited = libc::RLIM_INFINITY;
+    if lim.rlim_cur == unlimited || lim.rlim_cur >= need {
+        return Ok(());
+    }
+    if lim.rlim_max != unlimited && lim.rlim_max < need {
+        return Err(Error::config(
+            "-n",
+            format!(
+                "each process of this pool needs up to {need} {what}, but the hard limit is {} \
+                 (raise it with `{how}` as root, or in /etc/security/limits.conf, or start \
+                 fewer processes)",
+                lim.rlim_max
+            ),
+        ));
+    }
+    let raised = libc::rlimit {
+        rlim_cur: need,
+        rlim_max: lim.rlim_max,
+    };
+    // SAFETY: setrlimit reads `raised`, a valid rlimit.
+    if unsafe { libc::setrlimit(resource, &raised) } != 0 {
+        return Err(Error::io(
+            format!("raise the limit of {what} to {need}"),
+            std::io::Error::last_os_error(),
+        ));
+    }
+    tracing::info!(
+        what,
+        from = lim.rlim_cur,
+        to = need,
+        "limit raised for the pool"
+    );
+    Ok(())
+}
+
+/// The driver of the ranks: `IPL_DRIVER` of the launch's environment or else of this process,
+/// if it names one that joins processes (`shm`, `tcp`, `wan`); else wan when a wide-area link
+/// is emulated and shm (shared memory on each host, tcp between hosts) otherwise.
+fn rank_driver(l: &Launch, wan: bool) -> Result<&'static str> {
+    let given = l
+        .env
+        .iter()
+        .find(|(k, _)| k == "IPL_DRIVER")
+        .map(|(_, v)| v.clone())
+        .or_else(|| std::env::var("IPL_DRIVER").ok());
+    match given.as_deref().map(str::trim) {
+        None | Some("") => Ok(if wan { "wan" } else { "shm" }),
+        Some("shm") => Ok("shm"),
+        Some("tcp") => Ok("tcp"),
+        Some("wan") => Ok("wan"),
+        Some(other) => Err(Error::config(
+            "IPL_DRIVER",
+            format!("'{other}' cannot join processes: use shm, tcp or wan"),
+        )),
+    }
+}
+
+/// Refuses, once and before anything starts, an `IPL_*` setting every rank would refuse: the
+/// ranks get `l.env` over this process's own settings, with the pool's variables set per rank.
+fn check_settings(l: &Launch) -> Result<()> {
+    let own = std::env::vars().filter(|(k, _)| k.starts_with("IPL_"));
+    let per_rank = [
+        ("IPL_SERVER", "127.0.0.1:1".to_string()),
+        ("IPL_POOL", "settings".to_string()),
+        ("IPL_POOL_SIZE", l.nodes.to_string()),
+        ("IPL_RANK", "0".to_string()),
+        ("IPL_SECRET", "settings".to_string()),
+        ("IPL_DRIVER", rank_driver(l, false)?.to_string()),
+    ];
+    let vars: Vec<(String, String)> = per_rank
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .chain(l.env.iter().cloned())
+        .chain(own.filter(|(k, _)| !PER_RANK.contains(&k.as_str())))
+        .collect();
+    crate::Config::from_lookup(|k| {
+        vars.iter()
+            .find(|(name, _)| name == k)
+            .map(|(_, v)| v.clone())
+    })
+    .map(|_| ())
+}
+
 /// Variables the launcher sets per rank, never passed on from its own environment.
 const PER_RANK: &[&str] = &[
     "IPL_SERVER",
@@ -478,11 +832,13 @@ const PER_RANK: &[&str] = &[
     "IPL_POOL_SIZE",
     "IPL_RANK",
     "IPL_SECRET",
+    "IPL_SECRET_STDIN",
     "IPL_LOCATION",
     "IPL_DRIVER",
     "IPL_HOST",
     "IPL_WAN_LATENCY",
     "IPL_WAN_BANDWIDTH",
+    "IPL_JOIN_RUNNING",
 ];
 
 fn cmd_name(cmd: &Command) -> String {
@@ -505,14 +861,21 @@ fn wait_child(
             break;
         }
     }
-    if let Some(slot) = groups.lock().expect("group list").get_mut(rank as usize) {
+    if let Some(slot) = groups
+        .lock()
+        .expect("group list")
+        .groups
+        .get_mut(rank as usize)
+    {
         *slot = None;
     }
     child.wait()
 }
 
-fn kill_all(groups: &Mutex<Vec<Option<i32>>>) {
-    for pgid in groups.lock().expect("group list").iter().flatten() {
+fn kill_all(launched: &Mutex<Launched>) {
+    let mut l = launched.lock().expect("group list");
+    l.stopping = true;
+    for pgid in l.groups.iter().flatten() {
         // SAFETY: kill(2) of the process group our child leads; the child has not been reaped
         // (its slot is cleared under this lock first), so the group id is still ours.
         unsafe {

@@ -7,10 +7,13 @@
 //! pattern, the receive mode (explicit or upcalls) and the serialization level, and are checked
 //! when ports connect.
 //!
-//! Drivers: `inproc` (nodes are threads, the embedded default, no network), `tcp` (one event-loop
-//! thread per node accepts connections; receivers read their sockets themselves, spinning briefly
-//! before they park), and `wan` (tcp with emulated latency and bandwidth between locations).
-//! Every connection proves knowledge of the pool secret before any traffic.
+//! Drivers carry the bytes and know nothing of ports: `inproc` (nodes are threads, the embedded
+//! default, no network), `tcp` (one event-loop thread per node accepts connections; receivers
+//! read their sockets themselves, spinning briefly before they park), and `shm` (processes of
+//! one host talk through rings in shared memory, and large parts go from the sender's memory to
+//! the receiver's in one copy; the default for pools of processes, with tcp to other hosts). A
+//! filter wraps any driver: `wan` emulates latency and bandwidth between locations. Every
+//! connection proves knowledge of the pool secret before any traffic.
 //!
 //! ```
 //! use ipl::{Config, Connection, Ibis, PortType, Receive};
@@ -49,11 +52,14 @@
 //! # }
 //! ```
 
+pub mod cli;
 pub mod config;
+mod connect;
 pub mod error;
 mod ibis;
 pub mod launch;
 pub mod launcher;
+mod mesh;
 mod message;
 mod node;
 mod pool;
@@ -63,13 +69,18 @@ mod receive_port;
 pub mod registry;
 mod send_port;
 pub mod serial;
+#[doc(hidden)]
+pub mod testing;
+mod throttle;
+pub mod trace;
 mod transport;
-pub mod wire;
+mod wire;
 
 pub use config::{ByteOrder, Config, Driver, WanLink};
 pub use error::{Error, Result};
 pub use ibis::Ibis;
 pub use launcher::{Launcher, LauncherKind};
+pub use mesh::{Departure, Lane, Link, Mesh, MeshBuilder, MeshError};
 pub use message::{ReadMessage, WriteMessage};
 pub use node::NodeId;
 pub use pool::Pool;

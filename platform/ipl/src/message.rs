@@ -20,6 +20,9 @@ use std::time::Duration;
 
 /// Slices at least this large are sent from the caller's memory instead of being copied.
 const ZERO_COPY_MIN: usize = 4096;
+/// A vector read from a connection starts this large and doubles as its bytes arrive, so that
+/// what a reader allocates follows what the peer actually sent, not the length it claimed.
+const GROW_FIRST: usize = 64 * 1024;
 
 enum Seg<'a> {
     Own(Range<usize>),
@@ -228,10 +231,15 @@ impl<'a> WriteMessage<'a> {
         let sink = std::mem::replace(&mut self.sink, Sink::Detached);
         match sink {
             Sink::Port(mut guard) => {
-                let parts = self.parts();
-                let r = guard.send(&parts, len, big);
-                drop(parts);
+                let r = if self.segs.is_empty() {
+                    // Nothing borrowed: the message is the buffer.
+                    guard.send(&[&self.buf[..]], len, big)
+                } else {
+                    let parts = self.parts();
+                    guard.send(&parts, len, big)
+                };
                 guard.recycle(std::mem::take(&mut self.buf));
+                crate::trace::message_sent(len);
                 r.map(|_| len)
             }
             Sink::Detached => Err(Error::NotConnected(u64::MAX)),
@@ -288,7 +296,16 @@ macro_rules! read_prim {
 fn memory_origin() -> NodeId {
     static ORIGIN: std::sync::OnceLock<NodeId> = std::sync::OnceLock::new();
     ORIGIN
-        .get_or_init(|| NodeId::new("", u32::MAX, "memory", "memory", "memory"))
+        .get_or_init(|| {
+            NodeId::new(
+                "",
+                u32::MAX,
+                "memory",
+                "memory",
+                "memory",
+                Default::default(),
+            )
+        })
         .clone()
 }
 
@@ -358,7 +375,7 @@ impl ReadMessage {
 
     fn lost(&mut self, e: std::io::Error) -> Error {
         if let Source::Port { rx, conn } = &mut self.src {
-            rx.conns[*conn].eof = true;
+            rx.conns[*conn].reader.eof = true;
         }
         self.remaining = 0;
         Error::ConnectionLost {
@@ -367,7 +384,27 @@ impl ReadMessage {
         }
     }
 
+    /// Fills `dst` with the next bytes of the message.
+    #[inline]
     fn raw(&mut self, dst: &mut [u8], what: &str) -> Result<()> {
+        // Most items are small and already buffered: copied without the general path's
+        // bookkeeping (and, inlined into the typed reads, with a copy of known size).
+        if let Source::Port { rx, conn } = &mut self.src {
+            let n = dst.len();
+            if n as u64 <= self.remaining {
+                let r = &mut rx.conns[*conn].reader;
+                if let Some(src) = r.buffered().get(..n) {
+                    dst.copy_from_slice(src);
+                    r.consume(n);
+                    self.remaining -= n as u64;
+                    return Ok(());
+                }
+            }
+        }
+        self.raw_slow(dst, what)
+    }
+
+    fn raw_slow(&mut self, dst: &mut [u8], what: &str) -> Result<()> {
         self.take(dst.len() as u64, what)?;
         let r = match &mut self.src {
             Source::Memory { data, pos } => {
@@ -383,6 +420,7 @@ impl ReadMessage {
         r.map_err(|e| self.lost(e))
     }
 
+    #[inline]
     fn expect_tag(&mut self, want: u8) -> Result<()> {
         let mut t = [0u8];
         self.raw(&mut t, "an item tag")?;
@@ -404,6 +442,7 @@ impl ReadMessage {
         Ok(if self.swap { n.swap_bytes() } else { n })
     }
 
+    #[inline]
     fn read_primitive<T: Primitive>(&mut self) -> Result<T> {
         self.expect_tag(T::TAG)?;
         let mut v = T::zeroed();
@@ -445,6 +484,26 @@ impl ReadMessage {
         Ok(())
     }
 
+    /// Reads `n` items (whose bytes the message holds: checked by the caller) into a new
+    /// vector. From a connection the vector grows as the bytes arrive: a length field is the
+    /// peer's claim, and memory is committed only for what it really sends.
+    fn raw_vec<T: Primitive>(&mut self, n: usize, what: &str) -> Result<Vec<T>> {
+        if let Source::Memory { .. } = self.src {
+            let mut v = vec![T::zeroed(); n];
+            self.raw(bytemuck::cast_slice_mut(&mut v), what)?;
+            return Ok(v);
+        }
+        let first = (GROW_FIRST / std::mem::size_of::<T>()).max(1);
+        let mut v: Vec<T> = Vec::new();
+        while v.len() < n {
+            let at = v.len();
+            let step = (n - at).min(at.max(first));
+            v.resize(at + step, T::zeroed());
+            self.raw(bytemuck::cast_slice_mut(&mut v[at..]), what)?;
+        }
+        Ok(v)
+    }
+
     /// Reads a slice written with `write_slice` into a new vector.
     pub fn read_slice<T: Primitive>(&mut self) -> Result<Vec<T>> {
         let n = self.read_len(slice_tag(T::TAG))?;
@@ -456,8 +515,7 @@ impl ReadMessage {
                 self.remaining
             )));
         }
-        let mut v = vec![T::zeroed(); n as usize];
-        self.raw(bytemuck::cast_slice_mut(&mut v), T::NAME)?;
+        let mut v = self.raw_vec::<T>(n as usize, T::NAME)?;
         if self.swap {
             for x in v.iter_mut() {
                 *x = x.swap();
@@ -484,16 +542,31 @@ impl ReadMessage {
         if n > self.remaining {
             return Err(self.decode_err(format!("{n} bytes announced but {} left", self.remaining)));
         }
-        let mut v = vec![0u8; n as usize];
-        self.raw(&mut v, "bytes")?;
-        Ok(v)
+        self.raw_vec::<u8>(n as usize, "bytes")
     }
 
     /// Reads a serde object.
     pub fn read<T: DeserializeOwned>(&mut self) -> Result<T> {
         let n = self.read_len(TAG_OBJECT)?;
+        if n > self.remaining {
+            return Err(self.decode_err(format!(
+                "an object of {n} bytes exceeds the {} bytes left",
+                self.remaining
+            )));
+        }
+        let swap = self.swap;
+        if matches!(self.src, Source::Port { .. }) && n > crate::transport::reader::BUF_CAP as u64 {
+            let bytes = self.raw_vec::<u8>(n as usize, "an object")?;
+            return crate::serial::decode::<T>(&bytes, swap).map_err(|e| {
+                self.decode_err(format!(
+                    "object of type {}: {}",
+                    std::any::type_name::<T>(),
+                    e.message()
+                ))
+            });
+        }
         self.take(n, "an object")?;
-        let (swap, stall) = (self.swap, self.stall);
+        let stall = self.stall;
         let decoded: std::io::Result<_> = match &mut self.src {
             Source::Memory { data, pos } => {
                 let r = crate::serial::decode::<T>(&data[*pos..*pos + n as usize], swap);
@@ -502,17 +575,11 @@ impl ReadMessage {
             }
             Source::Port { rx, conn } => {
                 let (c, dead) = rx.conn_and_liveness(*conn);
-                if n as usize <= crate::transport::conn::BUF_CAP {
-                    c.ensure(n as usize, stall, &dead).map(|()| {
-                        let r = crate::serial::decode::<T>(&c.buffered()[..n as usize], swap);
-                        c.consume(n as usize);
-                        r
-                    })
-                } else {
-                    let mut tmp = vec![0u8; n as usize];
-                    c.read_exact(&mut tmp, stall, &dead)
-                        .map(|()| crate::serial::decode::<T>(&tmp, swap))
-                }
+                c.ensure(n as usize, stall, &dead).map(|()| {
+                    let r = crate::serial::decode::<T>(&c.buffered()[..n as usize], swap);
+                    c.consume(n as usize);
+                    r
+                })
             }
         };
         let decoded = decoded.map_err(|e| self.lost(e))?;

@@ -18,17 +18,53 @@ struct NodeInfo {
     host: String,
     location: String,
     address: String,
+    /// Where peers on the same host reach the node (see [`Reach`]).
+    local: Reach,
+}
+
+/// How peers on the node's own host reach it, besides its address.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, Hash)]
+pub struct Reach {
+    /// Identifies the host (and network namespace) the node runs in; empty when unknown.
+    pub host_key: String,
+    /// The name of its shared-memory driver's Unix socket; empty when it has none.
+    pub shm: String,
 }
 
 impl NodeId {
-    pub(crate) fn new(pool: &str, rank: u32, host: &str, location: &str, address: &str) -> Self {
+    pub(crate) fn new(
+        pool: &str,
+        rank: u32,
+        host: &str,
+        location: &str,
+        address: &str,
+        local: Reach,
+    ) -> Self {
         NodeId(Arc::new(NodeInfo {
             pool: pool.to_owned(),
             rank,
             host: host.to_owned(),
             location: location.to_owned(),
             address: address.to_owned(),
+            local,
         }))
+    }
+
+    /// Whether `other` runs on the same host (and network namespace) as this node, as far as
+    /// their drivers know: then they may talk through shared memory.
+    pub fn same_host(&self, other: &NodeId) -> bool {
+        !self.0.local.host_key.is_empty() && self.0.local.host_key == other.0.local.host_key
+    }
+
+    /// How peers on the node's host reach it.
+    #[doc(hidden)]
+    pub fn reach(&self) -> &Reach {
+        &self.0.local
+    }
+
+    /// The name of the node's shared-memory socket (empty when it has none).
+    pub(crate) fn shm(&self) -> &str {
+        &self.0.local.shm
     }
 
     /// The node's rank: 0..size for a closed pool, in order of joining otherwise.

@@ -2,7 +2,7 @@
 
 use crate::config::{Config, Driver};
 use crate::error::{Error, Result};
-use crate::node::NodeId;
+use crate::node::{NodeId, Reach};
 use crate::registry::proto::{read_frame, write_frame, FromRegistry, PoolEvent, ToRegistry};
 use crate::registry::state::{JoinRequest, RegistryState, MEMBER_QUEUE};
 use crate::wire;
@@ -43,6 +43,9 @@ pub(crate) struct PoolInner {
     /// Set when the connection to the registry broke while this node was a member: the node is
     /// cut off from its pool (failures can no longer be seen), and its receives fail.
     lost: AtomicBool,
+    /// More members run on this node's host than it has processors: receivers then yield at
+    /// once instead of spinning, so that the peer they wait for gets a processor.
+    crowded: AtomicBool,
     /// Set when this node leaves, so that the end of its registry connection is not a loss.
     left: AtomicBool,
     size: Option<u32>,
@@ -51,6 +54,8 @@ pub(crate) struct PoolInner {
     view: Mutex<View>,
     changed: Condvar,
     link: OnceLock<Box<dyn Link>>,
+    /// This node's clock against the registry's, measured at join by traced tcp nodes.
+    clock: crate::trace::ClockOffset,
 }
 
 /// The pool a node belongs to: membership, failures and elections.
@@ -63,7 +68,9 @@ impl PoolInner {
     fn apply(&self, msg: FromRegistry) {
         let mut v = self.view.lock();
         let ev = match msg {
-            FromRegistry::Welcome { .. } | FromRegistry::Refused(_) => return,
+            FromRegistry::Welcome { .. }
+            | FromRegistry::Refused(_)
+            | FromRegistry::Clock { .. } => return,
             FromRegistry::NoWinner(name) => {
                 v.vacant.insert(name);
                 drop(v);
@@ -96,6 +103,8 @@ impl PoolInner {
             }
             PoolEvent::Closed(all) => v.closed = Some(all.clone()),
         }
+        crate::trace::pool_event(&ev);
+        self.count_neighbours(&v);
         v.subscribers.retain(|s| match s.try_send(ev.clone()) {
             Ok(()) => true,
             Err(crossbeam_channel::TrySendError::Full(_)) => {
@@ -106,6 +115,25 @@ impl PoolInner {
         });
         drop(v);
         self.changed.notify_all();
+    }
+
+    /// Updates [`PoolInner::crowded`] from the members in `v`.
+    fn count_neighbours(&self, v: &View) {
+        static CORES: OnceLock<usize> = OnceLock::new();
+        let cores =
+            *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let key = &self.me.reach().host_key;
+        let here = v
+            .members
+            .values()
+            .filter(|m| &m.reach().host_key == key)
+            .count();
+        self.crowded.store(here > cores, Ordering::Relaxed);
+    }
+
+    /// Whether more members run on this host than it has processors.
+    pub(crate) fn crowded(&self) -> bool {
+        self.crowded.load(Ordering::Relaxed)
     }
 
     /// Why this node is cut off from its pool, once it has lost the registry while a member.
@@ -134,6 +162,7 @@ impl PoolInner {
                 v.registry_lost = Some(format!("the registry ran in {n}, which is gone: {why}"));
                 v.dead.insert(r, n.clone());
                 let ev = PoolEvent::Died(n);
+                crate::trace::pool_event(&ev);
                 v.subscribers.retain(|s| {
                     !matches!(
                         s.try_send(ev.clone()),
@@ -161,7 +190,12 @@ impl PoolInner {
 impl Pool {
     /// Joins the pool described by `cfg`, advertising `address` for this node's ports; tcp and
     /// wan nodes pass their authenticated connection to the registry (from [`connect_registry`]).
-    pub(crate) fn join(cfg: &Config, address: &str, registry: Option<TcpStream>) -> Result<Pool> {
+    pub(crate) fn join(
+        cfg: &Config,
+        address: &str,
+        local: Reach,
+        registry: Option<TcpStream>,
+    ) -> Result<Pool> {
         let req = JoinRequest {
             pool: cfg.pool.clone(),
             size: cfg.size,
@@ -169,24 +203,50 @@ impl Pool {
             host: cfg.host.clone(),
             location: cfg.location.clone(),
             address: address.to_owned(),
+            local,
             death_timeout: cfg.death_timeout,
+            running: cfg.join_running,
         };
-        match (cfg.driver, registry) {
-            (Driver::Inproc, _) => join_inproc(cfg, req),
-            (Driver::Tcp | Driver::Wan, Some(s)) => join_tcp(cfg, req, s),
-            (Driver::Tcp | Driver::Wan, None) => join_tcp(cfg, req, connect_registry(cfg)?),
+        // A node that joins a running pool waits, within the join timeout, for it to fill.
+        let deadline = Instant::now() + cfg.join_timeout;
+        let mut registry = registry;
+        let mut backoff = Duration::from_millis(10);
+        loop {
+            let joined = match (cfg.driver, registry.take()) {
+                (Driver::Inproc, _) => join_inproc(cfg, req.clone()),
+                (_, Some(s)) => join_tcp(cfg, req.clone(), s),
+                (_, None) => join_tcp(cfg, req.clone(), connect_registry(cfg)?),
+            };
+            match joined {
+                Err(Error::Registry(why))
+                    if cfg.join_running
+                        && why.contains(crate::registry::state::NOT_RUNNING_YET)
+                        && Instant::now() < deadline =>
+                {
+                    tracing::debug!(pool = %cfg.pool, "waiting for the pool to run: {why}");
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_millis(200));
+                }
+                other => return other,
+            }
         }
     }
 
-    fn make_inner(me: NodeId, members: Vec<NodeId>, cfg: &Config) -> Arc<PoolInner> {
+    fn make_inner(
+        me: NodeId,
+        members: Vec<NodeId>,
+        cfg: &Config,
+        clock: crate::trace::ClockOffset,
+    ) -> Arc<PoolInner> {
         let view = View {
             members: members.into_iter().map(|m| (m.rank(), m)).collect(),
             ..View::default()
         };
-        Arc::new(PoolInner {
+        let inner = Arc::new(PoolInner {
             me,
             registry_rank: cfg.registry_rank,
             lost: AtomicBool::new(false),
+            crowded: AtomicBool::new(false),
             left: AtomicBool::new(false),
             size: cfg.size,
             join_timeout: cfg.join_timeout,
@@ -194,7 +254,16 @@ impl Pool {
             view: Mutex::new(view),
             changed: Condvar::new(),
             link: OnceLock::new(),
-        })
+            clock,
+        });
+        inner.count_neighbours(&inner.view.lock());
+        inner
+    }
+
+    /// This node's clock against the registry's: measured at join by a tcp node that writes a
+    /// trace, shared otherwise (see [`trace`](crate::trace)).
+    pub fn clock(&self) -> crate::trace::ClockOffset {
+        self.inner.clock
     }
 
     /// This node.
@@ -376,7 +445,7 @@ impl Link for InprocLink {
             ToRegistry::Elect(name) => s.elect(&self.pool, self.rank, &name),
             ToRegistry::Lookup(name) => s.lookup(&self.pool, self.rank, &name),
             ToRegistry::Leave => s.remove(&self.pool, self.rank, false),
-            ToRegistry::Heartbeat | ToRegistry::Join { .. } => {}
+            ToRegistry::Heartbeat | ToRegistry::Join { .. } | ToRegistry::Clock => {}
         }
         Ok(())
     }
@@ -398,7 +467,7 @@ fn join_inproc(cfg: &Config, req: JoinRequest) -> Result<Pool> {
             ))
         }
     };
-    let inner = Pool::make_inner(me.clone(), members, cfg);
+    let inner = Pool::make_inner(me.clone(), members, cfg, crate::trace::ClockOffset::SHARED);
     let _ = inner.link.set(Box::new(InprocLink {
         pool: pool_name,
         rank: me.rank(),
@@ -466,13 +535,13 @@ pub(crate) fn connect_registry(cfg: &Config) -> Result<TcpStream> {
                 left.clamp(Duration::from_millis(100), Duration::from_secs(5)),
             ) {
                 Ok(s) => return Ok(s),
-                Err(e) if e.contains("secret") => {
+                Err(Attempt::Fatal(e)) => {
                     return Err(Error::Auth {
                         peer: format!("registry {candidate}"),
                         reason: e,
                     })
                 }
-                Err(e) => last = format!("{candidate}: {e}"),
+                Err(Attempt::Retry(e)) => last = format!("{candidate}: {e}"),
             }
         }
         if Instant::now() >= deadline {
@@ -495,27 +564,51 @@ pub(crate) fn connect_registry(cfg: &Config) -> Result<TcpStream> {
     }
 }
 
+/// Why an attempt at reaching the registry failed.
+enum Attempt {
+    /// Trying again cannot help: the peer is not a registry of this pool.
+    Fatal(String),
+    /// The registry is not up yet, busy, or the network failed: worth another try.
+    Retry(String),
+}
+
 /// One attempt at connecting to the registry at `server` and passing its handshake.
 fn try_registry(
     cfg: &Config,
     server: &str,
     timeout: Duration,
-) -> std::result::Result<TcpStream, String> {
+) -> std::result::Result<TcpStream, Attempt> {
+    let retry = |e: std::io::Error| Attempt::Retry(e.to_string());
     let addr = std::net::ToSocketAddrs::to_socket_addrs(server)
-        .map_err(|e| format!("cannot resolve: {e}"))?
+        .map_err(|e| Attempt::Retry(format!("cannot resolve: {e}")))?
         .next()
-        .ok_or("no address")?;
-    let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| e.to_string())?;
-    s.set_nodelay(true).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| e.to_string())?;
+        .ok_or(Attempt::Retry("no address".into()))?;
+    let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(retry)?;
+    s.set_nodelay(true).map_err(retry)?;
+    s.set_write_timeout(Some(Duration::from_secs(10)))
+        .map_err(retry)?;
     let (hello, nonce) = wire::hello(wire::Purpose::Registry);
-    s.write_all(&hello).map_err(|e| e.to_string())?;
+    s.write_all(&hello).map_err(retry)?;
     let mut ch = [0u8; wire::CHALLENGE_LEN];
-    s.read_exact(&mut ch)
-        .map_err(|e| format!("registry closed the handshake ({e}): wrong secret?"))?;
-    let resp = wire::answer_challenge(cfg.secret.as_bytes(), &nonce, &ch)?;
-    s.write_all(&resp).map_err(|e| e.to_string())?;
+    // The registry answers at once unless it is overloaded (it then drops its oldest pending
+    // handshakes) or is no registry at all; it cannot know yet whether our secret is right.
+    wire::ByDeadline {
+        stream: &s,
+        deadline: Instant::now() + Duration::from_secs(10),
+    }
+    .read_exact(&mut ch)
+    .map_err(|e| {
+        Attempt::Retry(format!(
+            "no answer to the handshake ({e}): the registry may be overloaded, or this is not \
+             an ipl registry of a compatible version"
+        ))
+    })?;
+    // Its answer proves whether it knows our secret.
+    let resp =
+        wire::answer_challenge(cfg.secret.as_bytes(), &nonce, &ch).map_err(Attempt::Fatal)?;
+    s.write_all(&resp).map_err(retry)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(retry)?;
     Ok(s)
 }
 
@@ -529,7 +622,9 @@ fn join_tcp(cfg: &Config, req: JoinRequest, mut s: TcpStream) -> Result<Pool> {
             host: req.host,
             location: req.location,
             address: req.address,
+            local: req.local,
             death_timeout_ms: cfg.death_timeout.as_millis() as u64,
+            running: req.running,
         },
     )
     .map_err(|e| Error::io("registry join", e))?;
@@ -539,13 +634,24 @@ fn join_tcp(cfg: &Config, req: JoinRequest, mut s: TcpStream) -> Result<Pool> {
         Ok(other) => return Err(Error::Registry(format!("unexpected answer {other:?}"))),
         Err(e) => {
             return Err(Error::Registry(format!(
-                "no answer to join (wrong secret?): {e}"
+                "no answer to the join: {e} (the registry proved it knows the secret, so the \
+                 connection was lost or the registry stopped)"
             )))
         }
     };
+    // Membership changes that arrive while the clock is read are applied after the welcome.
+    let mut early = Vec::new();
+    let clock = if crate::trace::enabled() {
+        read_clock(&mut s, &mut early)?
+    } else {
+        crate::trace::ClockOffset::SHARED
+    };
     s.set_read_timeout(None)
         .map_err(|e| Error::io("registry socket", e))?;
-    let inner = Pool::make_inner(me.clone(), members, cfg);
+    let inner = Pool::make_inner(me.clone(), members, cfg, clock);
+    for msg in early {
+        inner.apply(msg);
+    }
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
     let reader = s.try_clone().map_err(|e| Error::io("registry socket", e))?;
     let _ = inner.link.set(Box::new(TcpLink {
@@ -597,4 +703,44 @@ fn join_tcp(cfg: &Config, req: JoinRequest, mut s: TcpStream) -> Result<Pool> {
         })
         .map_err(|e| Error::io("spawn heartbeat thread", e))?;
     Ok(Pool { inner })
+}
+
+/// Round trips of the clock measurement: the fastest one gives the estimate.
+const CLOCK_ROUNDS: usize = 5;
+
+/// Measures this node's clock against the registry's over the registry connection, keeping
+/// other messages that arrive meanwhile in `early`.
+fn read_clock(
+    s: &mut TcpStream,
+    early: &mut Vec<FromRegistry>,
+) -> Result<crate::trace::ClockOffset> {
+    let here = crate::trace::host_name();
+    let mut best: Option<crate::trace::ClockOffset> = None;
+    for _ in 0..CLOCK_ROUNDS {
+        let sent = crate::trace::unix_us();
+        write_frame(s, &ToRegistry::Clock).map_err(|e| Error::io("registry clock", e))?;
+        let estimate = loop {
+            match read_frame::<FromRegistry>(s) {
+                Ok(FromRegistry::Clock { unix_us, host }) => {
+                    let received = crate::trace::unix_us();
+                    break crate::trace::ClockOffset::from_round_trip(
+                        sent,
+                        unix_us,
+                        received,
+                        host == here,
+                    );
+                }
+                Ok(other) => early.push(other),
+                Err(e) => {
+                    return Err(Error::Registry(format!(
+                        "no answer to a clock reading of a traced join: {e}"
+                    )))
+                }
+            }
+        };
+        if best.map_or(true, |b| estimate.rtt_us < b.rtt_us) {
+            best = Some(estimate);
+        }
+    }
+    Ok(best.unwrap_or(crate::trace::ClockOffset::SHARED))
 }

@@ -6,13 +6,15 @@
 //! it is finished, which gives one-message-at-a-time delivery and, for upcall ports, at most one
 //! upcall running at a time, in order per connection.
 
+use crate::connect::{ConnectReply, ConnectRequest};
 use crate::error::{Error, Result};
 use crate::message::ReadMessage;
 use crate::node::NodeId;
 use crate::pool::Pool;
 use crate::port_type::{PortType, Receive};
-use crate::transport::conn::{Fill, InConn, PortWaker, WAIT_SLICE};
-use crate::wire::{ConnectReply, ConnectRequest, FrameKind, Header, HEADER_LEN};
+use crate::transport::reader::{Fill, Reader};
+use crate::transport::{poll, Acceptor, Admission, Inbox, Stream, Waker, WAIT_SLICE};
+use crate::wire::{FrameKind, Header, HEADER_LEN};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,10 +33,36 @@ pub type MessageUpcall = Box<dyn FnMut(ReadMessage) -> Result<()> + Send>;
 /// The receive ports of one node, by name.
 pub(crate) type PortTable = Mutex<HashMap<String, Arc<PortShared>>>;
 
+/// Messages at least this large switch their connection to small header reads.
+const LARGE_MESSAGE: u64 = 32 * 1024;
+/// How long a receiver checks its connections without giving up the processor, before it
+/// spins yielding: a message in flight between two running processes arrives within a
+/// microsecond, and a system call per check would add as much.
+const HOT_SPIN: Duration = Duration::from_micros(5);
+
+/// One inbound connection of a receive port.
+pub(crate) struct InConn {
+    pub(crate) reader: Reader,
+    pub(crate) origin: NodeId,
+    pub(crate) send_port: u64,
+}
+
+impl InConn {
+    pub(crate) fn new(stream: Box<dyn Stream>, origin: NodeId, send_port: u64) -> Self {
+        InConn {
+            reader: Reader::new(stream),
+            origin,
+            send_port,
+        }
+    }
+}
+
 /// The part of a port only the receiving thread touches.
 pub(crate) struct PortRx {
     pub(crate) conns: Vec<InConn>,
     fds: Vec<libc::pollfd>,
+    /// Per connection, its range in `fds`.
+    spans: Vec<(usize, usize)>,
     rr: usize,
     pool: Pool,
 }
@@ -45,11 +73,11 @@ impl PortRx {
     pub(crate) fn conn_and_liveness(
         &mut self,
         conn: usize,
-    ) -> (&mut InConn, impl Fn() -> bool + '_) {
+    ) -> (&mut Reader, impl Fn() -> bool + '_) {
         let PortRx { conns, pool, .. } = self;
         let c = &mut conns[conn];
         let rank = c.origin.rank();
-        (c, move || pool.inner.is_gone_rank(rank))
+        (&mut c.reader, move || pool.inner.is_gone_rank(rank))
     }
 }
 
@@ -59,7 +87,9 @@ pub(crate) struct PortShared {
     owner: NodeId,
     rx: Arc<Mutex<PortRx>>,
     pending: Mutex<Vec<InConn>>,
-    pub(crate) waker: Arc<PortWaker>,
+    /// Whether `pending` may hold connections (so the receive loop locks it only then).
+    has_pending: AtomicBool,
+    pub(crate) waker: Arc<Waker>,
     closed: AtomicBool,
     senders: Mutex<Vec<(NodeId, u64)>>,
     on_connect: Option<ConnectUpcall>,
@@ -71,7 +101,7 @@ pub(crate) struct PortShared {
 
 enum Ready {
     Message(usize, Header),
-    Nothing { wake_at_ns: Option<u64> },
+    Nothing,
 }
 
 impl PortShared {
@@ -96,25 +126,37 @@ impl PortShared {
             }
         }
         senders.push((req.from.clone(), req.send_port));
-        ConnectReply::Accepted
+        ConnectReply::Accepted {
+            max_message: self.max_message,
+        }
+    }
+
+    /// Forgets a sender admitted whose connection never came.
+    pub(crate) fn forget_sender(&self, node: &NodeId, send_port: u64) {
+        self.senders
+            .lock()
+            .retain(|(n, id)| !(n == node && *id == send_port));
     }
 
     /// Hands an accepted connection to the receiving side.
     pub(crate) fn attach(&self, conn: InConn) {
         self.pending.lock().push(conn);
+        self.has_pending.store(true, Ordering::Release);
         self.waker.force();
     }
 
     fn adopt(&self, rx: &mut PortRx) {
-        let mut p = self.pending.lock();
-        if !p.is_empty() {
-            rx.conns.append(&mut p);
+        if !self.has_pending.load(Ordering::Acquire) {
+            return;
         }
+        let mut p = self.pending.lock();
+        self.has_pending.store(false, Ordering::Relaxed);
+        rx.conns.append(&mut p);
     }
 
     fn drop_conn(&self, rx: &mut PortRx, i: usize, why: Option<Error>) {
-        let c = rx.conns.swap_remove(i);
-        c.shutdown();
+        let mut c = rx.conns.swap_remove(i);
+        c.reader.shutdown();
         self.senders
             .lock()
             .retain(|(n, id)| !(n == &c.origin && *id == c.send_port));
@@ -129,18 +171,16 @@ impl PortShared {
         }
     }
 
-    /// Finds a connection with a deliverable message header, removing closed and corrupt ones.
+    /// Finds a connection with a message header, removing closed and corrupt ones.
     fn find_ready(&self, rx: &mut PortRx) -> Ready {
-        let mut wake_at_ns = None;
-        let mut now_ns = 0;
         let mut k = 0;
         while k < rx.conns.len() {
             let i = (rx.rr + k) % rx.conns.len();
-            let c = &rx.conns[i];
+            let c = &rx.conns[i].reader;
             if c.buffered().len() >= HEADER_LEN {
                 match Header::decode(c.buffered(), self.max_message) {
                     Err(why) => {
-                        let origin = c.origin.to_string();
+                        let origin = rx.conns[i].origin.to_string();
                         self.drop_conn(
                             rx,
                             i,
@@ -156,40 +196,30 @@ impl PortShared {
                         continue;
                     }
                     Ok(h) => {
-                        if h.deliver_at_ns != 0 {
-                            if now_ns == 0 {
-                                now_ns = crate::wire::now_ns();
-                            }
-                            if h.deliver_at_ns > now_ns {
-                                wake_at_ns = Some(
-                                    wake_at_ns
-                                        .map_or(h.deliver_at_ns, |w: u64| w.min(h.deliver_at_ns)),
-                                );
-                                k += 1;
-                                continue;
-                            }
-                        }
                         rx.rr = i + 1;
                         return Ready::Message(i, h);
                     }
                 }
             } else if c.eof {
-                let why = (!c.buffered().is_empty()).then(|| Error::ConnectionLost {
-                    peer: c.origin.to_string(),
-                    reason: "stream ended inside a frame header".into(),
-                });
-                let why = why.or_else(|| {
+                let peer = rx.conns[i].origin.to_string();
+                let reason = if c.buffered().is_empty() {
+                    "connection closed without a disconnect"
+                } else {
+                    "stream ended inside a frame header"
+                };
+                self.drop_conn(
+                    rx,
+                    i,
                     Some(Error::ConnectionLost {
-                        peer: c.origin.to_string(),
-                        reason: "connection closed without a disconnect".into(),
-                    })
-                });
-                self.drop_conn(rx, i, why);
+                        peer,
+                        reason: reason.into(),
+                    }),
+                );
                 continue;
             }
             k += 1;
         }
-        Ready::Nothing { wake_at_ns }
+        Ready::Nothing
     }
 
     /// Reads whatever is available on every connection; true when anything changed.
@@ -197,8 +227,8 @@ impl PortShared {
         let mut progressed = false;
         let mut i = 0;
         while i < rx.conns.len() {
-            let was_eof = rx.conns[i].eof;
-            match rx.conns[i].fill() {
+            let was_eof = rx.conns[i].reader.eof;
+            match rx.conns[i].reader.fill() {
                 Ok(Fill::Got(_)) => progressed = true,
                 Ok(Fill::Eof) => progressed |= !was_eof,
                 Ok(Fill::Empty) | Ok(Fill::Full) => {}
@@ -233,31 +263,42 @@ impl PortShared {
                 None => return Ok(None),
             },
         };
-        let spin_until = Instant::now() + self.spin;
+        // When spinning ends, and when it starts yielding: found when first needed, as a
+        // message that is there at once needs no clock.
+        let mut phases: Option<(Instant, Instant)> = None;
+        let mut hot = true;
+        let mut turns = 0u32;
         loop {
-            if self.closed.load(Ordering::SeqCst) {
+            if self.closed.load(Ordering::Relaxed) {
                 return Err(Error::Closed(format!("receive port '{}'", self.name)));
             }
             if let Some(why) = rx.pool.inner.cut_off() {
                 return Err(Error::Registry(why));
             }
             self.adopt(&mut rx);
-            let wake_at_ns = match self.find_ready(&mut rx) {
-                Ready::Message(i, h) => {
-                    let c = &mut rx.conns[i];
-                    c.consume(HEADER_LEN);
-                    c.small_reads = h.len >= crate::transport::conn::LARGE_MESSAGE;
-                    return Ok(Some(ReadMessage::from_port(
-                        rx,
-                        i,
-                        h.len,
-                        h.big_endian,
-                        self.stall,
-                    )));
-                }
-                Ready::Nothing { wake_at_ns } => wake_at_ns,
-            };
+            if let Ready::Message(i, h) = self.find_ready(&mut rx) {
+                let c = &mut rx.conns[i].reader;
+                c.consume(HEADER_LEN);
+                c.small_reads = h.len >= LARGE_MESSAGE;
+                return Ok(Some(ReadMessage::from_port(
+                    rx,
+                    i,
+                    h.len,
+                    h.big_endian,
+                    self.stall,
+                )));
+            }
             if self.fill_all(&mut rx) {
+                continue;
+            }
+            // While hot, look at the clock only now and then: reading it costs as much as a
+            // look at every connection.
+            turns = turns.wrapping_add(1);
+            if hot && turns % 32 != 0 {
+                // One pause per look: fewer leave the sender's stores fighting for the line
+                // this loop reads; more (measured on a virtual machine) get the spinning
+                // processor taken away.
+                std::hint::spin_loop();
                 continue;
             }
             let now = Instant::now();
@@ -266,6 +307,18 @@ impl PortShared {
                     return Ok(None);
                 }
             }
+            let (spin_until, hot_until) = *phases.get_or_insert_with(|| {
+                let hot = if rx.pool.inner.crowded() {
+                    Duration::ZERO
+                } else {
+                    HOT_SPIN.min(self.spin)
+                };
+                (now + self.spin, now + hot)
+            });
+            if now < hot_until {
+                continue;
+            }
+            hot = false;
             if now < spin_until {
                 // Yield while spinning: when the sender shares this core (oversubscribed, or
                 // placed together by the scheduler) it runs at once, instead of both threads
@@ -274,54 +327,61 @@ impl PortShared {
                 std::thread::yield_now();
                 continue;
             }
-            self.waker.set_parked(true);
-            self.adopt(&mut rx);
-            if self.fill_all(&mut rx) || !self.pending.lock().is_empty() {
-                self.waker.set_parked(false);
-                continue;
-            }
-            let mut wait = WAIT_SLICE;
-            if let Some(d) = deadline {
-                wait = wait.min(d.saturating_duration_since(now));
-            }
-            if let Some(w) = wake_at_ns {
-                wait = wait.min(Duration::from_nanos(
-                    w.saturating_sub(crate::wire::now_ns()),
-                ));
-            }
-            // Level-triggered poll(2) over the sockets and the waker: unlike an epoll set, it
-            // adds no work to every arriving packet while the receiver is spinning instead.
-            let PortRx { conns, fds, .. } = &mut *rx;
-            fds.clear();
-            fds.push(libc::pollfd {
-                fd: self.waker.raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            });
-            fds.extend(
-                conns
-                    .iter()
-                    .filter_map(|c| c.stream.raw_fd())
-                    .map(|fd| libc::pollfd {
-                        fd,
-                        events: libc::POLLIN,
-                        revents: 0,
-                    }),
-            );
-            let ms = wait.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
-            // SAFETY: `fds` is a valid array of pollfd for the duration of the call.
-            let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+            self.park(&mut rx, deadline, now)?;
+        }
+    }
+
+    /// Waits in poll(2) until a connection or the waker has something, or a deadline (the
+    /// caller's, a held-back frame's, or a slice of time to re-check for failures) passes.
+    fn park(&self, rx: &mut PortRx, deadline: Option<Instant>, now: Instant) -> Result<()> {
+        self.waker.set_parked(true);
+        self.adopt(rx);
+        let mut ready = false;
+        for c in &mut rx.conns {
+            ready |= !c.reader.stream.prepare_park();
+        }
+        if ready || self.fill_all(rx) || !self.pending.lock().is_empty() {
             self.waker.set_parked(false);
-            if r < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() != std::io::ErrorKind::Interrupted {
-                    return Err(Error::io(format!("waiting on port '{}'", self.name), e));
+            return Ok(());
+        }
+        let mut wait = WAIT_SLICE;
+        if let Some(d) = deadline {
+            wait = wait.min(d.saturating_duration_since(now));
+        }
+        let mut now_ns = 0;
+        for c in &rx.conns {
+            if let Some(at) = c.reader.stream.ready_at_ns() {
+                if now_ns == 0 {
+                    now_ns = crate::wire::now_ns();
                 }
+                wait = wait.min(Duration::from_nanos(at.saturating_sub(now_ns)));
             }
+        }
+        let PortRx {
+            conns, fds, spans, ..
+        } = rx;
+        fds.clear();
+        spans.clear();
+        fds.push(poll::entry(self.waker.raw_fd(), libc::POLLIN));
+        for c in conns.iter() {
+            let from = fds.len();
+            c.reader.stream.wait_fds(fds);
+            spans.push((from, fds.len()));
+        }
+        let r = poll::wait(fds, wait);
+        self.waker.set_parked(false);
+        let r = r.map_err(|e| Error::io(format!("waiting on port '{}'", self.name), e))?;
+        if r > 0 {
             if fds[0].revents != 0 {
                 self.waker.drain();
             }
+            for (c, &(from, to)) in conns.iter_mut().zip(spans.iter()) {
+                if fds[from..to].iter().any(|f| f.revents != 0) {
+                    c.reader.stream.woken();
+                }
+            }
         }
+        Ok(())
     }
 
     fn timeout(&self, waited: Duration) -> Error {
@@ -334,6 +394,67 @@ impl PortShared {
     fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
         self.waker.force();
+    }
+}
+
+/// The node's receive ports, as the drivers see them.
+pub(crate) struct PortsAcceptor(pub(crate) Arc<PortTable>);
+
+impl Acceptor for PortsAcceptor {
+    fn admit(&self, request: &[u8]) -> Admission {
+        let reject = |r: ConnectReply| Admission {
+            reply: r.encode(),
+            inbox: None,
+        };
+        let req: ConnectRequest = match postcard::from_bytes(request) {
+            Ok(r) => r,
+            Err(e) => return reject(ConnectReply::Refused(format!("bad connect request: {e}"))),
+        };
+        let Some(port) = self.0.lock().get(&req.port).cloned() else {
+            return reject(ConnectReply::NoSuchPort);
+        };
+        match port.admit(&req) {
+            r @ ConnectReply::Accepted { .. } => Admission {
+                reply: r.encode(),
+                inbox: Some(Box::new(PortInbox {
+                    port,
+                    origin: req.from,
+                    send_port: req.send_port,
+                    attached: false,
+                })),
+            },
+            other => reject(other),
+        }
+    }
+}
+
+/// Where an admitted connection goes: its receive port.
+struct PortInbox {
+    port: Arc<PortShared>,
+    origin: NodeId,
+    send_port: u64,
+    attached: bool,
+}
+
+impl Inbox for PortInbox {
+    fn waker(&self) -> Arc<Waker> {
+        self.port.waker.clone()
+    }
+
+    fn attach(mut self: Box<Self>, stream: Box<dyn Stream>) {
+        self.attached = true;
+        self.port
+            .attach(InConn::new(stream, self.origin.clone(), self.send_port));
+    }
+}
+
+impl Drop for PortInbox {
+    /// A connection admitted but never delivered (its driver failed to set it up) is no
+    /// sender of the port.
+    fn drop(&mut self) {
+        if !self.attached {
+            self.port.forget_sender(&self.origin, self.send_port);
+        }
     }
 }
 
@@ -415,7 +536,7 @@ impl<'a> ReceivePortBuilder<'a> {
             return Err(Error::config("port name", "must be 1 to 1024 bytes"));
         }
         let inner = &self.ibis.inner;
-        let waker = Arc::new(PortWaker::new().map_err(|e| Error::io("create waker", e))?);
+        let waker = Arc::new(Waker::new().map_err(|e| Error::io("create waker", e))?);
         let cfg = &inner.cfg;
         let shared = Arc::new(PortShared {
             name: self.name.clone(),
@@ -424,10 +545,12 @@ impl<'a> ReceivePortBuilder<'a> {
             rx: Arc::new(Mutex::new(PortRx {
                 conns: Vec::new(),
                 fds: Vec::new(),
+                spans: Vec::new(),
                 rr: 0,
                 pool: inner.pool.clone(),
             })),
             pending: Mutex::new(Vec::new()),
+            has_pending: AtomicBool::new(false),
             waker,
             closed: AtomicBool::new(false),
             senders: Mutex::new(Vec::new()),
@@ -552,8 +675,8 @@ impl Drop for ReceivePort {
         }
         if let Some(mut rx) = self.shared.rx.try_lock_for(Duration::from_secs(1)) {
             self.shared.adopt(&mut rx);
-            for c in rx.conns.drain(..) {
-                c.shutdown();
+            for mut c in rx.conns.drain(..) {
+                c.reader.shutdown();
             }
         }
     }

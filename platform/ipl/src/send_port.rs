@@ -1,16 +1,41 @@
 //! Send ports: connect to receive ports and send messages to all of them.
 
+use crate::connect::{ConnectReply, ConnectRequest};
 use crate::error::{Error, Result};
 use crate::ibis::IbisInner;
 use crate::message::WriteMessage;
 use crate::node::NodeId;
 use crate::port_type::PortType;
-use crate::transport::conn::{send_message, OutConn, WanShaper};
-use crate::transport::{self, Outcome};
-use crate::wire::{ConnectReply, ConnectRequest};
+use crate::transport::{writer, Sink};
+use crate::wire::{FrameKind, Header};
 use parking_lot::{Mutex, MutexGuard};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// One outbound connection of a send port.
+struct OutConn {
+    target: NodeId,
+    port: String,
+    sink: Box<dyn Sink>,
+    /// The largest message the receiving node accepts.
+    max_message: u64,
+    /// The driver that carries it.
+    driver: &'static str,
+}
+
+impl OutConn {
+    /// Sends a close frame and releases the connection.
+    fn close(self) {
+        let h = Header {
+            kind: FrameKind::Close,
+            big_endian: false,
+            len: 0,
+            deliver_at_ns: 0,
+        }
+        .encode();
+        self.sink.close(&h);
+    }
+}
 
 pub(crate) struct SendState {
     conns: Vec<OutConn>,
@@ -35,23 +60,60 @@ impl SendGuard<'_> {
         if self.guard.conns.is_empty() {
             return Err(Error::NotConnected(self.port.id));
         }
-        let pool = &self.port.ibis.pool;
-        match send_message(&mut self.guard.conns, parts, len, big_endian, &|n| {
-            pool.inner.is_gone(n)
-        }) {
-            Ok(()) => Ok(()),
-            Err((peer, reason)) => {
-                // A broken connection stays broken; drop it so later messages reach the others.
-                self.guard.conns.retain(|c| c.target != peer);
-                if !pool.is_alive(&peer) {
-                    return Err(pool.check_alive(&[peer]).expect_err("peer is gone"));
-                }
-                Err(Error::ConnectionLost {
-                    peer: peer.to_string(),
-                    reason,
-                })
-            }
+        // Refused here rather than dropped by the receiver, which would leave both sides
+        // waiting: the receiver for a message that never comes, the sender for an answer.
+        let ibis = &self.port.ibis;
+        if len > ibis.cfg.max_message {
+            return Err(Error::MessageTooLarge {
+                len,
+                limit: ibis.cfg.max_message,
+                whose: format!("this node, {}", ibis.id),
+            });
         }
+        if let Some(c) = self.guard.conns.iter().find(|c| len > c.max_message) {
+            return Err(Error::MessageTooLarge {
+                len,
+                limit: c.max_message,
+                whose: format!("receive port '{}' on {}", c.port, c.target),
+            });
+        }
+        let pool = &self.port.ibis.pool;
+        let conns = &mut self.guard.conns;
+        let sent = if let [c] = &mut conns[..] {
+            let rank = c.target.rank();
+            writer::send(&mut [&mut *c.sink], parts, len, big_endian, &|_| {
+                pool.inner.is_gone_rank(rank)
+            })
+        } else {
+            let ranks: smallvec::SmallVec<[u32; 4]> =
+                conns.iter().map(|c| c.target.rank()).collect();
+            let mut sinks: smallvec::SmallVec<[&mut (dyn Sink + 'static); 4]> =
+                conns.iter_mut().map(|c| &mut *c.sink).collect();
+            writer::send(&mut sinks, parts, len, big_endian, &|i| {
+                pool.inner.is_gone_rank(ranks[i])
+            })
+        };
+        let failed = match sent {
+            Ok(()) => return Ok(()),
+            Err(f) => f,
+        };
+        // A broken connection stays broken; drop it so later messages reach the others. The
+        // others received the whole message.
+        let (first, reason) = failed[0].clone();
+        let peer = conns[first].target.clone();
+        let mut i = 0;
+        conns.retain(|_| {
+            let keep = !failed.iter().any(|(f, _)| *f == i);
+            i += 1;
+            keep
+        });
+        if !pool.is_alive(&peer) {
+            return Err(pool.check_alive(&[peer]).expect_err("peer is gone"));
+        }
+        Err(Error::ConnectionLost {
+            peer: peer.to_string(),
+            reason,
+        })
     }
 
     pub(crate) fn recycle(&mut self, mut buf: Vec<u8>) {
@@ -121,26 +183,46 @@ impl SendPort {
             send_port: s.id,
             port: name.to_owned(),
             port_type: s.ty,
-            back_link: None,
-        };
+        }
+        .encode();
         let timeout = ibis.cfg.connect_timeout;
         let start = Instant::now();
         let mut backoff = Duration::from_millis(2);
-        let (stream, link) = loop {
+        let (sink, limit, driver) = loop {
             ibis.pool.check_alive(std::slice::from_ref(node))?;
-            let attempt = transport::connect_once(ibis, node, &req);
+            let attempt = ibis.endpoint.connect(node, &req);
             // A node that is leaving or dying breaks connections in odd ways (a handshake cut
             // short looks like a secret mismatch); name its departure instead where it is known.
-            let attempt = match attempt {
+            let dialed = match attempt {
                 Err(e) => {
                     ibis.pool.check_alive(std::slice::from_ref(node))?;
+                    // A handshake cut short by a live node (overloaded: it drops its oldest
+                    // pending handshakes) is worth another try.
+                    if matches!(e, Error::ConnectionLost { .. }) && start.elapsed() < timeout {
+                        tracing::debug!(to = %node, port = name, "retrying: {e}");
+                        std::thread::sleep(backoff);
+                        backoff = (backoff * 2).min(Duration::from_millis(200));
+                        continue;
+                    }
                     return Err(e);
                 }
-                Ok(o) => o,
+                Ok(d) => d,
             };
-            match attempt {
-                Outcome::Connected(stream, link) => break (stream, link),
-                Outcome::Reply(ConnectReply::NoSuchPort) => {
+            let reply = ConnectReply::decode(&dialed.reply).map_err(|reason| Error::Decode {
+                origin: node.to_string(),
+                reason,
+            })?;
+            match (reply, dialed.sink) {
+                (ConnectReply::Accepted { max_message }, Some(sink)) => {
+                    break (sink, max_message, dialed.driver)
+                }
+                (ConnectReply::Accepted { .. }, None) => {
+                    return Err(Error::Decode {
+                        origin: node.to_string(),
+                        reason: "an acceptance without a connection".into(),
+                    })
+                }
+                (ConnectReply::NoSuchPort, _) => {
                     if start.elapsed() >= timeout {
                         return Err(Error::UnknownPort {
                             node: node.to_string(),
@@ -151,7 +233,7 @@ impl SendPort {
                     std::thread::sleep(backoff);
                     backoff = (backoff * 2).min(Duration::from_millis(200));
                 }
-                Outcome::Reply(ConnectReply::TypeMismatch(theirs)) => {
+                (ConnectReply::TypeMismatch(theirs), _) => {
                     return Err(Error::TypeMismatch {
                         node: node.to_string(),
                         port: name.to_owned(),
@@ -159,21 +241,15 @@ impl SendPort {
                         receiver: theirs.to_string(),
                     })
                 }
-                Outcome::Reply(ConnectReply::Refused(reason)) => {
+                (ConnectReply::Refused(reason), _) => {
                     return Err(Error::Refused {
                         node: node.to_string(),
                         port: name.to_owned(),
                         reason,
                     })
                 }
-                Outcome::Reply(ConnectReply::Accepted | ConnectReply::AcceptedOnBackLink) => {
-                    unreachable!("an accepted connection is returned as Connected")
-                }
             }
         };
-        let wan = &ibis.cfg.wan;
-        let shaped = (wan.latency > Duration::ZERO || wan.bandwidth.is_some())
-            && node.location() != ibis.id.location();
         let mut st = s.state.lock();
         if !s.ty.connection.multicast() && !st.conns.is_empty() {
             return Err(Error::NotAllowed {
@@ -184,9 +260,9 @@ impl SendPort {
         st.conns.push(OutConn {
             target: node.clone(),
             port: name.to_owned(),
-            stream,
-            wan: shaped.then(|| WanShaper::new(*wan)),
-            _link: link,
+            sink,
+            max_message: limit,
+            driver,
         });
         tracing::debug!(to = %node, port = name, "connected");
         Ok(())
@@ -209,6 +285,18 @@ impl SendPort {
                 what: format!("disconnecting from '{name}' on {node}, which is not connected"),
             }),
         }
+    }
+
+    /// The receive ports this port is connected to, with the driver that carries each
+    /// connection (`inproc`, `tcp` or `shm`).
+    pub fn connection_drivers(&self) -> Vec<(NodeId, String, &'static str)> {
+        self.shared
+            .state
+            .lock()
+            .conns
+            .iter()
+            .map(|c| (c.target.clone(), c.port.clone(), c.driver))
+            .collect()
     }
 
     /// The receive ports this port is connected to.

@@ -2,12 +2,10 @@
 //!
 //! Every connection (to a node or to the registry) starts with a challenge-response handshake in
 //! which both sides prove knowledge of the pool secret with HMAC-SHA256 over two fresh nonces;
-//! the secret itself never travels. After that a port connection carries one connect request and
-//! its reply (length-prefixed, postcard), then a stream of frames, each a fixed 24-byte header
-//! followed by its payload.
+//! the secret itself never travels. After that a port connection carries one setup frame each
+//! way (length-prefixed; the driver's, wrapping the ports' connect request and reply), then a
+//! stream of frames, each a fixed 24-byte header followed by its payload.
 
-use crate::node::NodeId;
-use crate::port_type::PortType;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
@@ -124,37 +122,6 @@ mod subtle_eq {
     }
 }
 
-/// Sent by a send port right after the handshake.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ConnectRequest {
-    /// The sending node.
-    pub from: NodeId,
-    /// Identifier of the send port, unique on its node.
-    pub send_port: u64,
-    /// Name of the receive port wanted.
-    pub port: String,
-    /// The send port's type.
-    pub port_type: PortType,
-    /// Channel pairing: the local port of a socket the receiving node connected to us, whose
-    /// free reverse direction may carry this channel instead of the new socket.
-    pub back_link: Option<u16>,
-}
-
-/// The receive side's answer to a [`ConnectRequest`].
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum ConnectReply {
-    /// Connected; messages may follow on this socket.
-    Accepted,
-    /// Connected on the offered back link; this socket closes.
-    AcceptedOnBackLink,
-    /// No receive port of that name (yet): the sender retries until its timeout.
-    NoSuchPort,
-    /// The types differ; carries the receive port's type.
-    TypeMismatch(PortType),
-    /// Refused by the connection upcall or the connection pattern, with the reason.
-    Refused(String),
-}
-
 /// Encodes a setup frame: u32 little-endian length, then postcard.
 pub fn encode_setup<T: Serialize>(v: &T) -> Vec<u8> {
     let body = postcard::to_allocvec(v).expect("setup frames always serialize");
@@ -164,9 +131,9 @@ pub fn encode_setup<T: Serialize>(v: &T) -> Vec<u8> {
     out
 }
 
-/// Tries to decode one setup frame from the front of `buf`: Ok(None) when more bytes are needed,
-/// Ok(Some((value, consumed))) when complete, Err when the bytes cannot be a setup frame.
-pub fn decode_setup<'a, T: Deserialize<'a>>(buf: &'a [u8]) -> Result<Option<(T, usize)>, String> {
+/// Finds one setup frame at the front of `buf`: Ok(None) when more bytes are needed,
+/// Ok(Some((body, consumed))) when complete, Err when the bytes cannot be a setup frame.
+pub fn setup_frame(buf: &[u8]) -> Result<Option<(&[u8], usize)>, String> {
     if buf.len() < 4 {
         return Ok(None);
     }
@@ -179,8 +146,19 @@ pub fn decode_setup<'a, T: Deserialize<'a>>(buf: &'a [u8]) -> Result<Option<(T, 
     if buf.len() < 4 + n {
         return Ok(None);
     }
-    let v = postcard::from_bytes(&buf[4..4 + n]).map_err(|e| format!("bad setup frame: {e}"))?;
-    Ok(Some((v, 4 + n)))
+    Ok(Some((&buf[4..4 + n], 4 + n)))
+}
+
+/// Tries to decode one setup frame from the front of `buf`: Ok(None) when more bytes are needed,
+/// Ok(Some((value, consumed))) when complete, Err when the bytes cannot be a setup frame.
+pub fn decode_setup<'a, T: Deserialize<'a>>(buf: &'a [u8]) -> Result<Option<(T, usize)>, String> {
+    match setup_frame(buf)? {
+        None => Ok(None),
+        Some((body, used)) => {
+            let v = postcard::from_bytes(body).map_err(|e| format!("bad setup frame: {e}"))?;
+            Ok(Some((v, used)))
+        }
+    }
 }
 
 /// Kinds of frame on an established port connection.
@@ -250,6 +228,66 @@ impl Header {
             len,
             deliver_at_ns: u64::from_le_bytes(b[16..24].try_into().expect("sized")),
         })
+    }
+}
+
+/// A socket read under one deadline for a whole exchange, however the peer spreads its bytes:
+/// a peer sending a byte now and then cannot hold a connection (and the handshake slot it
+/// occupies) open past the deadline, as it could with a timeout per read.
+pub(crate) struct ByDeadline<'a, S> {
+    /// The socket.
+    pub(crate) stream: &'a S,
+    /// When reading gives up.
+    pub(crate) deadline: std::time::Instant,
+}
+
+/// A socket whose reads can time out.
+pub(crate) trait TimedRead {
+    /// Sets the longest a read waits.
+    fn set_read_timeout(&self, d: Option<std::time::Duration>) -> std::io::Result<()>;
+    /// Reads what is there, waiting at most the read timeout.
+    fn read_some(&self, buf: &mut [u8]) -> std::io::Result<usize>;
+}
+
+impl TimedRead for std::net::TcpStream {
+    fn set_read_timeout(&self, d: Option<std::time::Duration>) -> std::io::Result<()> {
+        std::net::TcpStream::set_read_timeout(self, d)
+    }
+    fn read_some(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let mut s = self;
+        std::io::Read::read(&mut s, buf)
+    }
+}
+
+impl TimedRead for std::os::unix::net::UnixStream {
+    fn set_read_timeout(&self, d: Option<std::time::Duration>) -> std::io::Result<()> {
+        std::os::unix::net::UnixStream::set_read_timeout(self, d)
+    }
+    fn read_some(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let mut s = self;
+        std::io::Read::read(&mut s, buf)
+    }
+}
+
+impl<S: TimedRead> std::io::Read for ByDeadline<'_, S> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let passed = || {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the handshake's deadline passed",
+            )
+        };
+        let left = self
+            .deadline
+            .saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(passed());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        match self.stream.read_some(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Err(passed()),
+            r => r,
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 
 use ipl::{Config, Connection, Ibis, PortType};
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -83,8 +83,71 @@ fn child_process_entry() {
             println!("rank {me}: {e}");
             std::process::exit(1);
         }
+        // Look for the pool's secret on every command line of this machine while every rank
+        // is up, then say how many showed it (and, on rank 0, the secret reversed, so that the
+        // test can look for it without it appearing here).
+        "secret-watch" => {
+            let secret = ibis.config().secret.clone();
+            assert!(secret.len() >= 16, "a launcher's secret");
+            let shown = command_lines_with(&secret);
+            println!("rank {me}: {} command lines show the secret", shown.len());
+            for pid in shown {
+                println!("rank {me}: the command line of process {pid} shows the secret");
+            }
+            // Nobody leaves before everyone has looked.
+            if me == 0 {
+                for _ in 1..all.len() {
+                    rp.receive_timeout(Duration::from_secs(30))
+                        .expect("a rank has looked")
+                        .finish();
+                }
+                for n in &all[1..] {
+                    let sp = ibis.send_port(&ty).expect("send port");
+                    sp.connect(n, "ring").expect("connect");
+                    let mut w = sp.message();
+                    w.write_u8(1);
+                    w.finish().expect("send");
+                }
+                println!(
+                    "secret reversed: {}",
+                    secret.chars().rev().collect::<String>()
+                );
+            } else {
+                let sp = ibis.send_port(&ty).expect("send port");
+                sp.connect(&all[0], "ring").expect("connect");
+                let mut w = sp.message();
+                w.write_u8(1);
+                w.finish().expect("send");
+                rp.receive_timeout(Duration::from_secs(30))
+                    .expect("everyone has looked")
+                    .finish();
+            }
+        }
         r => panic!("unknown role {r}"),
     }
+}
+
+/// The processes whose command line holds `text`.
+fn command_lines_with(text: &str) -> Vec<i32> {
+    command_lines()
+        .into_iter()
+        .filter(|(_, line)| line.contains(text))
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
+/// Every process's command line, its words joined by spaces.
+fn command_lines() -> Vec<(i32, String)> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if let Ok(c) = std::fs::read(e.path().join("cmdline")) {
+            v.push((pid, String::from_utf8_lossy(&c).replace('\0', " ")));
+        }
+    }
+    v
 }
 
 /// This test binary as a child in `role`, with exactly the environment `env` (no inherited
@@ -443,4 +506,97 @@ fn ipl_run_hostfile_starts_ranks_through_the_remote_shell() {
         "{err}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_hostfile_run_shows_the_secret_on_no_command_line_and_in_no_log() {
+    if role().is_some() {
+        return;
+    }
+    let hosts = match testkit::netns::Hosts::new(3) {
+        Ok(h) => h,
+        Err(why) if testkit::netns::required() => panic!("CI=true but no namespace hosts: {why}"),
+        Err(why) => {
+            eprintln!("skipping: cannot make namespace hosts: {why}");
+            return;
+        }
+    };
+    let deadline = Instant::now() + LIMIT;
+    let rsh = hosts.rsh();
+    let hostfile = hosts.dir.join("hosts");
+    std::fs::write(
+        &hostfile,
+        format!(
+            "{}\n{}\n",
+            testkit::netns::Hosts::addr(1),
+            testkit::netns::Hosts::addr(2)
+        ),
+    )
+    .unwrap();
+    // Every command line of this machine, as often as it can be read, during the run.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut seen = std::collections::HashSet::new();
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                seen.extend(command_lines().into_iter().map(|(_, l)| l));
+            }
+            seen
+        })
+    };
+    // ipl-run (and its registry) on host 0, with debug logs; one rank on each other host.
+    let mut cmd = hosts.exec(0, Path::new(env!("CARGO_BIN_EXE_ipl-run")));
+    cmd.arg("--hostfile")
+        .arg(&hostfile)
+        .arg("--rsh")
+        .arg(&rsh)
+        .arg("--")
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "child_process_entry",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("RUST_LOG", "ipl=debug")
+        .env("IPL_TEST_ROLE", "secret-watch")
+        .stdin(Stdio::null());
+    let (status, out, err) = testkit::Reaped::start(&mut cmd).output(deadline);
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let seen = watcher.join().unwrap();
+    assert!(status.success(), "{status}\n{out}\n{err}");
+    let secret: String = out
+        .lines()
+        .find_map(|l| l.split("secret reversed: ").nth(1))
+        .unwrap_or_else(|| panic!("rank 0 did not report:\n{out}\n{err}"))
+        .trim()
+        .chars()
+        .rev()
+        .collect();
+    assert_eq!(secret.len(), 32, "{out}");
+    for rank in 0..2 {
+        assert!(
+            out.contains(&format!("rank {rank}: 0 command lines show the secret")),
+            "{out}"
+        );
+    }
+    assert!(
+        seen.len() > 10,
+        "the command lines were read: {} seen",
+        seen.len()
+    );
+    let shown: Vec<&String> = seen.iter().filter(|l| l.contains(&secret)).collect();
+    assert!(shown.is_empty(), "command lines with the secret: {shown:?}");
+    assert!(
+        err.contains("DEBUG"),
+        "debug logs were on (the check below means something): {err}"
+    );
+    assert!(!err.contains(&secret), "the secret is in a log:\n{err}");
+    assert!(
+        !out.contains(&secret),
+        "the secret is in the output:\n{out}"
+    );
 }

@@ -23,12 +23,19 @@ struct Payload {
 #[test]
 fn one_to_one_carries_every_kind_of_item() {
     for d in DRIVERS {
-        run_pool(d, 2, |ibis, all| {
+        run_pool(d, 2, move |ibis, all| {
             let t = ty(Connection::OneToOne);
             let rp = ibis.receive_port(&t, "in")?;
             if ibis.id().rank() == 0 {
                 let sp = ibis.send_port(&t)?;
                 sp.connect(&all[1], "in")?;
+                // Each driver carries its own connections: threads of one process share a host.
+                let want = match d {
+                    ipl::Driver::Inproc => "inproc",
+                    ipl::Driver::Shm => "shm",
+                    _ => "tcp",
+                };
+                assert_eq!(sp.connection_drivers()[0].2, want);
                 let big: Vec<f64> = (0..100_000).map(|i| i as f64 / 3.0).collect();
                 let obj = Payload {
                     name: "tree".into(),
@@ -426,5 +433,66 @@ fn a_new_winner_is_elected_when_the_winner_leaves() {
         }
         assert_eq!(b.pool().election("leader").unwrap(), None, "{d:?}");
         assert_eq!(b.pool().elect("leader").unwrap(), b.id(), "{d:?}");
+    }
+}
+
+#[test]
+fn a_message_over_either_limit_fails_its_send_naming_the_limit() {
+    for d in DRIVERS {
+        // Rank 1 receives with a limit of 100 bytes; rank 2 sends with its own limit of 100.
+        run_pool_with(
+            d,
+            3,
+            |mut c| {
+                if c.rank != Some(0) {
+                    c.max_message = 100;
+                }
+                c
+            },
+            |ibis, all| {
+                let t = ty(Connection::ManyToOne);
+                let rp = ibis.receive_port(&t, "in")?;
+                let big = [7u8; 870];
+                let me = ibis.id().rank();
+                if me != 1 {
+                    let sp = ibis.send_port(&t)?;
+                    sp.connect(&all[1], "in")?;
+                    let mut w = sp.message();
+                    w.write_bytes(&big);
+                    let e = w.finish().expect_err("879 bytes exceed a limit of 100");
+                    let text = e.to_string();
+                    assert!(matches!(
+                        e,
+                        Error::MessageTooLarge {
+                            len: 879,
+                            limit: 100,
+                            ..
+                        }
+                    ));
+                    assert!(text.contains("limit of 100 bytes"), "{text}");
+                    assert!(text.contains("IPL_MAX_MESSAGE"), "{text}");
+                    let whose = if me == 0 {
+                        "receive port 'in' on"
+                    } else {
+                        "this node"
+                    };
+                    assert!(text.contains(whose), "{text}");
+                    // Nothing was sent: the connection carries the next message unharmed.
+                    let mut w = sp.message();
+                    w.write_u32(me);
+                    w.finish()?;
+                } else {
+                    let mut from = Vec::new();
+                    for _ in 0..2 {
+                        let mut m = rp.receive_timeout(Duration::from_secs(20))?;
+                        from.push(m.read_u32()?);
+                        assert_eq!(m.remaining(), 0);
+                    }
+                    from.sort();
+                    assert_eq!(from, [0, 2]);
+                }
+                Ok(())
+            },
+        );
     }
 }

@@ -25,6 +25,27 @@ fn role() -> Option<String> {
 fn child_process_entry() {
     let Some(role) = role() else { return };
     let ibis = Ibis::join(Config::from_env().unwrap()).unwrap();
+    let events = ibis.pool().subscribe();
+    if role == "grow" {
+        // The first launch's ranks see two nodes join; the joiners say which ranks they got.
+        let me = ibis.id().rank();
+        if ibis.pool().size().is_none() {
+            println!("joined as rank {me}");
+            return;
+        }
+        let until = Instant::now() + Duration::from_secs(60);
+        let mut joined = Vec::new();
+        while joined.len() < 2 {
+            match events.recv_deadline(until) {
+                Ok(PoolEvent::Joined(n)) if n.rank() >= 2 => joined.push(n.rank()),
+                Ok(_) => continue,
+                Err(_) => panic!("rank {me} saw only {joined:?} join within 60 s"),
+            }
+        }
+        joined.sort();
+        println!("rank {me} saw ranks {joined:?} join");
+        return;
+    }
     let all = ibis.pool().wait_closed().unwrap();
     let me = ibis.id().rank();
     let ty = PortType::builder()
@@ -65,6 +86,39 @@ fn child_process_entry() {
                 std::process::exit(3);
             }
             let _ = rp.receive_timeout(Duration::from_secs(120));
+        }
+        // A process group of two: this rank and a child of its own; both wait to be killed.
+        "family" => {
+            let mut sleeper = Command::new("sleep")
+                .arg("120")
+                .stdin(Stdio::null())
+                .spawn()
+                .unwrap();
+            println!("family of rank {me} ready");
+            let _ = rp.receive_timeout(Duration::from_secs(120));
+            let _ = sleeper.kill();
+            let _ = sleeper.wait();
+        }
+        // Rank 2 dies by a signal; with "survive-fail" rank 1 also fails. The others carry on
+        // and succeed once they see the death.
+        "survive" | "survive-fail" => {
+            match me {
+                // SAFETY: kill(2) of this very process.
+                2 => unsafe {
+                    libc::kill(libc::getpid(), libc::SIGKILL);
+                },
+                1 if role == "survive-fail" => std::process::exit(3),
+                _ => {}
+            }
+            let until = Instant::now() + Duration::from_secs(30);
+            loop {
+                match events.recv_deadline(until) {
+                    Ok(PoolEvent::Died(n)) if n.rank() == 2 => break,
+                    Ok(_) => continue,
+                    Err(_) => panic!("rank 2's death was not seen within 30 s"),
+                }
+            }
+            println!("rank {me} survived");
         }
         r => panic!("unknown role {r}"),
     }
@@ -178,6 +232,27 @@ fn a_hung_process_is_declared_dead_after_the_death_timeout() {
     assert!(stopped.elapsed() >= Duration::from_millis(900));
 }
 
+/// Runs `ipl-run ARGS -- (this test binary in ROLE)`: its exit code, standard output and error,
+/// and how long it took.
+fn ipl_run_all(args: &[&str], role: &str) -> (i32, String, String, Duration) {
+    let exe = std::env::current_exe().unwrap();
+    let started = Instant::now();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ipl-run"));
+    cmd.args(args)
+        .arg("--")
+        .arg(exe)
+        .args([
+            "child_process_entry",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("IPL_TEST_ROLE", role);
+    let (status, out, err) =
+        testkit::Reaped::start(&mut cmd).output(started + Duration::from_secs(90));
+    (status.code().unwrap_or(-1), out, err, started.elapsed())
+}
+
 fn ipl_run(args: &[&str], role: &str) -> (i32, String, Duration) {
     let exe = std::env::current_exe().unwrap();
     let started = Instant::now();
@@ -239,4 +314,165 @@ fn ipl_run_returns_the_first_failure_and_kills_the_rest() {
         took < Duration::from_secs(60),
         "the others were not killed: {took:?}"
     );
+}
+
+#[test]
+fn sigterm_sighup_and_sigint_to_ipl_run_leave_no_process_behind() {
+    if role().is_some() {
+        return;
+    }
+    for (sig, name) in [
+        (libc::SIGTERM, "SIGTERM"),
+        (libc::SIGHUP, "SIGHUP"),
+        (libc::SIGINT, "SIGINT"),
+    ] {
+        let (k, v) = testkit::marker("signals");
+        let mark = format!("{k}={v}");
+        let _cleanup = testkit::KillMarked(vec![mark.clone()]);
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ipl-run"));
+        cmd.args(["-n", "2", "-x", &mark, "--"])
+            .arg(std::env::current_exe().unwrap())
+            .args([
+                "child_process_entry",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("IPL_TEST_ROLE", "family")
+            .stdin(Stdio::null());
+        let mut run = testkit::Reaped::start(&mut cmd);
+        let out = testkit::lines(run.0.stdout.take().unwrap());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut ready = 0;
+        while ready < 2 {
+            let (line, _) = out
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .expect("both ranks and their children start");
+            ready += line.contains("ready") as usize;
+        }
+        // Every rank and its child, in its process group.
+        // (Read again for a moment should a process be caught half-way through starting.)
+        let settle = Instant::now() + Duration::from_secs(5);
+        let mut family = testkit::marked(&[&mark]);
+        while family.len() != 4 && Instant::now() < settle {
+            std::thread::park_timeout(Duration::from_millis(20));
+            family = testkit::marked(&[&mark]);
+        }
+        let commands: Vec<String> = family
+            .iter()
+            .map(|p| std::fs::read_to_string(format!("/proc/{p}/cmdline")).unwrap_or_default())
+            .collect();
+        assert_eq!(family.len(), 4, "{name}: {commands:?}");
+        // SAFETY: kill(2) of the launcher this test started.
+        unsafe {
+            libc::kill(run.0.id() as i32, sig);
+        }
+        let status = loop {
+            if let Some(s) = run.0.try_wait().unwrap() {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "ipl-run ignored {name}");
+            std::thread::park_timeout(Duration::from_millis(20));
+        };
+        assert_eq!(status.code(), Some(128 + sig), "{name}");
+        if let Err(left) =
+            testkit::wait_unmarked(&[&mark], Instant::now() + Duration::from_secs(10))
+        {
+            panic!("{name} to ipl-run left processes behind: {left:?}");
+        }
+    }
+}
+
+#[test]
+fn tolerate_failures_keeps_the_survivors_going_and_judges_them() {
+    if role().is_some() {
+        return;
+    }
+    // Rank 2 is killed: the others see it, finish, and the run succeeds.
+    let (code, out, err, _) = ipl_run_all(&["-n", "3", "--tolerate-failures"], "survive");
+    assert_eq!(code, 0, "{out}\n{err}");
+    let survived = |out: &str, rank: u32| {
+        out.lines().any(|l| {
+            l.starts_with(&format!("[{rank}] ")) && l.contains(&format!("rank {rank} survived"))
+        })
+    };
+    for rank in [0, 1] {
+        assert!(survived(&out, rank), "{out}");
+    }
+    assert!(
+        err.contains("rank 2 was killed by signal 9; the others go on"),
+        "{err}"
+    );
+    // A survivor that fails fails the run, with its status.
+    let (code, out, err, _) = ipl_run_all(&["-n", "3", "--tolerate-failures"], "survive-fail");
+    assert_eq!(code, 3, "{out}\n{err}");
+    assert!(survived(&out, 0), "{out}");
+    assert!(
+        err.contains("rank 1 exited with status 3: the program failed"),
+        "{err}"
+    );
+    // Without the flag the launcher fails fast: the death stops everything.
+    let (code, out, err, _) = ipl_run_all(&["-n", "3"], "survive");
+    assert_eq!(code, 137, "{out}\n{err}");
+    assert!(err.contains("stopping the others"), "{err}");
+}
+
+#[test]
+fn ipl_run_join_adds_processes_to_a_running_pool() {
+    if role().is_some() {
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let pool = format!("grow-{}", std::process::id());
+    let exe = std::env::current_exe().unwrap();
+    let launch = |args: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ipl-run"));
+        cmd.args(args)
+            .arg("--")
+            .arg(&exe)
+            .args(["child_process_entry", "--exact", "--nocapture"])
+            .env("IPL_TEST_ROLE", "grow")
+            .env("IPL_POOL", &pool)
+            .env("IPL_SECRET", "grow-secret");
+        testkit::Reaped::start(&mut cmd)
+    };
+    let first = launch(&["-n", "2", "--registry-addr", &addr]);
+    // The first pool is up once its registry answers; --join waits for it as any node does.
+    let joined = launch(&["--join", &addr, "-n", "2"]);
+    let (status, out, err) = joined.output(deadline);
+    assert!(status.success(), "{out}\n{err}");
+    let mut ranks: Vec<u32> = out
+        .lines()
+        .filter_map(|l| l.split("joined as rank ").nth(1))
+        .map(|r| r.trim().parse().unwrap())
+        .collect();
+    ranks.sort();
+    assert_eq!(ranks, [2, 3], "{out}");
+    assert!(
+        out.lines()
+            .all(|l| !l.contains("joined") || l.starts_with("[+")),
+        "{out}"
+    );
+    let (status, out, err) = first.output(deadline);
+    assert!(status.success(), "{out}\n{err}");
+    for rank in [0, 1] {
+        assert!(
+            out.contains(&format!("[{rank}] rank {rank} saw ranks [2, 3] join")),
+            "{out}"
+        );
+    }
+    // Without the pool's name and secret, --join refuses at once.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ipl-run"));
+    cmd.args(["--join", &addr, "-n", "1", "--", "true"])
+        .env_remove("IPL_POOL")
+        .env_remove("IPL_SECRET");
+    let (status, _, err) = testkit::Reaped::start(&mut cmd).output(deadline);
+    assert_eq!(status.code(), Some(2));
+    assert!(err.contains("IPL_POOL and IPL_SECRET"), "{err}");
 }

@@ -25,15 +25,13 @@ fn round_trips(driver: ipl::Driver, link: WanLink, bytes: usize) -> Vec<Duration
             let me = ibis.id().rank();
             let sp = ibis.send_port(&t)?;
             if me == 0 {
-                let mut peers = Vec::new();
+                // Each echo goes back as soon as its message is in: a near round trip does not
+                // wait for the far messages (which a loaded machine may delay further).
                 for _ in 0..3 {
                     let mut m = rp.receive()?;
                     let from = m.origin().clone();
                     let data: Vec<u8> = m.read_bytes()?;
                     m.finish();
-                    peers.push((from, data));
-                }
-                for (from, data) in peers {
                     let back = ibis.send_port(&t)?;
                     back.connect(&from, "echo")?;
                     let mut w = back.message();

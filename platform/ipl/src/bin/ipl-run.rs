@@ -10,15 +10,26 @@ use std::time::Duration;
 /// Each process gets IPL_SERVER, IPL_POOL, IPL_POOL_SIZE, IPL_RANK, IPL_SECRET and IPL_LOCATION,
 /// so `ipl::Config::from_env()` joins the pool. Output lines are prefixed with the rank. The exit
 /// status is the first non-zero status of any process; the others then get --grace to end on
-/// their own (they see the failure) and are killed.
+/// their own (they see the failure) and are killed. SIGINT, SIGTERM and SIGHUP kill every
+/// process of every rank's process group; the status is then 128 + the signal.
+///
+/// With --join HOST:PORT the processes join the running pool whose registry listens there,
+/// instead of forming a new one: they name no size or rank (the registry gives them ranks
+/// above every rank given out), and programs that can take new members (satin) put them to
+/// work at once. The pool's name and secret come from IPL_POOL and IPL_SECRET, which the
+/// launch that started the pool must have had too (a launch takes them from its environment
+/// when set, and otherwise makes up a name and a secret); --registry-addr fixes where that
+/// launch's registry listens.
 ///
 /// With --hostfile the processes run on the listed hosts, started as
 /// `RSH HOST env IPL_...=... PROGRAM ARGS` (the remote shell does not pass the environment on;
-/// this launcher's own IPL_* settings and RUST_LOG travel on the command line too). PROGRAM
-/// must exist at the same path on every host. The registry listens on --registry-addr, or on
-/// this host's address on the route toward the first host.
+/// this launcher's own IPL_* settings and RUST_LOG travel on the command line too). The secret
+/// never does: it travels on the remote command's standard input, which the remote shell must
+/// pass on (ssh does, unless given -n). PROGRAM must exist at the same path on every host. The
+/// registry listens on --registry-addr, or on this host's address on the route toward the first
+/// host.
 #[derive(Parser, Debug)]
-#[command(name = "ipl-run", version)]
+#[command(name = "ipl-run", version, allow_negative_numbers = true)]
 struct Args {
     /// Number of processes (with --hostfile: default the total of its slots).
     #[arg(short = 'n', long = "nodes", env = "IPL_POOL_SIZE")]
@@ -32,9 +43,21 @@ struct Args {
     #[arg(long, value_name = "CMD", default_value = "ssh -o BatchMode=yes")]
     rsh: String,
     /// Address (HOST or HOST:PORT) the registry listens on and the hosts reach it at; default:
-    /// this host's address on the route toward the first host of the host file.
+    /// this host's address on the route toward the first host of the host file, or a free
+    /// port on 127.0.0.1 without one.
     #[arg(long, value_name = "ADDR")]
     registry_addr: Option<String>,
+    /// Add the processes to the running pool whose registry listens at HOST:PORT (see above).
+    #[arg(long, value_name = "HOST:PORT", conflicts_with_all = ["hostfile", "clusters"])]
+    join: Option<String>,
+    /// With --join: the location (cluster) the new processes are in.
+    #[arg(
+        long,
+        value_name = "NAME",
+        requires = "join",
+        default_value = "cluster0"
+    )]
+    location: String,
     /// Extra environment for every process, NAME=VALUE, or NAME to pass this launcher's value on
     /// (repeatable).
     #[arg(short = 'x', long = "env", value_name = "NAME[=VALUE]")]
@@ -55,6 +78,12 @@ struct Args {
     /// Do not prefix output lines with the rank.
     #[arg(long)]
     no_prefix: bool,
+    /// For programs that survive the death of processes (a master/worker farm): a process
+    /// that dies leaves the others going. The status is 0 when at least one rank exited with 0
+    /// and none failed (exited with a non-zero status of its own); a rank killed by a signal
+    /// (under a remote shell: a status above 128) counts as died, not failed.
+    #[arg(long)]
+    tolerate_failures: bool,
     /// The program and its arguments.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -100,12 +129,50 @@ fn launch(a: Args) -> ipl::Result<i32> {
             registry_addr: a.registry_addr.clone(),
         }),
     };
-    if remote.is_none() && a.registry_addr.is_some() {
-        return Err(ipl::Error::config(
-            "--registry-addr",
-            "only used with --hostfile (local processes use 127.0.0.1)",
-        ));
-    }
+    let from_env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+    let (pool, secret) = (from_env("IPL_POOL"), from_env("IPL_SECRET"));
+    let join = match &a.join {
+        None => None,
+        Some(addr) => {
+            let (Some(pool), Some(secret)) = (pool.clone(), secret.clone()) else {
+                return Err(ipl::Error::config(
+                    "--join",
+                    "needs the running pool's name and secret in IPL_POOL and IPL_SECRET (the \
+                     launch that started the pool must have had the same)",
+                ));
+            };
+            if a.registry_addr.is_some() {
+                return Err(ipl::Error::config(
+                    "--registry-addr",
+                    "a launch with --join uses the running pool's registry",
+                ));
+            }
+            Some(ipl::launch::Join {
+                registry: addr.clone(),
+                pool: ipl::launch::Named { pool, secret },
+                location: a.location.clone(),
+            })
+        }
+    };
+    let named = match (pool, secret) {
+        (None, None) => None,
+        (pool, secret) => Some(ipl::launch::Named {
+            pool: pool.unwrap_or_else(|| format!("run-{}", std::process::id())),
+            secret: secret.unwrap_or_else(|| {
+                (0..16)
+                    .map(|_| format!("{:02x}", rand::random::<u8>()))
+                    .collect()
+            }),
+        }),
+    };
+    let registry_bind = match (&remote, &a.registry_addr) {
+        (None, Some(addr)) => Some(if addr.contains(':') {
+            addr.trim().to_string()
+        } else {
+            format!("{}:0", addr.trim())
+        }),
+        _ => None,
+    };
     let nodes = match (a.nodes, &remote) {
         (Some(n), _) => n,
         (None, Some(r)) => ipl::launch::total_slots(&r.hosts),
@@ -128,6 +195,10 @@ fn launch(a: Args) -> ipl::Result<i32> {
     let options = ipl::launch::RunOptions {
         remote,
         grace: a.grace,
+        tolerate_failures: a.tolerate_failures,
+        pool: named,
+        registry_bind,
+        join,
     };
     ipl::launch::run_with(&launch, &options)
 }
@@ -137,7 +208,7 @@ fn main() {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
-    match launch(Args::parse()) {
+    match launch(ipl::cli::parse("ipl-run")) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("ipl-run: {e}");

@@ -3,9 +3,9 @@
 //! The same bookkeeping ([`state::RegistryState`]) runs behind a TCP server (inside `ipl-run`,
 //! in rank 0 under other launchers, or stand-alone as `ipl-server`) and behind in-process pools.
 
-pub mod proto;
+pub(crate) mod proto;
 pub mod server;
-pub mod state;
+pub(crate) mod state;
 
 pub use proto::PoolEvent;
 pub use server::RegistryServer;

@@ -1,6 +1,6 @@
 //! Messages between nodes and the registry.
 
-use crate::node::NodeId;
+use crate::node::{NodeId, Reach};
 use serde::{Deserialize, Serialize};
 
 /// A change in pool membership, as seen by every member.
@@ -33,8 +33,12 @@ pub enum ToRegistry {
         location: String,
         /// Address of the node's ports.
         address: String,
+        /// How nodes on its host reach it.
+        local: Reach,
         /// Silence after which the node counts as dead, in milliseconds.
         death_timeout_ms: u64,
+        /// Join only a closed pool that is full already, growing it (see `Config::join_running`).
+        running: bool,
     },
     /// Run (or look up) the election `name`; the caller wins if nobody holds it.
     Elect(String),
@@ -44,6 +48,9 @@ pub enum ToRegistry {
     Heartbeat,
     /// Leaving the pool on purpose.
     Leave,
+    /// What time is it on the registry's clock? (A traced node asks at join, to line its trace
+    /// up with the others'.)
+    Clock,
 }
 
 /// Registry to node.
@@ -68,6 +75,13 @@ pub enum FromRegistry {
         name: String,
         /// Its winner.
         winner: NodeId,
+    },
+    /// Answer to `Clock`.
+    Clock {
+        /// The registry's wall clock, in microseconds since the Unix epoch.
+        unix_us: i64,
+        /// The registry's host name: nodes on that host share its clock.
+        host: String,
     },
 }
 

@@ -13,10 +13,23 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// Time a connecting client has to complete the handshake and join.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Most clients in the middle of their handshake at once.
+/// Time a connecting client has, in all, to complete the handshake and its join (a real node
+/// needs a few round trips).
+const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
+/// Most clients in the middle of their handshake at once. When all are taken, the oldest is
+/// dropped for the newcomer: clients that never finish cannot keep real nodes, which finish
+/// within milliseconds, from joining.
 const MAX_HANDSHAKES: usize = 256;
+
+/// Warnings about clients that fail their handshake, which anybody can cause.
+static WARNINGS: crate::throttle::Throttle = crate::throttle::Throttle::new();
+
+/// Clients in their handshake, oldest first (ids grow with time).
+#[derive(Default)]
+struct Handshakes {
+    next: u64,
+    open: std::collections::BTreeMap<u64, (std::time::Instant, SocketAddr, TcpStream)>,
+}
 
 struct Shared {
     secret: Vec<u8>,
@@ -25,7 +38,7 @@ struct Shared {
     removed: parking_lot::Condvar,
     sockets: Mutex<HashMap<(String, u32), TcpStream>>,
     stop: AtomicBool,
-    handshaking: std::sync::atomic::AtomicUsize,
+    handshakes: Mutex<Handshakes>,
 }
 
 /// A running registry service. Dropping it stops the service and disconnects every node.
@@ -40,6 +53,12 @@ impl RegistryServer {
     /// Starts a registry listening on `bind` (e.g. `127.0.0.1:0`) that admits only nodes that
     /// know `secret`.
     pub fn start(bind: &str, secret: &str) -> Result<RegistryServer> {
+        if secret.is_empty() {
+            return Err(Error::config(
+                "IPL_SECRET",
+                "the registry needs a non-empty pool secret: it admits only nodes that know it",
+            ));
+        }
         let listener =
             TcpListener::bind(bind).map_err(|e| Error::io(format!("registry bind {bind}"), e))?;
         let addr = listener
@@ -51,7 +70,7 @@ impl RegistryServer {
             removed: parking_lot::Condvar::new(),
             sockets: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
-            handshaking: 0.into(),
+            handshakes: Mutex::new(Handshakes::default()),
         });
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let acceptor = {
@@ -130,6 +149,9 @@ impl Drop for RegistryServer {
         for (_, s) in self.shared.sockets.lock().drain() {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
+        for (_, (_, _, s)) in std::mem::take(&mut self.shared.handshakes.lock().open) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -142,45 +164,82 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
             break;
         }
         let Ok(stream) = conn else { continue };
-        if shared.handshaking.load(Ordering::SeqCst) >= MAX_HANDSHAKES {
-            tracing::warn!("registry: too many pending handshakes, dropping a connection");
+        let Ok(peer) = stream.peer_addr() else {
             continue;
-        }
-        shared.handshaking.fetch_add(1, Ordering::SeqCst);
+        };
+        let Ok(watch) = stream.try_clone() else {
+            continue;
+        };
+        let id = {
+            let mut h = shared.handshakes.lock();
+            if h.open.len() >= MAX_HANDSHAKES {
+                if let Some((_, (since, old, s))) = h.open.pop_first() {
+                    WARNINGS.warn(|| {
+                        format!(
+                            "registry: {MAX_HANDSHAKES} handshakes pending; dropping the \
+                             oldest, from {old} ({:.1?} ago), for a new one from {peer}",
+                            since.elapsed()
+                        )
+                    });
+                    let _ = s.shutdown(std::net::Shutdown::Both);
+                }
+            }
+            let id = h.next;
+            h.next += 1;
+            h.open.insert(id, (std::time::Instant::now(), peer, watch));
+            id
+        };
         let shared2 = shared.clone();
         let spawned = std::thread::Builder::new()
             .name("ipl-registry-client".into())
-            .spawn(move || serve_client(stream, shared2));
-        if spawned.is_err() {
-            shared.handshaking.fetch_sub(1, Ordering::SeqCst);
+            .spawn(move || serve_client(stream, peer, id, shared2));
+        if let Err(e) = spawned {
+            tracing::warn!(%peer, "registry: cannot start a thread for a client: {e}");
+            shared.handshakes.lock().open.remove(&id);
         }
     }
 }
 
-fn handshake(stream: &mut TcpStream, secret: &[u8]) -> std::result::Result<(), String> {
+/// Proves the secret both ways and reads the join, all before `deadline`.
+fn handshake(
+    stream: &TcpStream,
+    secret: &[u8],
+    deadline: std::time::Instant,
+) -> std::result::Result<ToRegistry, String> {
+    let mut r = wire::ByDeadline { stream, deadline };
+    let mut w = stream;
     let mut hello = [0u8; wire::HELLO_LEN];
-    stream.read_exact(&mut hello).map_err(|e| e.to_string())?;
+    r.read_exact(&mut hello)
+        .map_err(|e| format!("no hello: {e}"))?;
     let (purpose, challenge, expected) = wire::accept_hello(secret, &hello)?;
     if purpose != wire::Purpose::Registry {
         return Err("a port connection reached the registry".into());
     }
-    stream.write_all(&challenge).map_err(|e| e.to_string())?;
+    w.write_all(&challenge)
+        .map_err(|e| format!("cannot send the challenge: {e}"))?;
     let mut resp = [0u8; wire::RESPONSE_LEN];
-    stream.read_exact(&mut resp).map_err(|e| e.to_string())?;
-    wire::check_response(&expected, &resp)
+    r.read_exact(&mut resp)
+        .map_err(|e| format!("no answer to the challenge: {e}"))?;
+    wire::check_response(&expected, &resp)?;
+    read_frame::<ToRegistry>(&mut r).map_err(|e| format!("no join: {e}"))
 }
 
-fn serve_client(mut stream: TcpStream, shared: Arc<Shared>) {
-    let peer = stream
-        .peer_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_else(|_| "?".into());
-    let _ = stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
-    let _ = stream.set_write_timeout(Some(HANDSHAKE_TIMEOUT));
+fn serve_client(mut stream: TcpStream, peer: SocketAddr, id: u64, shared: Arc<Shared>) {
+    let _ = stream.set_write_timeout(Some(HANDSHAKE_DEADLINE));
     let _ = stream.set_nodelay(true);
-    let joined = handshake(&mut stream, &shared.secret)
-        .and_then(|_| read_frame::<ToRegistry>(&mut stream).map_err(|e| e.to_string()));
-    shared.handshaking.fetch_sub(1, Ordering::SeqCst);
+    let joined = handshake(
+        &stream,
+        &shared.secret,
+        std::time::Instant::now() + HANDSHAKE_DEADLINE,
+    );
+    // Gone from the table: evicted for a newer handshake while it waited.
+    let evicted = shared.handshakes.lock().open.remove(&id).is_none();
+    let joined = match joined {
+        Err(e) if evicted => Err(format!(
+            "{e} (dropped for a newer handshake while {MAX_HANDSHAKES} were pending)"
+        )),
+        other => other,
+    };
     let req = match joined {
         Ok(ToRegistry::Join {
             pool,
@@ -189,7 +248,9 @@ fn serve_client(mut stream: TcpStream, shared: Arc<Shared>) {
             host,
             location,
             address,
+            local,
             death_timeout_ms,
+            running,
         }) => JoinRequest {
             pool,
             size,
@@ -197,7 +258,9 @@ fn serve_client(mut stream: TcpStream, shared: Arc<Shared>) {
             host,
             location,
             address,
+            local,
             death_timeout: Duration::from_millis(death_timeout_ms.clamp(100, 3_600_000)),
+            running,
         },
         Ok(other) => {
             tracing::warn!(%peer, "registry: expected a join, got {other:?}");
@@ -205,13 +268,14 @@ fn serve_client(mut stream: TcpStream, shared: Arc<Shared>) {
         }
         Err(e) => {
             if !shared.stop.load(Ordering::SeqCst) {
-                tracing::warn!(%peer, "registry: dropping connection: {e}");
+                WARNINGS.warn(|| format!("registry: dropping the connection from {peer}: {e}"));
             }
             return;
         }
     };
     let pool = req.pool.clone();
     let (tx, rx) = crossbeam_channel::bounded(MEMBER_QUEUE);
+    let replies = tx.clone();
     let Ok(mut writer) = stream.try_clone() else {
         return;
     };
@@ -257,6 +321,12 @@ fn serve_client(mut stream: TcpStream, shared: Arc<Shared>) {
                 died = false;
                 break;
             }
+            Ok(ToRegistry::Clock) => {
+                let _ = replies.try_send(FromRegistry::Clock {
+                    unix_us: crate::trace::unix_us(),
+                    host: crate::trace::host_name(),
+                });
+            }
             Ok(ToRegistry::Join { .. }) => {
                 tracing::warn!(node = %me, "registry: second join on one connection");
                 break;
@@ -269,6 +339,8 @@ fn serve_client(mut stream: TcpStream, shared: Arc<Shared>) {
             }
         }
     }
+    // The writer ends once every sender of its queue is gone.
+    drop(replies);
     shared.state.lock().remove(&pool, rank, died);
     shared.removed.notify_all();
     shared.sockets.lock().remove(&(pool, rank));

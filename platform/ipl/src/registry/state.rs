@@ -1,7 +1,7 @@
 //! The registry's bookkeeping, shared by the TCP server and the in-process pools.
 
 use super::proto::{FromRegistry, PoolEvent};
-use crate::node::NodeId;
+use crate::node::{NodeId, Reach};
 use crossbeam_channel::{Sender, TrySendError};
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -31,6 +31,7 @@ struct PoolState {
 }
 
 /// What a join asks for.
+#[derive(Clone)]
 pub struct JoinRequest {
     /// Pool name.
     pub pool: String,
@@ -44,9 +45,17 @@ pub struct JoinRequest {
     pub location: String,
     /// Port address.
     pub address: String,
+    /// How nodes on its host reach it.
+    pub local: Reach,
     /// Heartbeat silence that means death.
     pub death_timeout: Duration,
+    /// Join only a closed pool that is full already (refused with [`NOT_RUNNING_YET`] before).
+    pub running: bool,
 }
+
+/// Part of the reason a join that asks for a running pool is refused before the pool is full:
+/// the node may try again.
+pub const NOT_RUNNING_YET: &str = "is not running yet";
 
 /// All pools a registry serves.
 #[derive(Default)]
@@ -58,9 +67,33 @@ impl RegistryState {
     /// Admits a node: assigns its rank, welcomes it, tells the others, and closes the pool when
     /// it is full. Returns the new id, or why the join is refused.
     pub fn join(&mut self, req: JoinRequest, tx: Sender<FromRegistry>) -> Result<NodeId, String> {
+        if req.running
+            && !self
+                .pools
+                .get(&req.pool)
+                .is_some_and(|p| p.closed && p.size.is_some())
+        {
+            return Err(format!(
+                "pool '{}' {NOT_RUNNING_YET}: a node asking to join it running waits until it \
+                 is full",
+                req.pool
+            ));
+        }
         let p = self.pools.entry(req.pool.clone()).or_default();
+        // A node that names no size may join a closed pool once it is full: it grows the
+        // running pool (`ipl-run --join`), with a rank above every rank given out so far.
+        let late = p.size.is_some() && req.size.is_none();
         match (p.size, req.size) {
             (None, s) if p.members.is_empty() && p.gone == 0 => p.size = s,
+            (Some(n), None) if !p.closed => {
+                return Err(format!(
+                    "pool '{}' is still filling ({} of {n} joined); a node without a pool size \
+                     may join it only once it is full",
+                    req.pool,
+                    p.members.len() + p.gone
+                ))
+            }
+            (Some(_), None) => {}
             (a, b) if a != b => {
                 return Err(format!(
                     "pool '{}' has size {:?} but the node asked for {:?}",
@@ -69,8 +102,15 @@ impl RegistryState {
             }
             _ => {}
         }
-        if p.closed {
+        if p.closed && !late {
             return Err(format!("pool '{}' is closed", req.pool));
+        }
+        if late && req.rank.is_some() {
+            return Err(format!(
+                "pool '{}' is full: a node joining it later gets its rank from the registry \
+                 and cannot ask for one",
+                req.pool
+            ));
         }
         let rank = match req.rank {
             Some(r) => {
@@ -93,6 +133,7 @@ impl RegistryState {
                 r
             }
             None => match p.size {
+                Some(_) if late => p.next_rank,
                 // A closed pool fills the ranks its launcher did not ask for.
                 Some(_) => (0..)
                     .find(|r| !p.members.contains_key(r) && !p.used.contains(r))
@@ -102,7 +143,14 @@ impl RegistryState {
         };
         p.used.insert(rank);
         p.next_rank = p.next_rank.max(rank + 1);
-        let id = NodeId::new(&req.pool, rank, &req.host, &req.location, &req.address);
+        let id = NodeId::new(
+            &req.pool,
+            rank,
+            &req.host,
+            &req.location,
+            &req.address,
+            req.local,
+        );
         let mut members: Vec<NodeId> = p.members.values().map(|m| m.id.clone()).collect();
         members.push(id.clone());
         members.sort();
@@ -123,7 +171,7 @@ impl RegistryState {
                 death_timeout: req.death_timeout,
             },
         );
-        if p.size == Some(p.members.len() as u32 + p.gone as u32) && p.gone == 0 {
+        if !p.closed && p.size == Some(p.members.len() as u32 + p.gone as u32) && p.gone == 0 {
             p.closed = true;
             for m in p.members.values() {
                 let _ =
@@ -257,7 +305,9 @@ mod tests {
             host: "h".into(),
             location: "l".into(),
             address: "a".into(),
+            local: Default::default(),
             death_timeout: Duration::from_secs(1),
+            running: false,
         }
     }
 
@@ -320,7 +370,9 @@ mod open_pool_tests {
                     host: "h".into(),
                     location: "l".into(),
                     address: "a".into(),
+                    local: Default::default(),
                     death_timeout: Duration::from_secs(1),
+                    running: false,
                 },
                 tx,
             )
@@ -332,5 +384,58 @@ mod open_pool_tests {
         let c = join(&mut s, None).unwrap();
         assert_eq!(c.rank(), 2);
         assert!(join(&mut s, Some(0)).is_err());
+    }
+
+    #[test]
+    fn a_full_closed_pool_grows_by_nodes_without_a_size() {
+        let mut s = RegistryState::default();
+        let join = |s: &mut RegistryState, size, rank| {
+            let (tx, rx) = crossbeam_channel::bounded(100);
+            let r = s.join(
+                JoinRequest {
+                    pool: "grow".into(),
+                    size,
+                    rank,
+                    host: "h".into(),
+                    location: "l".into(),
+                    address: "a".into(),
+                    local: Default::default(),
+                    death_timeout: Duration::from_secs(1),
+                    running: false,
+                },
+                tx,
+            );
+            (r, rx)
+        };
+        let (a, events) = join(&mut s, Some(2), Some(0));
+        assert_eq!(a.unwrap().rank(), 0);
+        // Not yet: the pool is filling.
+        let e = join(&mut s, None, None).0.unwrap_err();
+        assert!(e.contains("still filling (1 of 2"), "{e}");
+        assert_eq!(join(&mut s, Some(2), Some(1)).0.unwrap().rank(), 1);
+        // Full: a node with the size is refused, one without it grows the pool.
+        assert!(join(&mut s, Some(2), None)
+            .0
+            .unwrap_err()
+            .contains("closed"));
+        let e = join(&mut s, None, Some(7)).0.unwrap_err();
+        assert!(e.contains("cannot ask for one"), "{e}");
+        let (c, welcome) = join(&mut s, None, None);
+        let c = c.unwrap();
+        assert_eq!(c.rank(), 2);
+        match welcome.try_recv() {
+            Ok(FromRegistry::Welcome { members, .. }) => assert_eq!(members.len(), 3),
+            other => panic!("expected a welcome, got {other:?}"),
+        }
+        // The first member heard of the pool closing once, and then of the newcomer.
+        let seen: Vec<FromRegistry> = events.try_iter().collect();
+        let closes = seen
+            .iter()
+            .filter(|m| matches!(m, FromRegistry::Event(PoolEvent::Closed(_))))
+            .count();
+        assert_eq!(closes, 1);
+        assert!(seen
+            .iter()
+            .any(|m| matches!(m, FromRegistry::Event(PoolEvent::Joined(n)) if *n == c)));
     }
 }

@@ -1,415 +1,320 @@
-//! The TCP driver: one event-loop thread per node accepts connections and runs their handshakes
-//! without blocking; established connections go to their receive port's poller.
+//! The TCP driver: connections are sockets; the receiving thread reads its own sockets and the
+//! sending thread writes them with gather writes from the caller's memory. A reply channel may
+//! ride the free direction of a request channel's socket ([`super::pairing`]).
 
-use super::conn::{InConn, InStream, OutStream};
-use super::links::{dup, Links};
-use super::Outcome;
-use crate::config::Config;
+use super::listen::{Conn, Handoff, Inlet, Listener, HANDSHAKE_TIMEOUT};
+use super::pairing::{dup, LinkHandle, Links};
+use super::{dial, poll, Acceptor, Dialed, Driver, Frame, Sink, Stream};
 use crate::error::{Error, Result};
 use crate::node::NodeId;
-use crate::receive_port::PortTable;
-use crate::wire::{self, ConnectReply, ConnectRequest};
-use mio::net::{TcpListener, TcpStream};
-use mio::{Events, Interest, Poll, Token, Waker};
-use std::collections::HashMap;
+use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-const LISTENER: Token = Token(0);
-const STOP: Token = Token(1);
-/// Time a connecting peer has to finish its handshake and connect request.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Most connections in their handshake at once; beyond this new ones are dropped.
-const MAX_PENDING: usize = 1024;
-/// Most bytes a connection may send before its connect request is complete.
-const MAX_PENDING_BYTES: usize = wire::HELLO_LEN + wire::RESPONSE_LEN + wire::MAX_SETUP_FRAME + 4;
-
-/// The node's listening side.
-pub(crate) struct NodeServer {
-    addr: SocketAddr,
-    waker: Arc<Waker>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+/// The connecting side's setup frame.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct Dial {
+    /// The connecting node's address (channel pairing: whose socket a back link is).
+    pub from: String,
+    /// Channel pairing: the local port of a socket the accepting node connected to us, whose
+    /// free reverse direction may carry this channel instead of the new socket.
+    pub back_link: Option<u16>,
+    /// The ports' connect request.
+    pub request: Vec<u8>,
 }
 
-enum Stage {
-    Hello,
-    Response([u8; 32]),
-    Request,
-    Replying(Option<(Arc<crate::receive_port::PortShared>, ConnectRequest)>),
+/// The accepting side's setup frame.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct Reply {
+    /// The acceptor took the connection.
+    pub accepted: bool,
+    /// ... on the offered back link; this socket closes.
+    pub paired: bool,
+    /// The acceptor's reply.
+    pub reply: Vec<u8>,
 }
 
-struct Pending {
-    stream: TcpStream,
-    peer: SocketAddr,
-    inbuf: Vec<u8>,
-    out: Vec<u8>,
-    stage: Stage,
-    deadline: Instant,
-}
-
-impl NodeServer {
-    /// Listens on `host` (any free port) and serves connection requests for `ports`.
-    pub(crate) fn start(
-        host: &str,
-        secret: &str,
-        ports: Arc<PortTable>,
-        links: Arc<Links>,
-    ) -> Result<NodeServer> {
-        let bind: SocketAddr = std::net::ToSocketAddrs::to_socket_addrs(&(host, 0))
-            .map_err(|e| Error::io(format!("resolve {host}"), e))?
-            .next()
-            .ok_or_else(|| Error::config("IPL_HOST", format!("'{host}' has no address")))?;
-        let mut listener =
-            TcpListener::bind(bind).map_err(|e| Error::io(format!("listen on {bind}"), e))?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| Error::io("listener address", e))?;
-        let poll = Poll::new().map_err(|e| Error::io("create poller", e))?;
-        poll.registry()
-            .register(&mut listener, LISTENER, Interest::READABLE)
-            .map_err(|e| Error::io("watch listener", e))?;
-        let waker =
-            Arc::new(Waker::new(poll.registry(), STOP).map_err(|e| Error::io("create waker", e))?);
-        let stop = Arc::new(AtomicBool::new(false));
-        let secret = secret.as_bytes().to_vec();
-        let stop2 = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("ipl-event-loop".into())
-            .spawn(move || event_loop(poll, listener, secret, ports, links, stop2))
-            .map_err(|e| Error::io("spawn event loop", e))?;
-        Ok(NodeServer {
-            addr,
-            waker,
-            stop,
-            thread: Some(thread),
-        })
-    }
-
-    /// The address the node's ports are reached at.
-    pub(crate) fn address(&self) -> SocketAddr {
-        self.addr
-    }
-}
-
-impl Drop for NodeServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = self.waker.wake();
-        if let Some(t) = self.thread.take() {
-            if t.thread().id() != std::thread::current().id() {
-                let _ = t.join();
-            }
-        }
-    }
-}
-
-fn event_loop(
-    mut poll: Poll,
-    listener: TcpListener,
+/// Opens TCP connections to peers.
+pub(crate) struct TcpDriver {
     secret: Vec<u8>,
-    ports: Arc<PortTable>,
+    /// This node's address, as its peers know it.
+    me: String,
     links: Arc<Links>,
-    stop: Arc<AtomicBool>,
-) {
-    let mut events = Events::with_capacity(256);
-    let mut pending: HashMap<Token, Pending> = HashMap::new();
-    let mut next = 2usize;
-    while !stop.load(Ordering::SeqCst) {
-        if let Err(e) = poll.poll(&mut events, Some(Duration::from_secs(1))) {
-            if e.kind() != io::ErrorKind::Interrupted {
-                tracing::error!("event loop poll failed: {e}");
-                return;
-            }
-        }
-        for ev in events.iter() {
-            match ev.token() {
-                STOP => {}
-                LISTENER => loop {
-                    match listener.accept() {
-                        Ok((mut stream, peer)) => {
-                            if pending.len() >= MAX_PENDING {
-                                tracing::warn!(%peer, "too many connections in their handshake; dropped");
-                                continue;
-                            }
-                            let _ = stream.set_nodelay(true);
-                            let token = Token(next);
-                            next += 1;
-                            if poll
-                                .registry()
-                                .register(
-                                    &mut stream,
-                                    token,
-                                    Interest::READABLE | Interest::WRITABLE,
-                                )
-                                .is_ok()
-                            {
-                                pending.insert(
-                                    token,
-                                    Pending {
-                                        stream,
-                                        peer,
-                                        inbuf: Vec::new(),
-                                        out: Vec::new(),
-                                        stage: Stage::Hello,
-                                        deadline: Instant::now() + HANDSHAKE_TIMEOUT,
-                                    },
-                                );
-                            }
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                        Err(e) => {
-                            tracing::warn!("accept failed: {e}");
-                            break;
-                        }
-                    }
-                },
-                token => {
-                    let Some(p) = pending.get_mut(&token) else {
-                        continue;
-                    };
-                    match advance(p, &secret, &ports, &links) {
-                        Ok(false) => {}
-                        Ok(true) => {
-                            let mut p = pending.remove(&token).expect("present");
-                            let _ = poll.registry().deregister(&mut p.stream);
-                            if let Stage::Replying(Some((port, req))) = p.stage {
-                                let link = dup(&p.stream).ok().map(|d| {
-                                    links.add_accepted(req.from.address(), p.peer.port(), d)
-                                });
-                                let mut conn = InConn::new(
-                                    InStream::Tcp(p.stream),
-                                    req.from,
-                                    req.send_port,
-                                    &p.inbuf,
-                                );
-                                conn.link = link;
-                                port.attach(conn);
-                            }
-                        }
-                        Err(why) => {
-                            let mut p = pending.remove(&token).expect("present");
-                            let _ = poll.registry().deregister(&mut p.stream);
-                            tracing::warn!(peer = %p.peer, "dropping connection: {why}");
-                        }
-                    }
-                }
-            }
-        }
-        let now = Instant::now();
-        pending.retain(|_, p| {
-            let keep = p.deadline > now;
-            if !keep {
-                tracing::warn!(peer = %p.peer, "dropping connection: handshake timed out");
-            }
-            keep
+}
+
+/// Binds a listener on `host` (any free port).
+pub(crate) fn bind(host: &str) -> Result<(mio::net::TcpListener, SocketAddr)> {
+    let bind: SocketAddr = std::net::ToSocketAddrs::to_socket_addrs(&(host, 0))
+        .map_err(|e| Error::io(format!("resolve {host}"), e))?
+        .next()
+        .ok_or_else(|| Error::config("IPL_HOST", format!("'{host}' has no address")))?;
+    let listener =
+        mio::net::TcpListener::bind(bind).map_err(|e| Error::io(format!("listen on {bind}"), e))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Error::io("listener address", e))?;
+    Ok((listener, addr))
+}
+
+/// The driver of a node whose listener is at `me`, and what takes the listener's connections.
+pub(crate) fn driver(
+    secret: &str,
+    me: &str,
+    acceptor: Arc<dyn Acceptor>,
+) -> (TcpDriver, Arc<dyn Handoff>) {
+    let links: Arc<Links> = Arc::default();
+    (
+        TcpDriver {
+            secret: secret.as_bytes().to_vec(),
+            me: me.to_owned(),
+            links: links.clone(),
+        },
+        Arc::new(Accepting { acceptor, links }),
+    )
+}
+
+/// Hands connections that passed the handshake to the acceptor.
+struct Accepting {
+    acceptor: Arc<dyn Acceptor>,
+    links: Arc<Links>,
+}
+
+impl Handoff for Accepting {
+    fn accepted(&self, conn: Conn, _peer: &str, setup: &[u8], rest: &[u8]) -> Result<(), String> {
+        let Conn::Tcp(mut s) = conn else {
+            return Err("not a TCP connection".into());
+        };
+        let dial: Dial =
+            postcard::from_bytes(setup).map_err(|e| format!("bad setup frame: {e}"))?;
+        let admission = self.acceptor.admit(&dial.request);
+        let accepted = admission.inbox.is_some();
+        // The channel arrives on our own socket's reverse direction; reading starts before the
+        // sender hears the answer.
+        let paired = match (&admission.inbox, dial.back_link) {
+            (Some(_), Some(bl)) => self.links.claim_connected(bl, &dial.from),
+            _ => None,
+        };
+        let reply = crate::wire::encode_setup(&Reply {
+            accepted,
+            paired: paired.is_some(),
+            reply: admission.reply,
         });
+        match (admission.inbox, paired) {
+            (Some(inbox), Some(read)) => {
+                inbox.attach(Box::new(TcpIn::new(
+                    mio::net::TcpStream::from_std(read),
+                    &[],
+                    None,
+                )));
+                write_reply(&mut s, &reply)
+            }
+            (Some(inbox), None) => {
+                write_reply(&mut s, &reply)?;
+                let link = match (dup(&s), s.peer_addr()) {
+                    (Ok(d), Ok(a)) => Some(self.links.add_accepted(&dial.from, a.port(), d)),
+                    _ => None,
+                };
+                inbox.attach(Box::new(TcpIn::new(s, rest, link)));
+                Ok(())
+            }
+            (None, _) => write_reply(&mut s, &reply),
+        }
     }
 }
 
-/// Moves a connection through its handshake. Ok(true) when it is finished (handed over or to be
-/// closed after a refusal was sent), Err with a reason to drop it.
-fn advance(
-    p: &mut Pending,
-    secret: &[u8],
-    ports: &Arc<PortTable>,
-    links: &Links,
-) -> std::result::Result<bool, String> {
-    // Read everything available.
-    let mut tmp = [0u8; 4096];
-    loop {
-        match p.stream.read(&mut tmp) {
-            Ok(0) => {
-                if matches!(p.stage, Stage::Replying(_)) {
-                    break;
-                }
-                return Err("peer closed during the handshake".into());
-            }
-            Ok(n) => {
-                p.inbuf.extend_from_slice(&tmp[..n]);
-                if p.inbuf.len() > MAX_PENDING_BYTES && !matches!(p.stage, Stage::Replying(_)) {
-                    return Err("too many bytes before the connect request".into());
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.to_string()),
-        }
+/// Writes a setup frame on a fresh non-blocking socket, whose buffer it always fits.
+fn write_reply(s: &mut mio::net::TcpStream, reply: &[u8]) -> Result<(), String> {
+    match s.write(reply) {
+        Ok(n) if n == reply.len() => Ok(()),
+        Ok(_) => Err("the reply did not fit the socket's buffer".into()),
+        Err(e) => Err(e.to_string()),
     }
-    loop {
-        match &p.stage {
-            Stage::Hello if p.inbuf.len() >= wire::HELLO_LEN => {
-                let (purpose, challenge, expected) =
-                    wire::accept_hello(secret, &p.inbuf[..wire::HELLO_LEN])?;
-                if purpose != wire::Purpose::Port {
-                    return Err("a registry client reached a node".into());
-                }
-                p.inbuf.drain(..wire::HELLO_LEN);
-                p.out.extend_from_slice(&challenge);
-                p.stage = Stage::Response(expected);
-            }
-            Stage::Response(expected) if p.inbuf.len() >= wire::RESPONSE_LEN => {
-                wire::check_response(expected, &p.inbuf[..wire::RESPONSE_LEN])?;
-                p.inbuf.drain(..wire::RESPONSE_LEN);
-                p.stage = Stage::Request;
-            }
-            Stage::Request => match wire::decode_setup::<ConnectRequest>(&p.inbuf)? {
-                None => break,
-                Some((req, used)) => {
-                    p.inbuf.drain(..used);
-                    let port = ports.lock().get(&req.port).cloned();
-                    let (reply, handoff) = match port {
-                        None => (ConnectReply::NoSuchPort, None),
-                        Some(port) => match port.admit(&req) {
-                            ConnectReply::Accepted => {
-                                let paired = req
-                                    .back_link
-                                    .and_then(|bl| links.claim_connected(bl, req.from.address()));
-                                match paired {
-                                    // The channel arrives on our own socket's reverse direction;
-                                    // reading starts before the sender hears the answer.
-                                    Some(read) => {
-                                        port.attach(InConn::new(
-                                            InStream::Tcp(TcpStream::from_std(read)),
-                                            req.from.clone(),
-                                            req.send_port,
-                                            &[],
-                                        ));
-                                        (ConnectReply::AcceptedOnBackLink, None)
-                                    }
-                                    None => (ConnectReply::Accepted, Some((port, req))),
-                                }
-                            }
-                            other => (other, None),
-                        },
-                    };
-                    p.out.extend_from_slice(&wire::encode_setup(&reply));
-                    p.stage = Stage::Replying(handoff);
-                }
-            },
-            _ => break,
-        }
-    }
-    while !p.out.is_empty() {
-        match p.stream.write(&p.out) {
-            Ok(n) => {
-                p.out.drain(..n);
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.to_string()),
-        }
-    }
-    Ok(matches!(p.stage, Stage::Replying(_)))
 }
 
-/// Connects, authenticates and sends the connect request; blocking, with timeouts. Offers the
-/// reverse direction of a socket `node` connected to us, if there is one (channel pairing).
-pub(crate) fn connect_once(
-    cfg: &Config,
-    links: &Arc<Links>,
-    node: &NodeId,
-    req: &ConnectRequest,
-) -> Result<Outcome> {
-    let offer = links.take_accepted(node.address());
-    let mut req = req.clone();
-    req.back_link = offer.as_ref().map(|(port, _)| *port);
-    let r = connect_offering(cfg, node, &req);
-    match (r, offer) {
-        (Ok((s, ConnectReply::Accepted)), offer) => {
+impl Driver for TcpDriver {
+    /// Connects, authenticates and sends the request; blocking, with timeouts. Offers the
+    /// reverse direction of a socket `peer` connected to us, if there is one.
+    fn connect(&self, peer: &NodeId, request: &[u8]) -> Result<Dialed> {
+        let offer = self.links.take_accepted(peer.address());
+        let dial = Dial {
+            from: self.me.clone(),
+            back_link: offer.as_ref().map(|(port, _)| *port),
+            request: request.to_vec(),
+        };
+        let restore = |offer: Option<(u16, TcpStream)>| {
             if let Some((port, back)) = offer {
-                links.restore_accepted(node.address(), port, back);
+                self.links.restore_accepted(peer.address(), port, back);
             }
-            s.set_nonblocking(true)
-                .map_err(|e| Error::io(format!("configure socket to {node}"), e))?;
-            let link = links.add_connected(node.address(), &s);
-            Ok(Outcome::Connected(OutStream::Tcp(s), link))
-        }
-        (Ok((_, ConnectReply::AcceptedOnBackLink)), Some((_, back))) => {
-            tracing::debug!(to = %node, port = req.port, "channel paired with a back link");
-            Ok(Outcome::Connected(OutStream::Tcp(back), None))
-        }
-        (Ok((_, ConnectReply::AcceptedOnBackLink)), None) => Err(Error::Decode {
-            origin: node.to_string(),
-            reason: "accepted on a back link that was not offered".into(),
-        }),
-        (Ok((_, other)), offer) => {
-            if let Some((port, back)) = offer {
-                links.restore_accepted(node.address(), port, back);
-            }
-            Ok(Outcome::Reply(other))
-        }
-        (Err(e), _) => Err(e),
-    }
-}
-
-fn connect_offering(
-    cfg: &Config,
-    node: &NodeId,
-    req: &ConnectRequest,
-) -> Result<(std::net::TcpStream, ConnectReply)> {
-    let addr: SocketAddr = node.address().parse().map_err(|_| Error::ConnectionLost {
-        peer: node.to_string(),
-        reason: format!("'{}' is not a socket address", node.address()),
-    })?;
-    let io_err = |what: &str, e: io::Error| Error::io(format!("{what} {node}"), e);
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(10))
-        .map_err(|e| io_err("connect to", e))?;
-    s.set_nodelay(true)
-        .map_err(|e| io_err("configure socket to", e))?;
-    s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))
-        .map_err(|e| io_err("configure socket to", e))?;
-    let (hello, nonce) = wire::hello(wire::Purpose::Port);
-    s.write_all(&hello)
-        .map_err(|e| io_err("handshake with", e))?;
-    let mut ch = [0u8; wire::CHALLENGE_LEN];
-    s.read_exact(&mut ch).map_err(|e| Error::Auth {
-        peer: node.to_string(),
-        reason: format!("no challenge ({e}); does the node use another secret?"),
-    })?;
-    let resp = wire::answer_challenge(cfg.secret.as_bytes(), &nonce, &ch).map_err(|reason| {
-        Error::Auth {
-            peer: node.to_string(),
-            reason,
-        }
-    })?;
-    let mut out = resp.to_vec();
-    out.extend_from_slice(&wire::encode_setup(req));
-    s.write_all(&out)
-        .map_err(|e| io_err("connect request to", e))?;
-    let mut buf = Vec::new();
-    let reply: ConnectReply = loop {
-        let mut tmp = [0u8; 1024];
-        let n = s.read(&mut tmp).map_err(|e| Error::Auth {
-            peer: node.to_string(),
-            reason: format!(
-                "no reply to the connect request ({e}); does the node use another secret?"
-            ),
-        })?;
-        if n == 0 {
-            return Err(Error::Auth {
-                peer: node.to_string(),
-                reason: "connection closed before the reply; does the node use another secret?"
-                    .into(),
-            });
-        }
-        buf.extend_from_slice(&tmp[..n]);
-        match wire::decode_setup::<ConnectReply>(&buf) {
-            Ok(Some((r, _))) => break r,
-            Ok(None) => continue,
+        };
+        let (s, reply) = match self.connect_offering(peer, &dial) {
+            Ok(r) => r,
             Err(e) => {
+                restore(offer);
+                return Err(e);
+            }
+        };
+        let io_err = |e| Error::io(format!("configure socket to {peer}"), e);
+        let sink: Option<Box<dyn Sink>> = match (reply.accepted, reply.paired, offer) {
+            (true, false, offer) => {
+                restore(offer);
+                s.set_nonblocking(true).map_err(io_err)?;
+                let link = self.links.add_connected(peer.address(), &s);
+                Some(Box::new(TcpOut { s, _link: link }))
+            }
+            (true, true, Some((_, back))) => {
+                tracing::debug!(to = %peer, "channel paired with a back link");
+                // The node closes this socket after its reply; wait for that, so that a
+                // paired channel never leaves a socket open at either end.
+                let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+                let _ = (&s).read(&mut [0u8; 1]);
+                Some(Box::new(TcpOut {
+                    s: back,
+                    _link: None,
+                }))
+            }
+            (true, true, None) => {
                 return Err(Error::Decode {
-                    origin: node.to_string(),
-                    reason: e,
+                    origin: peer.to_string(),
+                    reason: "accepted on a back link that was not offered".into(),
                 })
             }
+            (false, _, offer) => {
+                restore(offer);
+                None
+            }
+        };
+        Ok(Dialed {
+            reply: reply.reply,
+            sink,
+            driver: "tcp",
+        })
+    }
+}
+
+impl TcpDriver {
+    fn connect_offering(&self, peer: &NodeId, dial: &Dial) -> Result<(TcpStream, Reply)> {
+        let addr: SocketAddr = peer.address().parse().map_err(|_| Error::ConnectionLost {
+            peer: peer.to_string(),
+            reason: format!("'{}' is not a socket address", peer.address()),
+        })?;
+        let io_err = |what: &str, e: io::Error| Error::io(format!("{what} {peer}"), e);
+        let s = TcpStream::connect_timeout(&addr, Duration::from_secs(10))
+            .map_err(|e| io_err("connect to", e))?;
+        s.set_nodelay(true)
+            .map_err(|e| io_err("configure socket to", e))?;
+        s.set_write_timeout(Some(HANDSHAKE_TIMEOUT))
+            .map_err(|e| io_err("configure socket to", e))?;
+        let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+        let setup = postcard::to_allocvec(dial).expect("setup frames always serialize");
+        dial::prove(&s, &self.secret, &setup, deadline, peer)?;
+        let body = dial::reply(&s, deadline, peer)?;
+        let reply: Reply = postcard::from_bytes(&body).map_err(|e| Error::Decode {
+            origin: peer.to_string(),
+            reason: format!("bad setup frame: {e}"),
+        })?;
+        s.set_read_timeout(None)
+            .map_err(|e| io_err("configure socket to", e))?;
+        Ok((s, reply))
+    }
+}
+
+/// The reading direction of a connection's socket.
+pub(crate) struct TcpIn {
+    s: mio::net::TcpStream,
+    /// Bytes that came in with the handshake, read first.
+    leftover: Vec<u8>,
+    /// Keeps the socket offerable for channel pairing while this channel lives.
+    _link: Option<LinkHandle>,
+}
+
+impl TcpIn {
+    fn new(s: mio::net::TcpStream, leftover: &[u8], link: Option<LinkHandle>) -> Self {
+        TcpIn {
+            s,
+            leftover: leftover.to_vec(),
+            _link: link,
         }
-    };
-    s.set_read_timeout(None)
-        .map_err(|e| io_err("configure socket to", e))?;
-    Ok((s, reply))
+    }
+}
+
+impl Stream for TcpIn {
+    fn read(&mut self, dst: &mut [u8]) -> io::Result<usize> {
+        if !self.leftover.is_empty() {
+            let n = self.leftover.len().min(dst.len());
+            dst[..n].copy_from_slice(&self.leftover[..n]);
+            self.leftover.drain(..n);
+            return Ok(n);
+        }
+        self.s.read(dst)
+    }
+
+    fn wait_fds(&self, fds: &mut Vec<libc::pollfd>) {
+        fds.push(poll::entry(self.s.as_raw_fd(), libc::POLLIN));
+    }
+
+    fn wait(&mut self, d: Duration) {
+        poll::wait_one(self.s.as_raw_fd(), libc::POLLIN, d);
+    }
+
+    /// Only this direction: the other may carry a paired channel. The sender learns that
+    /// nobody reads once the socket's last handle closes.
+    fn shutdown(&mut self) {
+        let _ = self.s.shutdown(std::net::Shutdown::Read);
+    }
+}
+
+/// The writing direction of a connection's socket.
+struct TcpOut {
+    s: TcpStream,
+    /// Keeps the socket's reverse direction claimable while this channel lives.
+    _link: Option<LinkHandle>,
+}
+
+impl Sink for TcpOut {
+    fn write(&mut self, frame: &Frame<'_>, offset: u64) -> io::Result<u64> {
+        let mut slices = [io::IoSlice::new(&[]); 64];
+        let n = frame.gather(&mut slices, offset);
+        match self.s.write_vectored(&slices[..n]) {
+            Ok(w) => Ok(w as u64),
+            Err(e)
+                if e.kind() == io::ErrorKind::WouldBlock
+                    || e.kind() == io::ErrorKind::Interrupted =>
+            {
+                Ok(0)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn wait_fds(&self, fds: &mut Vec<libc::pollfd>) -> bool {
+        fds.push(poll::entry(self.s.as_raw_fd(), libc::POLLOUT));
+        true
+    }
+
+    fn wait(&mut self, d: Duration) {
+        poll::wait_one(self.s.as_raw_fd(), libc::POLLOUT, d);
+    }
+
+    fn close(self: Box<Self>, close: &[u8]) {
+        let _ = self.s.set_nonblocking(false);
+        let _ = self.s.set_write_timeout(Some(Duration::from_secs(1)));
+        let mut s = &self.s;
+        let _ = s.write_all(close);
+        let _ = self.s.shutdown(std::net::Shutdown::Write);
+    }
+}
+
+/// Starts listening for a node: the listener and its driver.
+pub(crate) fn listener(
+    host: &str,
+    secret: &str,
+    acceptor: Arc<dyn Acceptor>,
+) -> Result<(TcpDriver, String, Inlet)> {
+    let (l, addr) = bind(host)?;
+    let me = addr.to_string();
+    let (d, handoff) = driver(secret, &me, acceptor);
+    Ok((d, me, (Listener::Tcp(l), handoff)))
 }

@@ -1,4 +1,4 @@
-//! Pools of nodes as threads of the test process, over either driver.
+//! Pools of nodes as threads of the test process, over each driver.
 #![allow(dead_code)]
 
 use ipl::{Config, Driver, Ibis, NodeId, RegistryServer};
@@ -50,6 +50,7 @@ impl Net {
             None => Config::inproc(&self.pool, self.size),
             Some(r) => Config::tcp(&self.pool, self.size, r.address().to_string(), &self.secret),
         };
+        c.driver = self.driver;
         c.connect_timeout = Duration::from_secs(20);
         c.join_timeout = Duration::from_secs(30);
         c
@@ -112,4 +113,4 @@ where
         .collect()
 }
 
-pub const DRIVERS: [Driver; 2] = [Driver::Inproc, Driver::Tcp];
+pub const DRIVERS: [Driver; 3] = [Driver::Inproc, Driver::Tcp, Driver::Shm];

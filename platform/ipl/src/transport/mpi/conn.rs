@@ -1,0 +1,753 @@
+//! One connection over MPI: the sending side ([`MpiSink`]) and the receiving side
+//! ([`MpiStream`]).
+//!
+//! A connection is a source rank and three tags. Frames travel as MPI messages on the data tag,
+//! so MPI's non-overtaking order keeps them in order: a frame up to [`SMALL_FRAME`] bytes as one
+//! message (one MPI message per small ipl message, as a raw MPI program would send it; up to
+//! 4000 bytes with a blocking send, within the transports' eager limit), a larger one as its
+//! header alone. The body of a large frame follows on the bulk tag, in pieces that follow its
+//! parts (small items together, a large part in pieces of at most 256 KiB of its own), which
+//! the receiver, knowing from the header how much is to come, probes for and receives straight
+//! into the caller's memory when the caller reads a whole piece. The receiver keeps a receive
+//! posted for the next message of the data tag, so that a small message lands in it at once
+//! (no probe and no second copy out of MPI's queue of unexpected messages). An empty message on
+//! the data tag ends the stream.
+//!
+//! Sends are non-blocking sends of copies (small frames in buffers of their own, pieces in
+//! buffers the sink reuses), so that a send port never waits for a receiver that is not
+//! reading, up to a window of [`WINDOW`] bytes that the receiver has not confirmed: it confirms
+//! what it has read every [`ACK_EVERY`] bytes, on the connection's back tag. That bounds what a
+//! receiver that does not read holds in MPI's queue of unexpected messages, as a socket's
+//! buffers bound a tcp connection.
+
+use super::raw::{self, Request};
+use super::{Watch, World};
+use crate::transport::{Frame, Sink, Stream};
+use crate::wire::HEADER_LEN;
+use bytes::Bytes;
+use std::collections::VecDeque;
+use std::io;
+use std::os::raw::c_int;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Frames up to this size go as one MPI message.
+pub(super) const SMALL_FRAME: u64 = 16 * 1024;
+/// Frames up to this size are sent with a blocking send from a buffer the sink keeps: within
+/// the eager limit of MPI's transports (4 KiB for OpenMPI's shared memory), such a send
+/// returns once MPI has copied the message, without waiting for the receiver, and costs less
+/// than a non-blocking send and its completion.
+const EAGER_FRAME: u64 = 4000;
+/// Bytes a sender may have sent that its receiver has not confirmed reading.
+const WINDOW: u64 = 4 << 20;
+/// A receiver confirms what it has read every this many bytes.
+const ACK_EVERY: u64 = 1 << 20;
+/// The largest piece of a body.
+const PIECE: usize = 256 * 1024;
+/// Parts at least this large go in pieces of their own (as large as a reader reads straight
+/// into its caller's memory).
+const LARGE_PART: usize = 16 * 1024;
+/// The largest MPI message a receiver takes: a piece of a body, or a small frame.
+pub(super) const MAX_PIECE: usize = 256 * 1024 + HEADER_LEN;
+/// How long closing a connection waits for its last sends.
+const CLOSE_WAIT: Duration = Duration::from_secs(10);
+/// Sends a sink or stream keeps in flight before it waits for the oldest (small messages
+/// complete at once on every transport; this bounds the handles of a receiver that never
+/// reads).
+const MAX_IN_FLIGHT: usize = 1024;
+
+fn closed() -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, "MPI has been finalised")
+}
+
+/// The memory a send in flight reads.
+enum Buf {
+    /// Shared with other connections or made for this send.
+    Shared(Bytes),
+    /// A piece buffer of the sink, reused once the send completes.
+    Pooled(Vec<u8>),
+}
+
+impl Buf {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Buf::Shared(b) => b,
+            Buf::Pooled(v) => v,
+        }
+    }
+}
+
+/// Piece buffers a sink keeps for reuse (reused buffers are warm in the cache and need no
+/// page faults, which fresh ones of this size do).
+const POOLED: usize = 4;
+
+/// Sends in flight and the buffers they read.
+#[derive(Default)]
+pub(super) struct Outbox {
+    sends: VecDeque<(Request, Buf)>,
+    free: Vec<Vec<u8>>,
+}
+
+impl Outbox {
+    /// Starts sending `data` to `dest` with `tag`.
+    pub(super) fn push(
+        &mut self,
+        world: &World,
+        dest: c_int,
+        tag: c_int,
+        data: Bytes,
+    ) -> io::Result<()> {
+        self.start(world, dest, tag, Buf::Shared(data))
+    }
+
+    fn start(&mut self, world: &World, dest: c_int, tag: c_int, data: Buf) -> io::Result<()> {
+        let live = world.live.read_recursive();
+        if !*live {
+            return Err(closed());
+        }
+        // SAFETY: `data` is kept in `sends` until the request completes, and leaked if it
+        // never does (see `abandon`); neither a Bytes nor a Vec's heap block moves or changes
+        // while it is kept there.
+        let req = unsafe { raw::isend(dest, tag, data.bytes())? };
+        self.sends.push_back((req, data));
+        Ok(())
+    }
+
+    /// An empty piece buffer.
+    fn buffer(&mut self) -> Vec<u8> {
+        self.free.pop().unwrap_or_default()
+    }
+
+    /// Frees the buffers of completed sends, oldest first.
+    pub(super) fn reap(&mut self, world: &World) -> io::Result<()> {
+        if self.sends.is_empty() {
+            return Ok(());
+        }
+        let live = world.live.read_recursive();
+        if !*live {
+            return Err(closed());
+        }
+        while let Some((req, _)) = self.sends.front_mut() {
+            if !raw::test(req)? {
+                break;
+            }
+            if let Some((_, Buf::Pooled(mut v))) = self.sends.pop_front() {
+                if self.free.len() < POOLED {
+                    v.clear();
+                    self.free.push(v);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether sends are in flight.
+    pub(super) fn busy(&self) -> bool {
+        !self.sends.is_empty()
+    }
+
+    /// Whether so many sends are in flight that no more should start.
+    fn full(&self) -> bool {
+        self.sends.len() >= MAX_IN_FLIGHT
+    }
+
+    /// Waits until every send has completed, or `deadline`; then lets the rest complete on
+    /// their own, leaking their buffers, which MPI may still read.
+    pub(super) fn finish(&mut self, world: &World, deadline: Instant) {
+        let mut backoff = Backoff::default();
+        while self.busy() && Instant::now() < deadline {
+            if self.reap(world).is_err() {
+                break;
+            }
+            backoff.pause();
+        }
+        self.abandon(world);
+    }
+
+    fn abandon(&mut self, world: &World) {
+        if self.sends.is_empty() {
+            return;
+        }
+        let live = world.live.read_recursive();
+        for (req, data) in self.sends.drain(..) {
+            if *live {
+                raw::release(req);
+            }
+            // MPI may still read the buffer (or, once finalised, nothing reads it): it must
+            // never be freed.
+            std::mem::forget(data);
+        }
+        self.free.clear();
+    }
+}
+
+impl Drop for Outbox {
+    fn drop(&mut self) {
+        if let Some(world) = super::world() {
+            self.finish(&world, Instant::now() + CLOSE_WAIT);
+        } else {
+            for (_, data) in self.sends.drain(..) {
+                std::mem::forget(data);
+            }
+        }
+    }
+}
+
+/// Waiting without a descriptor to wait on: yield at first, then sleep, longer the longer the
+/// wait has lasted (what is usually microseconds away is found within microseconds, a long
+/// wait costs little processor time).
+#[derive(Default)]
+pub(super) struct Backoff(Option<Instant>);
+
+impl Backoff {
+    pub(super) fn pause(&mut self) {
+        let waited = self.0.get_or_insert_with(Instant::now).elapsed();
+        if waited < Duration::from_micros(50) {
+            std::thread::yield_now();
+        } else if waited < Duration::from_millis(2) {
+            std::thread::sleep(Duration::from_micros(20));
+        } else {
+            // A message to a receiver that has waited long is found within about 0.25 ms.
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}
+
+/// What the world shares with a sink: whether its receiver has stopped reading.
+#[derive(Default)]
+pub(super) struct SinkShared {
+    pub(super) receiver_gone: AtomicBool,
+}
+
+/// The sending side of one connection.
+pub(super) struct MpiSink {
+    pub(super) world: Arc<World>,
+    pub(super) dest: c_int,
+    pub(super) tag: c_int,
+    pub(super) back_tag: c_int,
+    /// Where the bodies of large frames go, in pieces after their header on `tag`.
+    pub(super) bulk_tag: c_int,
+    pub(super) id: u32,
+    pub(super) shared: Arc<SinkShared>,
+    pub(super) outbox: Outbox,
+    /// Bytes sent, and bytes the receiver confirmed reading.
+    pub(super) sent: u64,
+    pub(super) confirmed: u64,
+    /// How far the frame being written has come.
+    pub(super) frame: Progress,
+    /// Where frames sent with a blocking send are put together.
+    pub(super) eager: Vec<u8>,
+}
+
+/// How far a large frame has come.
+#[derive(Default)]
+pub(super) struct Progress {
+    /// Bytes of the frame handed to MPI.
+    posted: u64,
+    /// The next part to send, and how much of it was sent.
+    part: usize,
+    part_at: usize,
+}
+
+impl MpiSink {
+    /// Reads the receiver's confirmations; true when some arrived.
+    fn read_confirmations(&mut self) -> io::Result<bool> {
+        let live = self.world.live.read_recursive();
+        if !*live {
+            return Err(closed());
+        }
+        let mut got = false;
+        while let Some(m) = raw::improbe(self.dest, self.back_tag)? {
+            let len = m.len;
+            let v = m.receive_vec()?;
+            let Ok(b) = <[u8; 8]>::try_from(v.as_slice()) else {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("a read confirmation of {len} bytes instead of 8"),
+                ));
+            };
+            let n = u64::from_le_bytes(b);
+            if n > self.sent {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("receiver confirmed {n} bytes of {} sent", self.sent),
+                ));
+            }
+            self.confirmed = self.confirmed.max(n);
+            got = true;
+        }
+        Ok(got)
+    }
+
+    /// Whether `n` more bytes fit the window (a piece always fits when nothing is unconfirmed).
+    fn room(&mut self, n: u64) -> io::Result<bool> {
+        let fits = |s: &Self| s.sent == s.confirmed || s.sent - s.confirmed + n <= WINDOW;
+        if fits(self) && !self.outbox.full() {
+            return Ok(true);
+        }
+        self.read_confirmations()?;
+        self.outbox.reap(&self.world)?;
+        Ok(fits(self) && !self.outbox.full())
+    }
+
+    fn send(&mut self, data: Bytes) -> io::Result<()> {
+        self.sent += data.len() as u64;
+        self.outbox.push(&self.world, self.dest, self.tag, data)
+    }
+
+    /// The length of the next piece of a large frame's body: a large part alone (in pieces of
+    /// at most [`PIECE`]), or small parts together up to the next large one. A reader takes a
+    /// large part straight into its own memory only when the part comes as pieces of its own,
+    /// not behind the small items written before it.
+    fn next_piece(&self, parts: &[&[u8]]) -> usize {
+        let (mut i, mut at, mut len) = (self.frame.part, self.frame.part_at, 0);
+        while let Some(p) = parts.get(i) {
+            let rest = p.len() - at;
+            if rest >= LARGE_PART {
+                return if len == 0 { rest.min(PIECE) } else { len };
+            }
+            if len + rest >= PIECE {
+                return PIECE;
+            }
+            len += rest;
+            i += 1;
+            at = 0;
+        }
+        len
+    }
+
+    fn write_frame(&mut self, frame: &Frame<'_>, offset: u64) -> io::Result<u64> {
+        self.check_receiver()?;
+        self.outbox.reap(&self.world)?;
+        if offset == 0 {
+            // A new frame (one given up on in the middle is forgotten).
+            self.frame = Progress::default();
+            if frame.len <= EAGER_FRAME && self.room(frame.len)? {
+                self.eager.clear();
+                self.eager.extend_from_slice(&frame.header);
+                for p in frame.parts {
+                    self.eager.extend_from_slice(p);
+                }
+                let live = self.world.live.read_recursive();
+                if !*live {
+                    return Err(closed());
+                }
+                raw::send(self.dest, self.tag, &self.eager)?;
+                self.sent += frame.len;
+                return Ok(frame.len);
+            }
+            if frame.len <= SMALL_FRAME {
+                if !self.room(frame.len)? {
+                    return Ok(0);
+                }
+                let mut v = Vec::with_capacity(frame.len as usize);
+                v.extend_from_slice(&frame.header);
+                for p in frame.parts {
+                    v.extend_from_slice(p);
+                }
+                self.send(Bytes::from(v))?;
+                return Ok(frame.len);
+            }
+            if !self.room(HEADER_LEN as u64)? {
+                return Ok(0);
+            }
+            self.send(Bytes::copy_from_slice(&frame.header))?;
+            self.frame = Progress {
+                posted: HEADER_LEN as u64,
+                ..Progress::default()
+            };
+        } else if offset != self.frame.posted {
+            return Err(io::Error::other(format!(
+                "write resumed at byte {offset} of a frame, but the last stopped at {}",
+                self.frame.posted
+            )));
+        }
+        while self.frame.posted < frame.len {
+            let len = self.next_piece(frame.parts) as u64;
+            if len == 0 {
+                return Err(io::Error::other("a frame longer than its parts"));
+            }
+            if !self.room(len)? {
+                break;
+            }
+            let mut buf = self.outbox.buffer();
+            buf.reserve(len as usize);
+            while buf.len() < len as usize {
+                let part = frame.parts[self.frame.part];
+                let rest = &part[self.frame.part_at..];
+                let k = rest.len().min(len as usize - buf.len());
+                buf.extend_from_slice(&rest[..k]);
+                self.frame.part_at += k;
+                if self.frame.part_at == part.len() {
+                    self.frame.part += 1;
+                    self.frame.part_at = 0;
+                }
+            }
+            self.sent += len;
+            self.outbox
+                .start(&self.world, self.dest, self.bulk_tag, Buf::Pooled(buf))?;
+            self.frame.posted += len;
+        }
+        let n = self.frame.posted - offset;
+        if self.frame.posted == frame.len {
+            self.frame = Progress::default();
+        }
+        Ok(n)
+    }
+
+    fn check_receiver(&self) -> io::Result<()> {
+        if self.shared.receiver_gone.load(Ordering::Acquire) {
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "receive port closed",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Sink for MpiSink {
+    fn write(&mut self, frame: &Frame<'_>, offset: u64) -> io::Result<u64> {
+        self.write_frame(frame, offset)
+    }
+
+    fn prepare_wait(&mut self) -> bool {
+        // Confirmations that arrived meanwhile make room: then no waiting.
+        !matches!(self.read_confirmations(), Ok(true))
+    }
+
+    fn wait_fds(&self, _fds: &mut Vec<libc::pollfd>) -> bool {
+        false
+    }
+
+    fn wait(&mut self, d: Duration) {
+        let until = Instant::now() + d;
+        let mut backoff = Backoff::default();
+        while Instant::now() < until {
+            if self.shared.receiver_gone.load(Ordering::Acquire) {
+                return;
+            }
+            match self.read_confirmations() {
+                Ok(false) => {}
+                Ok(true) | Err(_) => return,
+            }
+            if self.outbox.reap(&self.world).is_err() {
+                return;
+            }
+            if !self.outbox.full() && self.sent - self.confirmed < WINDOW {
+                return;
+            }
+            backoff.pause();
+        }
+    }
+
+    fn close(mut self: Box<Self>, close: &[u8]) {
+        let deadline = Instant::now() + CLOSE_WAIT;
+        let mut backoff = Backoff::default();
+        // The close frame needs room in the window like any other; a receiver that reads
+        // nothing for this long sees the connection end without one.
+        while self.check_receiver().is_ok() && Instant::now() < deadline {
+            match self.room(close.len() as u64) {
+                Ok(true) => {
+                    let _ = self.send(Bytes::copy_from_slice(close));
+                    break;
+                }
+                Ok(false) => backoff.pause(),
+                Err(_) => break,
+            }
+        }
+        // The empty message that ends the stream.
+        let _ = self
+            .outbox
+            .push(&self.world, self.dest, self.tag, Bytes::new());
+        let world = self.world.clone();
+        self.outbox.finish(&world, deadline);
+        world.forget_sink(self.id);
+    }
+}
+
+/// The receive a stream keeps posted for the next message on its data tag, shared with the
+/// progress thread, which looks at it (without using it up) for a parked receiver.
+pub(super) type Posted = parking_lot::Mutex<Option<raw::Recv>>;
+
+/// The receiving side of one connection.
+pub(super) struct MpiStream {
+    world: Arc<World>,
+    source: c_int,
+    tag: c_int,
+    back_tag: c_int,
+    bulk_tag: c_int,
+    /// The sender's number for the connection (it is told when the receiver stops reading).
+    id: u32,
+    /// Where the posted receive puts the next message of the data tag. Never freed while a
+    /// receive into it may be pending.
+    small: Box<[u8]>,
+    posted: Arc<Posted>,
+    /// Bytes of a large frame's body still to come on the bulk tag.
+    bulk_left: u64,
+    /// Bytes of a message larger than the caller's buffer, and how much of it was read.
+    held: Vec<u8>,
+    held_at: usize,
+    eof: bool,
+    shut: bool,
+    /// Bytes read, and bytes confirmed to the sender.
+    read: u64,
+    confirmed: u64,
+    watch: Arc<Watch>,
+    outbox: Outbox,
+}
+
+impl MpiStream {
+    /// The receiving side of connection `id` from `source`, with its first receive posted.
+    pub(super) fn new(
+        world: Arc<World>,
+        source: c_int,
+        id: u32,
+        waker: Arc<crate::transport::Waker>,
+    ) -> io::Result<MpiStream> {
+        let (tag, back_tag, bulk_tag) = super::tags(id);
+        let posted = Arc::new(Posted::new(None));
+        let mut s = MpiStream {
+            watch: Arc::new(Watch::new(source, bulk_tag, posted.clone(), waker)),
+            world,
+            source,
+            tag,
+            back_tag,
+            bulk_tag,
+            id,
+            small: vec![0u8; SMALL_FRAME as usize].into_boxed_slice(),
+            posted,
+            bulk_left: 0,
+            held: Vec::new(),
+            held_at: 0,
+            eof: false,
+            shut: false,
+            read: 0,
+            confirmed: 0,
+            outbox: Outbox::default(),
+        };
+        s.post()?;
+        Ok(s)
+    }
+
+    /// Posts the receive of the next message of the data tag.
+    fn post(&mut self) -> io::Result<()> {
+        let live = self.world.live.read_recursive();
+        if !*live {
+            return Err(closed());
+        }
+        // SAFETY: `small` is a heap block owned by this stream, used by nothing else while the
+        // receive is pending; the receive completes (it is tested before `small` is read) or is
+        // cancelled and waited for (`stop_receiving`) before the stream lets go of the block,
+        // and the block is leaked if MPI is finalised with the receive pending.
+        let r = unsafe { raw::irecv(self.source, self.tag, &mut self.small)? };
+        *self.posted.lock() = Some(r);
+        Ok(())
+    }
+
+    fn confirm(&mut self) -> io::Result<()> {
+        if self.read - self.confirmed >= ACK_EVERY {
+            self.confirmed = self.read;
+            let b = Bytes::copy_from_slice(&self.read.to_le_bytes());
+            self.outbox
+                .push(&self.world, self.source, self.back_tag, b)?;
+        }
+        self.outbox.reap(&self.world)
+    }
+
+    fn take_held(&mut self, dst: &mut [u8]) -> usize {
+        let k = (self.held.len() - self.held_at).min(dst.len());
+        dst[..k].copy_from_slice(&self.held[self.held_at..self.held_at + k]);
+        self.held_at += k;
+        if self.held_at == self.held.len() {
+            self.held.clear();
+            self.held_at = 0;
+        }
+        k
+    }
+
+    /// Tells the progress thread that this receiver is reading again (it stops watching).
+    #[inline]
+    fn disarm(&self) {
+        if self.watch.armed.load(Ordering::Relaxed) {
+            self.watch.armed.store(false, Ordering::Release);
+        }
+    }
+
+    /// Whether a read would find something.
+    fn ready(&self) -> bool {
+        let live = self.world.live.read_recursive();
+        *live && self.watch.ready(self.bulk_left > 0)
+    }
+
+    /// A piece of a large frame's body from the bulk tag.
+    fn read_bulk(&mut self, dst: &mut [u8]) -> io::Result<usize> {
+        let live = self.world.live.read_recursive();
+        if !*live {
+            return Err(closed());
+        }
+        let Some(m) = raw::improbe(self.source, self.bulk_tag)? else {
+            return Err(io::ErrorKind::WouldBlock.into());
+        };
+        let len = m.len;
+        if len > MAX_PIECE || len as u64 > self.bulk_left || len == 0 {
+            let _ = m.receive_vec();
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "a piece of {len} bytes where {} bytes of a frame were to come, in pieces \
+                     of at most {MAX_PIECE}",
+                    self.bulk_left
+                ),
+            ));
+        }
+        self.bulk_left -= len as u64;
+        if len <= dst.len() {
+            m.receive(&mut dst[..len])?;
+            return Ok(len);
+        }
+        self.held.resize(len, 0);
+        m.receive(&mut self.held)?;
+        self.held_at = 0;
+        drop(live);
+        Ok(self.take_held(dst))
+    }
+
+    /// The next message of the data tag: a small frame, a large frame's header, or the end.
+    fn read_small(&mut self, dst: &mut [u8]) -> io::Result<usize> {
+        let len = {
+            let live = self.world.live.read_recursive();
+            if !*live {
+                return Err(closed());
+            }
+            let mut posted = self.posted.lock();
+            let Some(req) = posted.as_mut() else {
+                return Err(io::Error::other("no receive posted"));
+            };
+            match raw::test_recv(req)? {
+                None => return Err(io::ErrorKind::WouldBlock.into()),
+                Some(len) => {
+                    *posted = None;
+                    len
+                }
+            }
+        };
+        if len == 0 {
+            self.eof = true;
+            return Ok(0);
+        }
+        let header = crate::wire::Header::decode(&self.small[..len], u64::MAX)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let total = (HEADER_LEN as u64).saturating_add(header.len);
+        self.bulk_left = total.saturating_sub(len as u64);
+        let k = len.min(dst.len());
+        dst[..k].copy_from_slice(&self.small[..k]);
+        if k < len {
+            self.held.clear();
+            self.held.extend_from_slice(&self.small[k..len]);
+            self.held_at = 0;
+        }
+        self.post()?;
+        Ok(k)
+    }
+
+    /// Stops the posted receive; MPI no longer writes into `small` once this returns (or, when
+    /// MPI is finalised, `small` is leaked).
+    fn stop_receiving(&mut self) {
+        let Some(req) = self.posted.lock().take() else {
+            return;
+        };
+        let live = self.world.live.read_recursive();
+        if !*live {
+            std::mem::forget(std::mem::take(&mut self.small));
+            return;
+        }
+        match raw::cancel_recv(req) {
+            Ok(Some(0)) => self.eof = true,
+            Ok(Some(len)) => {
+                // A message came before the receive could be cancelled: a large frame's
+                // header means pieces follow on the bulk tag, which the drain discards.
+                tracing::trace!(len, "mpi: a message came as the receiver stopped");
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!("mpi: cancelling a receive: {e}");
+                std::mem::forget(std::mem::take(&mut self.small));
+            }
+        }
+    }
+}
+
+impl Stream for MpiStream {
+    fn read(&mut self, dst: &mut [u8]) -> io::Result<usize> {
+        if dst.is_empty() {
+            return Ok(0);
+        }
+        let n = if self.held_at < self.held.len() {
+            self.take_held(dst)
+        } else if self.eof || self.shut {
+            return Ok(0);
+        } else if self.bulk_left > 0 {
+            self.read_bulk(dst)?
+        } else {
+            let n = self.read_small(dst)?;
+            if n == 0 {
+                return Ok(0);
+            }
+            n
+        };
+        self.read += n as u64;
+        self.disarm();
+        self.confirm()?;
+        Ok(n)
+    }
+
+    fn prepare_park(&mut self) -> bool {
+        if self.held_at < self.held.len() || self.eof {
+            return false;
+        }
+        self.watch.bulk.store(self.bulk_left > 0, Ordering::Release);
+        self.world.arm(&self.watch);
+        if self.ready() {
+            self.disarm();
+            return false;
+        }
+        true
+    }
+
+    fn wait(&mut self, d: Duration) {
+        let until = Instant::now() + d;
+        let mut backoff = Backoff::default();
+        while Instant::now() < until && !self.ready() {
+            backoff.pause();
+        }
+    }
+
+    fn shutdown(&mut self) {
+        if self.shut {
+            return;
+        }
+        self.shut = true;
+        self.held = Vec::new();
+        self.held_at = 0;
+        self.watch.armed.store(false, Ordering::Release);
+        self.stop_receiving();
+        if !self.eof {
+            // Tell the sender, and discard what it sent meanwhile, up to its end of stream.
+            let _ = self.outbox.push(
+                &self.world,
+                self.source,
+                super::TAG_RECEIVER_GONE,
+                Bytes::copy_from_slice(&self.id.to_le_bytes()),
+            );
+            self.world.drain(self.source, self.tag, self.bulk_tag);
+        }
+    }
+}
+
+impl Drop for MpiStream {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

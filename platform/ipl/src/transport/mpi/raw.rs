@@ -1,0 +1,301 @@
+//! The few MPI calls the driver makes, over the C interface of the system's MPI library (through
+//! the `mpi` crate's bindings): blocking and non-blocking sends, posted receives, matched probes
+//! and receives, plain probes. Every call returns an [`io::Error`] naming the call when MPI
+//! reports an error (the driver sets `MPI_ERRORS_RETURN` on the world communicator, so that
+//! errors come back instead of aborting the job).
+
+use mpi::ffi;
+use std::io;
+use std::os::raw::c_int;
+
+/// `MPI_SUCCESS`.
+const SUCCESS: c_int = 0;
+
+fn check(call: &str, rc: c_int) -> io::Result<()> {
+    if rc == SUCCESS {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "{call} failed with MPI error {rc}"
+        )))
+    }
+}
+
+fn world() -> ffi::MPI_Comm {
+    // SAFETY: reads an initialised constant of the bindings' support library.
+    unsafe { ffi::RSMPI_COMM_WORLD }
+}
+
+fn bytes() -> ffi::MPI_Datatype {
+    // SAFETY: reads an initialised constant of the bindings' support library.
+    unsafe { ffi::RSMPI_UINT8_T }
+}
+
+/// `MPI_ANY_SOURCE`.
+pub(super) fn any_source() -> c_int {
+    // SAFETY: reads an initialised constant of the bindings' support library.
+    unsafe { ffi::RSMPI_ANY_SOURCE }
+}
+
+fn empty_status() -> ffi::MPI_Status {
+    // SAFETY: MPI_Status is a plain C struct of integers, for which all zeroes is a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+/// Makes errors on the world communicator come back as return codes, and reads its rank, size
+/// and largest tag.
+pub(super) fn setup_world() -> io::Result<(c_int, c_int, c_int)> {
+    let comm = world();
+    let (mut rank, mut size) = (0, 0);
+    // SAFETY: MPI is initialised (the caller holds the universe); the out-pointers are valid.
+    unsafe {
+        check(
+            "MPI_Comm_set_errhandler",
+            ffi::MPI_Comm_set_errhandler(comm, ffi::RSMPI_ERRORS_RETURN),
+        )?;
+        check("MPI_Comm_rank", ffi::MPI_Comm_rank(comm, &mut rank))?;
+        check("MPI_Comm_size", ffi::MPI_Comm_size(comm, &mut size))?;
+    }
+    let mut value: *mut c_int = std::ptr::null_mut();
+    let mut flag: c_int = 0;
+    // SAFETY: MPI_TAG_UB's attribute value is a pointer to an int, written into `value`.
+    let rc = unsafe {
+        ffi::MPI_Comm_get_attr(
+            comm,
+            ffi::MPI_TAG_UB as c_int,
+            (&mut value as *mut *mut c_int).cast(),
+            &mut flag,
+        )
+    };
+    check("MPI_Comm_get_attr(MPI_TAG_UB)", rc)?;
+    // The standard guarantees at least 32767.
+    let tag_ub = if flag != 0 && !value.is_null() {
+        // SAFETY: MPI set the flag, so `value` points at the attribute's int, which lives as
+        // long as the communicator.
+        unsafe { *value }
+    } else {
+        32767
+    };
+    Ok((rank, size, tag_ub))
+}
+
+/// A send in flight: MPI reads `buf` until the request completes.
+pub(super) struct Request(ffi::MPI_Request);
+
+// SAFETY: an MPI request handle may be tested and freed from any thread of a process that
+// initialised MPI with MPI_THREAD_MULTIPLE, which the driver requires.
+unsafe impl Send for Request {}
+
+/// Starts sending `buf` to `dest` with `tag`.
+///
+/// # Safety
+///
+/// `buf` must stay valid and unchanged until [`test`] reports the request complete, or for
+/// ever after [`release`].
+pub(super) unsafe fn isend(dest: c_int, tag: c_int, buf: &[u8]) -> io::Result<Request> {
+    let len = c_int::try_from(buf.len())
+        .map_err(|_| io::Error::other("a piece longer than MPI can count"))?;
+    // SAFETY: a null request handle is a valid initial value for an out-parameter.
+    let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
+    // SAFETY: `buf` is valid for `len` bytes for as long as the caller promises; `req` is a
+    // valid out-pointer.
+    let rc = unsafe {
+        ffi::MPI_Isend(
+            buf.as_ptr().cast(),
+            len,
+            bytes(),
+            dest,
+            tag,
+            world(),
+            &mut req,
+        )
+    };
+    check("MPI_Isend", rc)?;
+    Ok(Request(req))
+}
+
+/// Sends `buf` to `dest` with `tag`, returning once MPI has taken it (for messages within the
+/// transport's eager limit: at once, without waiting for the receiver).
+pub(super) fn send(dest: c_int, tag: c_int, buf: &[u8]) -> io::Result<()> {
+    let len = c_int::try_from(buf.len())
+        .map_err(|_| io::Error::other("a piece longer than MPI can count"))?;
+    // SAFETY: `buf` is valid for `len` bytes for the duration of the call.
+    let rc = unsafe { ffi::MPI_Send(buf.as_ptr().cast(), len, bytes(), dest, tag, world()) };
+    check("MPI_Send", rc)
+}
+
+/// Whether the send has completed (then its buffer is free again).
+pub(super) fn test(req: &mut Request) -> io::Result<bool> {
+    let mut flag: c_int = 0;
+    // SAFETY: `req` holds a request from MPI_Isend (or the null request after completion, which
+    // MPI_Test accepts); the status is ignored.
+    let rc = unsafe { ffi::MPI_Test(&mut req.0, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
+    check("MPI_Test", rc)?;
+    Ok(flag != 0)
+}
+
+/// Lets the send complete on its own; its buffer must then stay valid for ever.
+pub(super) fn release(mut req: Request) {
+    // SAFETY: `req` holds an active or completed send request; freeing one lets MPI complete
+    // it in the background (the caller keeps the buffer alive).
+    unsafe {
+        ffi::MPI_Request_free(&mut req.0);
+    }
+}
+
+/// A receive posted ahead of its message.
+pub(super) struct Recv(ffi::MPI_Request);
+
+// SAFETY: as for `Request`: a request handle may be used from any thread under
+// MPI_THREAD_MULTIPLE (the driver keeps each one behind a lock).
+unsafe impl Send for Recv {}
+
+/// Posts a receive of a message of at most `buf.len()` bytes from `source` with `tag`.
+///
+/// # Safety
+///
+/// `buf` must stay valid, and nothing else may use it, until [`test_recv`] reports the
+/// receive complete, or [`cancel_recv`] returned.
+pub(super) unsafe fn irecv(source: c_int, tag: c_int, buf: &mut [u8]) -> io::Result<Recv> {
+    let len = c_int::try_from(buf.len())
+        .map_err(|_| io::Error::other("a receive buffer longer than MPI can count"))?;
+    // SAFETY: a null request handle is a valid initial value for an out-parameter.
+    let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
+    // SAFETY: `buf` is valid for `len` bytes for as long as the caller promises.
+    let rc = unsafe {
+        ffi::MPI_Irecv(
+            buf.as_mut_ptr().cast(),
+            len,
+            bytes(),
+            source,
+            tag,
+            world(),
+            &mut req,
+        )
+    };
+    check("MPI_Irecv", rc)?;
+    Ok(Recv(req))
+}
+
+/// The length of the message the receive took, once it has completed (the request is then
+/// used up).
+pub(super) fn test_recv(req: &mut Recv) -> io::Result<Option<usize>> {
+    let mut flag: c_int = 0;
+    let mut status = empty_status();
+    // SAFETY: `req` holds a receive from MPI_Irecv; the out-pointers are valid.
+    let rc = unsafe { ffi::MPI_Test(&mut req.0, &mut flag, &mut status) };
+    check("MPI_Test", rc)?;
+    if flag == 0 {
+        return Ok(None);
+    }
+    let mut count: c_int = 0;
+    // SAFETY: `status` was filled by the completed receive.
+    let rc = unsafe { ffi::MPI_Get_count(&status, bytes(), &mut count) };
+    check("MPI_Get_count", rc)?;
+    Ok(Some(usize::try_from(count).unwrap_or(0)))
+}
+
+/// Whether the receive has completed, without using the request up.
+pub(super) fn peek_recv(req: &Recv) -> io::Result<bool> {
+    let mut flag: c_int = 0;
+    // SAFETY: `req` holds a receive from MPI_Irecv; the status is ignored.
+    let rc = unsafe { ffi::MPI_Request_get_status(req.0, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
+    check("MPI_Request_get_status", rc)?;
+    Ok(flag != 0)
+}
+
+/// Cancels the receive and waits until MPI is done with its buffer; the message's length if it
+/// had completed before it could be cancelled.
+pub(super) fn cancel_recv(mut req: Recv) -> io::Result<Option<usize>> {
+    let mut status = empty_status();
+    let mut cancelled: c_int = 0;
+    let mut count: c_int = 0;
+    // SAFETY: `req` holds a receive from MPI_Irecv, cancelled and then completed (a cancelled
+    // receive completes at once); the out-pointers are valid.
+    unsafe {
+        check("MPI_Cancel", ffi::MPI_Cancel(&mut req.0))?;
+        check("MPI_Wait", ffi::MPI_Wait(&mut req.0, &mut status))?;
+        check(
+            "MPI_Test_cancelled",
+            ffi::MPI_Test_cancelled(&status, &mut cancelled),
+        )?;
+        if cancelled != 0 {
+            return Ok(None);
+        }
+        check(
+            "MPI_Get_count",
+            ffi::MPI_Get_count(&status, bytes(), &mut count),
+        )?;
+    }
+    Ok(Some(usize::try_from(count).unwrap_or(0)))
+}
+
+/// A message that a matched probe took out of MPI's queue for this thread alone.
+pub(super) struct Matched {
+    msg: ffi::MPI_Message,
+    /// Its length in bytes.
+    pub(super) len: usize,
+    /// The rank that sent it.
+    pub(super) source: c_int,
+}
+
+/// Takes the next message from `source` with `tag`, if one is there.
+pub(super) fn improbe(source: c_int, tag: c_int) -> io::Result<Option<Matched>> {
+    let mut flag: c_int = 0;
+    // SAFETY: a null message handle is a valid initial value for an out-parameter.
+    let mut msg: ffi::MPI_Message = unsafe { ffi::RSMPI_MESSAGE_NULL };
+    let mut status = empty_status();
+    // SAFETY: all out-pointers are valid.
+    let rc = unsafe { ffi::MPI_Improbe(source, tag, world(), &mut flag, &mut msg, &mut status) };
+    check("MPI_Improbe", rc)?;
+    if flag == 0 {
+        return Ok(None);
+    }
+    let mut count: c_int = 0;
+    // SAFETY: `status` was filled by the probe that found the message.
+    let rc = unsafe { ffi::MPI_Get_count(&status, bytes(), &mut count) };
+    check("MPI_Get_count", rc)?;
+    Ok(Some(Matched {
+        msg,
+        len: usize::try_from(count).unwrap_or(0),
+        source: status.MPI_SOURCE,
+    }))
+}
+
+impl Matched {
+    /// Receives the message into `dst`, which must hold at least its length.
+    pub(super) fn receive(mut self, dst: &mut [u8]) -> io::Result<()> {
+        assert!(dst.len() >= self.len, "receive buffer too short");
+        // The length came from MPI_Get_count, so it fits a c_int.
+        let len = self.len as c_int;
+        let mut status = empty_status();
+        // SAFETY: `dst` is valid for `len` bytes; `msg` came from MPI_Improbe and is received
+        // exactly once (this consumes `self`).
+        let rc = unsafe {
+            ffi::MPI_Mrecv(
+                dst.as_mut_ptr().cast(),
+                len,
+                bytes(),
+                &mut self.msg,
+                &mut status,
+            )
+        };
+        check("MPI_Mrecv", rc)
+    }
+
+    /// Receives the message into a new buffer.
+    pub(super) fn receive_vec(self) -> io::Result<Vec<u8>> {
+        let mut v = vec![0u8; self.len];
+        self.receive(&mut v)?;
+        Ok(v)
+    }
+}
+
+/// Whether a message from `source` with `tag` is there (without taking it).
+pub(super) fn iprobe(source: c_int, tag: c_int) -> io::Result<bool> {
+    let mut flag: c_int = 0;
+    // SAFETY: the out-pointer is valid; the status is ignored.
+    let rc = unsafe { ffi::MPI_Iprobe(source, tag, world(), &mut flag, ffi::RSMPI_STATUS_IGNORE) };
+    check("MPI_Iprobe", rc)?;
+    Ok(flag != 0)
+}

@@ -1,0 +1,199 @@
+//! Memory shared by two processes: a sealed memfd, mapped by both.
+//!
+//! The receiving side creates the memory and seals its size before it hands the descriptor to
+//! the sender, so that neither side can shrink it under the other (touching a page past the end
+//! of a shrunk file would kill the process with SIGBUS); the sender checks the seals before it
+//! maps anything.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// Seals that fix the size of a memfd for good.
+const SIZE_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+
+/// A shared mapping of a sealed memfd; unmapped when dropped.
+pub(crate) struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory; all access goes through raw pointers into it (atomics
+// and volatile copies), which any thread may use.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; `&Mapping` hands out only raw pointers and atomics.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Creates `len` bytes of zeroed shared memory with its size sealed; returns the mapping
+    /// and the descriptor to hand to the other side.
+    pub(crate) fn create(len: usize) -> io::Result<(Mapping, OwnedFd)> {
+        let name = c"ipl-shm";
+        // SAFETY: memfd_create reads the NUL-terminated name and returns a new descriptor or -1.
+        let fd = unsafe {
+            libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: ftruncate and fcntl on a descriptor we own, with plain integer arguments.
+        unsafe {
+            if libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SIZE_SEALS) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        let m = Mapping::map(&fd, len)?;
+        Ok((m, fd))
+    }
+
+    /// Maps memory the other side created, after checking that it is a memfd of exactly `len`
+    /// bytes whose size is sealed.
+    pub(crate) fn open(fd: &OwnedFd, len: usize) -> io::Result<Mapping> {
+        let bad = |why: String| io::Error::new(io::ErrorKind::InvalidData, why);
+        // SAFETY: fcntl(F_GET_SEALS) on a descriptor we own; returns the seals or -1.
+        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 || seals & SIZE_SEALS != SIZE_SEALS {
+            return Err(bad("the shared memory's size is not sealed".into()));
+        }
+        // SAFETY: fstat fills the zeroed stat we pass.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if st.st_size as u64 != len as u64 {
+            return Err(bad(format!(
+                "the shared memory has {} bytes, not {len}",
+                st.st_size
+            )));
+        }
+        Mapping::map(fd, len)
+    }
+
+    fn map(fd: &OwnedFd, len: usize) -> io::Result<Mapping> {
+        // SAFETY: a new shared mapping of `len` bytes of a file of at least that size (created
+        // or checked by the callers); the kernel picks the address. MAP_POPULATE faults the
+        // pages in now rather than on the hot path.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping {
+            ptr: ptr.cast(),
+            len,
+        })
+    }
+
+    /// The start of the mapping (page-aligned).
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// Its length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the region `map` mapped; nothing refers to it any more (the
+        // atomics and pointers handed out borrow `self`).
+        unsafe {
+            libc::munmap(self.ptr.cast(), self.len);
+        }
+    }
+}
+
+/// Copies `dst.len()` bytes from shared memory at `src` into private memory.
+///
+/// The other side may write the same bytes at any time (a peer that misbehaves, or one that
+/// crashed half-way): volatile reads make that change only the bytes we get, never the meaning
+/// of our program. Memory is read in whole aligned words; the bytes of the first and last word
+/// outside the range are read and dropped.
+///
+/// # Safety
+/// Every aligned 8-byte word that overlaps `src..src + dst.len()` must lie inside a live
+/// mapping.
+pub(crate) unsafe fn copy_in(dst: &mut [u8], src: *const u8) {
+    let n = dst.len();
+    if n == 0 {
+        return;
+    }
+    let off = src as usize % 8;
+    let mut i = 0;
+    // SAFETY (all blocks below): every read is of an aligned word overlapping the range, which
+    // the caller vouches for; every write is within `dst`.
+    unsafe {
+        if off != 0 {
+            let w = std::ptr::read_volatile(src.sub(off) as *const u64).to_ne_bytes();
+            let k = (8 - off).min(n);
+            dst[..k].copy_from_slice(&w[off..off + k]);
+            i = k;
+        }
+        let d = dst.as_mut_ptr();
+        while i + 8 <= n {
+            let w = std::ptr::read_volatile(src.add(i) as *const u64);
+            std::ptr::write_unaligned(d.add(i) as *mut u64, w);
+            i += 8;
+        }
+        if i < n {
+            let w = std::ptr::read_volatile(src.add(i) as *const u64).to_ne_bytes();
+            dst[i..].copy_from_slice(&w[..n - i]);
+        }
+    }
+}
+
+/// Copies `src` into shared memory at `dst` with volatile writes of whole aligned words (see
+/// [`copy_in`]): few stores, so that a reader waiting on the same line takes it away as
+/// seldom as may be. The bytes of the first and last word outside the range are written back
+/// as they were read: only the writer writes this memory, and a reader finds them unchanged.
+///
+/// # Safety
+/// Every aligned 8-byte word that overlaps `dst..dst + src.len()` must lie inside a live
+/// mapping that only this side writes.
+pub(crate) unsafe fn copy_out(dst: *mut u8, src: &[u8]) {
+    let n = src.len();
+    if n == 0 {
+        return;
+    }
+    let off = dst as usize % 8;
+    let mut i = 0;
+    // SAFETY (all blocks below): every access is of an aligned word overlapping the range,
+    // which the caller vouches for; every read of `src` is within its length.
+    unsafe {
+        if off != 0 {
+            let p = dst.sub(off) as *mut u64;
+            let mut w = std::ptr::read_volatile(p).to_ne_bytes();
+            let k = (8 - off).min(n);
+            w[off..off + k].copy_from_slice(&src[..k]);
+            std::ptr::write_volatile(p, u64::from_ne_bytes(w));
+            i = k;
+        }
+        let s = src.as_ptr();
+        while i + 8 <= n {
+            let w = std::ptr::read_unaligned(s.add(i) as *const u64);
+            std::ptr::write_volatile(dst.add(i) as *mut u64, w);
+            i += 8;
+        }
+        if i < n {
+            let p = dst.add(i) as *mut u64;
+            let mut w = std::ptr::read_volatile(p).to_ne_bytes();
+            w[..n - i].copy_from_slice(&src[i..]);
+            std::ptr::write_volatile(p, u64::from_ne_bytes(w));
+        }
+    }
+}

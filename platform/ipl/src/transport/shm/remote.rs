@@ -1,0 +1,91 @@
+//! Reading another process's memory directly (process_vm_readv, "cross-memory attach"): large
+//! parts of a message go from the sender's memory to the receiver's in one copy.
+//!
+//! The process is the one the kernel says is at the other end of the Unix socket, never one the
+//! peer names, and it is held by a pidfd: after every read the pidfd says whether the process
+//! had exited, in which case the bytes may come from another process that got its pid, and are
+//! thrown away. Whether such reads are allowed here (same user, ptrace rules) is found by
+//! reading a random probe the peer announced at an address it announced.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::OnceLock;
+
+/// This process's probe: random bytes a peer reads to find out whether it may read our memory.
+pub(crate) fn probe() -> (u64, [u8; 16]) {
+    static PROBE: OnceLock<[u8; 16]> = OnceLock::new();
+    let p = PROBE.get_or_init(rand::random);
+    (p.as_ptr() as u64, *p)
+}
+
+/// A process whose memory we read.
+pub(crate) struct Remote {
+    pid: libc::pid_t,
+    pidfd: OwnedFd,
+}
+
+impl Remote {
+    /// The process `pid`, if its memory can be read and holds `probe` at `addr`.
+    pub(crate) fn open(pid: libc::pid_t, addr: u64, probe: &[u8; 16]) -> Option<Remote> {
+        if pid <= 0 {
+            return None;
+        }
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        let r = Remote { pid, pidfd };
+        let mut got = [0u8; 16];
+        match r.read(&mut got, addr) {
+            Ok(16) if &got == probe => Some(r),
+            _ => None,
+        }
+    }
+
+    /// Whether the process has not exited.
+    fn alive(&self) -> bool {
+        let mut p = crate::transport::poll::entry(self.pidfd.as_raw_fd(), libc::POLLIN);
+        // SAFETY: polls one valid pollfd without waiting.
+        let r = unsafe { libc::poll(&mut p, 1, 0) };
+        r == 0
+    }
+
+    /// Reads up to `dst.len()` bytes of the process's memory at `addr`.
+    pub(crate) fn read(&self, dst: &mut [u8], addr: u64) -> io::Result<usize> {
+        let local = libc::iovec {
+            iov_base: dst.as_mut_ptr().cast(),
+            iov_len: dst.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: addr as usize as *mut libc::c_void,
+            iov_len: dst.len(),
+        };
+        // SAFETY: writes at most `dst.len()` bytes into `dst`, which we own mutably; the remote
+        // address is only read, in the other process, by the kernel, which checks it.
+        let n = unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return Err(match e.raw_os_error() {
+                Some(libc::ESRCH) => io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    "the sending process is gone",
+                ),
+                Some(libc::EFAULT) => io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "the sender offered memory it does not have",
+                ),
+                _ => e,
+            });
+        }
+        if !self.alive() {
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "the sending process exited while its memory was read",
+            ));
+        }
+        Ok(n as usize)
+    }
+}

@@ -1,0 +1,176 @@
+//! Sending one frame to every connection of a send port.
+//!
+//! Every sink is written from the calling thread, straight from the caller's memory (gather
+//! writes for sockets), and all of them progress together, so that one slow receiver does not
+//! hold the others back. A sink that fails is reported and the others are still finished, so
+//! that no connection is left in the middle of a frame.
+
+use super::{poll, Frame, Sink, WAIT_SLICE};
+use crate::wire::{FrameKind, Header, HEADER_LEN};
+use smallvec::SmallVec;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// How long a writer whose sinks are all full yields before it parks.
+const FULL_SPIN: Duration = Duration::from_micros(50);
+/// A receiver that reads nothing for this long while a frame waits for it is given up.
+const WRITE_STALL: Duration = Duration::from_secs(3600);
+
+/// Sinks that failed, by index, with the reason.
+pub(crate) type Failures = SmallVec<[(usize, String); 1]>;
+
+/// Sends one message (`parts`, `len` bytes in all, written in big-endian order if `big_endian`)
+/// to every sink. `dead(i)` is asked while waiting, so that a receiver that died does not hold
+/// the sender.
+pub(crate) fn send(
+    sinks: &mut [&mut (dyn Sink + 'static)],
+    parts: &[&[u8]],
+    len: u64,
+    big_endian: bool,
+    dead: &dyn Fn(usize) -> bool,
+) -> Result<(), Failures> {
+    let chunks = OnceLock::new();
+    let total = len + HEADER_LEN as u64;
+    let frame = |s: &mut (dyn Sink + 'static)| Frame {
+        header: Header {
+            kind: FrameKind::Message,
+            big_endian,
+            len,
+            deliver_at_ns: s.stamp(len),
+        }
+        .encode(),
+        parts,
+        len: total,
+        chunks: &chunks,
+    };
+    if let [one] = sinks {
+        // The common case, without the bookkeeping of many: one frame, written at once when
+        // there is room.
+        let f = [frame(&mut **one)];
+        match one.write(&f[0], 0) {
+            Ok(n) if n == total => return Ok(()),
+            Ok(n) => return progress(sinks, &f, smallvec::smallvec![(0, n)], dead),
+            Err(e) => return Err(smallvec::smallvec![(0, e.to_string())]),
+        }
+    }
+    let frames: SmallVec<[Frame<'_>; 4]> = sinks.iter_mut().map(|s| frame(&mut **s)).collect();
+    progress(
+        sinks,
+        &frames,
+        (0..sinks.len()).map(|i| (i, 0)).collect(),
+        dead,
+    )
+}
+
+/// Writes `frames[i]` to `sinks[i]` until every pending sink (index, bytes taken) has taken
+/// its whole frame or failed.
+fn progress(
+    sinks: &mut [&mut (dyn Sink + 'static)],
+    frames: &[Frame<'_>],
+    mut pending: SmallVec<[(usize, u64); 4]>,
+    dead: &dyn Fn(usize) -> bool,
+) -> Result<(), Failures> {
+    let mut failed = Failures::new();
+    let mut fds: Vec<libc::pollfd> = Vec::new();
+    let mut last_progress: Option<Instant> = None;
+    loop {
+        let mut progressed = false;
+        let mut k = 0;
+        while k < pending.len() {
+            let (i, written) = &mut pending[k];
+            match sinks[*i].write(&frames[*i], *written) {
+                Ok(n) => {
+                    *written += n;
+                    progressed |= n > 0;
+                }
+                Err(e) => {
+                    failed.push((*i, e.to_string()));
+                    pending.swap_remove(k);
+                    continue;
+                }
+            }
+            if pending[k].1 == frames[pending[k].0].len {
+                pending.swap_remove(k);
+            } else {
+                k += 1;
+            }
+        }
+        if pending.is_empty() {
+            break;
+        }
+        let now = Instant::now();
+        if progressed || last_progress.is_none() {
+            last_progress = Some(now);
+            continue;
+        }
+        let since = last_progress.map_or(Duration::ZERO, |t| now - t);
+        if since < FULL_SPIN {
+            std::thread::yield_now();
+            continue;
+        }
+        pending.retain(|(i, _)| {
+            let gone = dead(*i);
+            if gone {
+                failed.push((*i, "receiver died".into()));
+            }
+            !gone
+        });
+        if since > WRITE_STALL {
+            failed.extend(
+                pending
+                    .drain(..)
+                    .map(|(i, _)| (i, "receiver has not read for an hour".to_string())),
+            );
+        }
+        if pending.is_empty() {
+            break;
+        }
+        park(sinks, &pending, &mut fds);
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed)
+    }
+}
+
+/// Waits until a pending sink may take more bytes, or a slice of time passes.
+fn park(
+    sinks: &mut [&mut (dyn Sink + 'static)],
+    pending: &[(usize, u64)],
+    fds: &mut Vec<libc::pollfd>,
+) {
+    fds.clear();
+    // Per pending sink: its index and the range of its descriptors in `fds`.
+    let mut spans: SmallVec<[(usize, usize, usize); 4]> = SmallVec::new();
+    let mut without_fds = None;
+    let mut wait = WAIT_SLICE;
+    let now = Instant::now();
+    for &(i, _) in pending {
+        if !sinks[i].prepare_wait() {
+            return;
+        }
+        if let Some(t) = sinks[i].wake_at() {
+            wait = wait.min(t.saturating_duration_since(now));
+        }
+        let from = fds.len();
+        if sinks[i].wait_fds(fds) {
+            spans.push((i, from, fds.len()));
+        } else {
+            without_fds.get_or_insert(i);
+        }
+    }
+    match without_fds {
+        // Sinks without descriptors (in-process pipes) come alone, never mixed with sockets.
+        Some(i) => sinks[i].wait(wait),
+        None => {
+            if poll::wait(fds, wait).unwrap_or(0) > 0 {
+                for &(i, from, to) in &spans {
+                    if fds[from..to].iter().any(|f| f.revents != 0) {
+                        sinks[i].woken();
+                    }
+                }
+            }
+        }
+    }
+}

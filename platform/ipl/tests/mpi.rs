@@ -1,0 +1,479 @@
+//! The mpi driver under a real `mpirun` (feature `mpi`): port patterns, large and many
+//! messages, flow control, the errors for joins after start, and what a killed rank does.
+//!
+//! The ranks are this test binary re-run by `mpirun` with a role in `IPL_TEST_ROLE`; each test
+//! bounds `mpirun` in time, and `mpirun` takes its ranks with it when it is killed. Without
+//! `mpirun` on the PATH the tests skip, except under `CI=true`, where that is a failure.
+#![cfg(feature = "mpi")]
+
+use ipl::{Config, Connection, Driver, Ibis, NodeId, PoolEvent, PortType, ReadMessage, Receive};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use testkit::Reaped;
+
+/// Longest one mpirun may take.
+const LIMIT: Duration = Duration::from_secs(120);
+/// Longest a rank waits for one message.
+const WAIT: Duration = Duration::from_secs(30);
+
+fn ty(c: Connection) -> PortType {
+    PortType::builder().connection(c).build()
+}
+
+/// Runs this binary's `role` on `n` ranks under mpirun; returns (success, stdout, stderr), or
+/// None where mpirun is missing outside CI.
+fn run_ranks(test: &str, role: &str, n: u32) -> Option<(bool, String, String)> {
+    let (cmd, ranks) =
+        testkit::mpirun(test, n, &["IPL_TEST_ROLE", "IPL_DRIVER", "RUST_BACKTRACE"])?;
+    Some(run_launched(cmd, ranks, role))
+}
+
+/// Runs this binary's `role` with `launcher`, whose ranks carry the marker of `ranks`.
+fn run_launched(
+    mut cmd: std::process::Command,
+    ranks: testkit::KillMarked,
+    role: &str,
+) -> (bool, String, String) {
+    cmd.arg(std::env::current_exe().expect("test executable"))
+        .args([
+            "child_process_entry",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("IPL_TEST_ROLE", role)
+        .env("IPL_DRIVER", "mpi")
+        .env("RUST_BACKTRACE", "1")
+        .env_remove("IPL_POOL")
+        .env_remove("IPL_POOL_SIZE")
+        .env_remove("IPL_RANK")
+        .env_remove("IPL_SERVER")
+        .stdin(Stdio::null());
+    let (status, out, err) = Reaped::start(&mut cmd).output(Instant::now() + LIMIT);
+    // mpirun has ended: none of its ranks may be left.
+    let entries: Vec<&str> = ranks.0.iter().map(String::as_str).collect();
+    let left = testkit::wait_unmarked(&entries, Instant::now() + Duration::from_secs(10));
+    assert_eq!(
+        left,
+        Ok(()),
+        "ranks left after the launcher ended:\n{out}\n{err}"
+    );
+    (status.success(), out, err)
+}
+
+/// Entry point of the ranks; does nothing in a normal test run.
+#[test]
+fn child_process_entry() {
+    let Ok(role) = std::env::var("IPL_TEST_ROLE") else {
+        return;
+    };
+    let cfg = Config::from_env().unwrap_or_else(|e| panic!("config: {e}"));
+    assert_eq!(cfg.driver, Driver::Mpi);
+    let ibis = Ibis::join(cfg).unwrap_or_else(|e| panic!("join: {e}"));
+    let all = ibis.pool().wait_closed().expect("pool fills");
+    let me = ibis.id().rank();
+    match role.as_str() {
+        "ports" => ports(&ibis, &all),
+        "kill" => kill(&ibis, &all),
+        other => panic!("unknown role {other}"),
+    }
+    let end = Instant::now();
+    ibis.end().expect("leave");
+    println!("rank {me}: left in {:?}", end.elapsed());
+}
+
+/// Every rank reaches this before any goes on (rank 0 gathers, then answers everyone).
+fn barrier(ibis: &Ibis, all: &[NodeId], name: &str) {
+    let t = ty(Connection::ManyToOne);
+    let rp = ibis.receive_port(&t, name).expect("barrier port");
+    let sp = ibis.send_port(&t).expect("send port");
+    let me = ibis.id().rank() as usize;
+    if me == 0 {
+        for _ in 1..all.len() {
+            rp.receive_timeout(WAIT).expect("a rank arrives").finish();
+        }
+        for n in &all[1..] {
+            sp.connect(n, name).expect("connect");
+            let mut w = sp.message();
+            w.write_u8(1);
+            w.finish().expect("release");
+            sp.disconnect(n, name).expect("disconnect");
+        }
+    } else {
+        sp.connect(&all[0], name).expect("connect to rank 0");
+        let mut w = sp.message();
+        w.write_u8(1);
+        w.finish().expect("arrive");
+        rp.receive_timeout(WAIT).expect("released").finish();
+    }
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (seed.wrapping_mul(31).wrapping_add(i as u64 * 7) % 251) as u8)
+        .collect()
+}
+
+fn ports(ibis: &Ibis, all: &[NodeId]) {
+    let me = ibis.id().rank() as usize;
+    let n = all.len();
+
+    // A second node in this process is refused: MPI's pool is fixed when the job starts.
+    let e = Ibis::join(ibis.config().clone())
+        .err()
+        .expect("a second join fails");
+    let e = e.to_string();
+    assert!(
+        e.contains("joins after start") && e.contains("malleability"),
+        "{e}"
+    );
+
+    // A ring: every kind of item, small and large (800 KB, sent in pieces), exact.
+    let one = ty(Connection::OneToOne);
+    let rp = ibis.receive_port(&one, "ring").expect("ring port");
+    barrier(ibis, all, "b0");
+    let sp = ibis.send_port(&one).expect("send port");
+    sp.connect(&all[(me + 1) % n], "ring")
+        .expect("connect ring");
+    assert_eq!(sp.connection_drivers()[0].2, "mpi");
+    let big: Vec<f64> = (0..100_000).map(|i| (i + me) as f64 / 3.0).collect();
+    let odd = pattern(me as u64, 17_001);
+    for round in 0..3u32 {
+        let mut w = sp.message();
+        w.write_u32(round);
+        w.write_u64(me as u64);
+        w.write_slice(&big[..]);
+        w.write_bytes(&odd);
+        w.write(&format!("from {me}")).expect("serialize");
+        w.finish().expect("send ring");
+        let from = (me + n - 1) % n;
+        let mut r = rp.receive_timeout(WAIT).expect("ring message");
+        assert_eq!(r.origin(), &all[from]);
+        assert_eq!(r.read_u32().unwrap(), round);
+        assert_eq!(r.read_u64().unwrap(), from as u64);
+        let got: Vec<f64> = r.read_slice().unwrap();
+        assert!(got
+            .iter()
+            .enumerate()
+            .all(|(i, v)| *v == (i + from) as f64 / 3.0));
+        assert_eq!(r.read_bytes().unwrap(), pattern(from as u64, 17_001));
+        assert_eq!(r.read::<String>().unwrap(), format!("from {from}"));
+        r.finish();
+    }
+    drop(sp);
+
+    // Many to one: every rank sends numbered messages of varied sizes to rank 0, which sees
+    // each sender's in order.
+    let many = ty(Connection::ManyToOne);
+    let gather = ibis.receive_port(&many, "gather").expect("gather port");
+    barrier(ibis, all, "b1");
+    let per = 200u64;
+    let sp = ibis.send_port(&many).expect("send port");
+    sp.connect(&all[0], "gather").expect("connect gather");
+    // Rank 0 sends to itself from a thread of its own while its main thread receives.
+    let sender = std::thread::spawn({
+        move || {
+            for i in 0..per {
+                let body = pattern(i, (i as usize * 997) % 40_000);
+                let mut w = sp.message();
+                w.write_u64(me as u64);
+                w.write_u64(i);
+                w.write_bytes(&body);
+                w.finish().expect("send gather");
+            }
+            sp
+        }
+    });
+    if me == 0 {
+        let mut next = vec![0u64; n];
+        for _ in 0..per * n as u64 {
+            let mut r = gather.receive_timeout(WAIT).expect("gathered message");
+            let from = r.read_u64().unwrap() as usize;
+            let i = r.read_u64().unwrap();
+            assert_eq!(r.origin(), &all[from]);
+            assert_eq!(i, next[from], "messages of rank {from} out of order");
+            next[from] += 1;
+            assert_eq!(
+                r.read_bytes().unwrap(),
+                pattern(i, (i as usize * 997) % 40_000)
+            );
+            r.finish();
+        }
+    }
+    drop(sender.join().expect("sender"));
+
+    // One to many: rank 0 multicasts; sizes from empty to 300 KB.
+    let bcast_ty = ty(Connection::OneToMany);
+    let bcast = ibis.receive_port(&bcast_ty, "bcast").expect("bcast port");
+    barrier(ibis, all, "b2");
+    let sizes = [0usize, 1, 100, 16_000, 16_500, 65_536, 300_000];
+    if me == 0 {
+        let sp = ibis.send_port(&bcast_ty).expect("send port");
+        for node in &all[1..] {
+            sp.connect(node, "bcast").expect("connect bcast");
+        }
+        for (k, &s) in sizes.iter().enumerate() {
+            let body = pattern(k as u64, s);
+            let mut w = sp.message();
+            w.write_bytes(&body);
+            w.finish().expect("multicast");
+        }
+    } else {
+        for (k, &s) in sizes.iter().enumerate() {
+            let mut r = bcast.receive_timeout(WAIT).expect("multicast message");
+            assert_eq!(r.read_bytes().unwrap(), pattern(k as u64, s));
+            r.finish();
+        }
+    }
+
+    // Flow control: 24 MB to a receiver that reads only after a pause; the sender must wait for
+    // it (the window is 4 MiB) and everything arrives intact.
+    let flow = ibis.receive_port(&one, "flow").expect("flow port");
+    barrier(ibis, all, "b3");
+    if me == 0 {
+        let sp = ibis.send_port(&one).expect("send port");
+        sp.connect(&all[n - 1], "flow").expect("connect flow");
+        let t = Instant::now();
+        for i in 0..24u64 {
+            let body = pattern(i, 1 << 20);
+            let mut w = sp.message();
+            w.write_bytes(&body);
+            w.finish().expect("send flow");
+        }
+        println!("rank 0: 24 MB sent in {:?}", t.elapsed());
+    }
+    if me == n - 1 {
+        std::thread::sleep(Duration::from_millis(500));
+        for i in 0..24u64 {
+            let mut r = flow.receive_timeout(WAIT).expect("flow message");
+            assert_eq!(r.read_bytes().unwrap(), pattern(i, 1 << 20));
+            r.finish();
+        }
+    }
+
+    // Upcalls: every rank sends to every other's upcall port.
+    let up_ty = PortType::builder()
+        .connection(Connection::ManyToMany)
+        .receive(Receive::Upcall)
+        .build();
+    let sum = Arc::new(AtomicU64::new(0));
+    let s2 = sum.clone();
+    let _up = ibis
+        .receive_port_with_upcall(&up_ty, "up", move |mut m: ReadMessage| {
+            s2.fetch_add(m.read_u64().expect("value"), Ordering::SeqCst);
+            m.finish();
+            Ok(())
+        })
+        .expect("upcall port");
+    barrier(ibis, all, "b4");
+    let sp = ibis.send_port(&up_ty).expect("send port");
+    for node in all {
+        sp.connect(node, "up").expect("connect upcall");
+    }
+    let mut w = sp.message();
+    w.write_u64(1 + me as u64);
+    w.finish().expect("send upcall");
+    let want = (n * (n + 1) / 2) as u64;
+    let deadline = Instant::now() + WAIT;
+    while sum.load(Ordering::SeqCst) != want {
+        assert!(
+            Instant::now() < deadline,
+            "upcalls summed {}",
+            sum.load(Ordering::SeqCst)
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    barrier(ibis, all, "b5");
+
+    // A receiver that closes its port: the sender learns it, and its sends fail instead of
+    // piling up; the receiving side discards what was on its way.
+    let gone = ibis.receive_port(&one, "gone").expect("gone port");
+    barrier(ibis, all, "b6");
+    let sp = ibis.send_port(&one).expect("send port");
+    if me == 0 {
+        sp.connect(&all[1], "gone").expect("connect gone");
+        let mut w = sp.message();
+        w.write_u64(7);
+        w.finish().expect("first message");
+    }
+    if me == 1 {
+        let mut r = gone.receive_timeout(WAIT).expect("first message");
+        assert_eq!(r.read_u64().unwrap(), 7);
+        r.finish();
+    }
+    drop(gone);
+    barrier(ibis, all, "b7");
+    if me == 0 {
+        let deadline = Instant::now() + WAIT;
+        let body = pattern(3, 100_000);
+        let e = loop {
+            let mut w = sp.message();
+            w.write_bytes(&body);
+            if let Err(e) = w.finish() {
+                break e;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sends to a closed port kept succeeding"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        println!("rank 0: sending to a closed port: {e}");
+    }
+    drop(sp);
+    barrier(ibis, all, "b8");
+    println!("rank {me}: ports ok");
+}
+
+/// Rank 2 kills itself; ranks 0 and 1 wait for the pool to report its death, print what they
+/// saw, and exit with status 1, rank 0 (which runs the registry) only once rank 1 has seen it.
+fn kill(ibis: &Ibis, all: &[NodeId]) {
+    let me = ibis.id().rank();
+    let events = ibis.pool().subscribe();
+    let t = ty(Connection::ManyToOne);
+    let seen = ibis.receive_port(&t, "seen").expect("port");
+    barrier(ibis, all, "k0");
+    println!("rank {me} waiting");
+    if me == 2 {
+        // SAFETY: raise(3) with a valid signal number.
+        unsafe {
+            libc::raise(libc::SIGKILL);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match events.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(PoolEvent::Died(n)) if n.rank() == 2 => {
+                println!("rank {me}: the pool reports {n} died");
+                break;
+            }
+            Ok(_) => {}
+            Err(_) => {
+                println!("rank {me}: no death reported");
+                break;
+            }
+        }
+    }
+    if me == 1 {
+        let sp = ibis.send_port(&t).expect("send port");
+        sp.connect(&all[0], "seen").expect("connect to rank 0");
+        let mut w = sp.message();
+        w.write_u8(1);
+        w.finish().expect("tell rank 0");
+    } else if seen.receive_timeout(Duration::from_secs(30)).is_err() {
+        println!("rank 0: rank 1 did not say it saw the death");
+    }
+    std::process::exit(1);
+}
+
+#[test]
+fn port_patterns_messages_and_flow_control_on_2_3_and_4_ranks() {
+    for n in [2, 3, 4] {
+        let Some((ok, out, err)) = run_ranks("ports", "ports", n) else {
+            return;
+        };
+        assert!(ok, "mpirun -n {n}: failed\n{out}\n{err}");
+        for r in 0..n {
+            assert!(
+                out.contains(&format!("rank {r}: ports ok")),
+                "rank {r} of {n}:\n{out}\n{err}"
+            );
+        }
+    }
+}
+
+/// Slurm's srun starts the ranks itself (OpenMPI finds its peers through PMIx): the same port
+/// checks on 2 ranks. Needs a running Slurm (`scripts/slurm-local`, which `.ci/run` starts).
+#[test]
+fn port_patterns_under_srun_with_pmix() {
+    let srun = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("srun"))
+            .find(|p| p.is_file())
+    });
+    let Some(srun) = srun else {
+        assert!(
+            !testkit::netns::required(),
+            "CI=true but no srun on the PATH (.ci/run starts scripts/slurm-local)"
+        );
+        eprintln!("port_patterns_under_srun_with_pmix: skipped: no srun on the PATH");
+        return;
+    };
+    let (mark, value) = testkit::marker("srun");
+    let mut cmd = std::process::Command::new(srun);
+    cmd.args(["--mpi=pmix", "--overcommit", "--export=ALL", "-n", "2"])
+        .env(&mark, &value);
+    let (ok, out, err) = run_launched(
+        cmd,
+        testkit::KillMarked(vec![format!("{mark}={value}")]),
+        "ports",
+    );
+    assert!(ok, "srun -n 2: failed\n{out}\n{err}");
+    for r in 0..2 {
+        assert!(
+            out.contains(&format!("rank {r}: ports ok")),
+            "rank {r}:\n{out}\n{err}"
+        );
+    }
+}
+
+#[test]
+fn a_killed_rank_ends_the_job_and_mpirun_names_it() {
+    let t = Instant::now();
+    let Some((ok, out, err)) = run_ranks("kill", "kill", 3) else {
+        return;
+    };
+    assert!(
+        !ok,
+        "mpirun succeeded although rank 2 was killed\n{out}\n{err}"
+    );
+    for r in 0..3 {
+        assert!(
+            out.contains(&format!("rank {r} waiting")),
+            "rank {r}:\n{out}\n{err}"
+        );
+    }
+    let all = format!("{out}\n{err}");
+    assert!(
+        all.contains("signal 9"),
+        "mpirun does not name the signal:\n{all}"
+    );
+    // The others are ended by mpirun, well before their 60 s receive timeout.
+    assert!(
+        t.elapsed() < Duration::from_secs(50),
+        "took {:?}:\n{all}",
+        t.elapsed()
+    );
+    println!("{all}");
+}
+
+/// With `mpirun --enable-recovery` the job outlives a rank: the others then see the death
+/// through the registry, as on the other drivers, and name the rank.
+#[test]
+fn under_enable_recovery_the_others_see_a_killed_rank_die() {
+    let Some((mut cmd, ranks)) = testkit::mpirun(
+        "recovery",
+        3,
+        &["IPL_TEST_ROLE", "IPL_DRIVER", "RUST_BACKTRACE"],
+    ) else {
+        return;
+    };
+    cmd.arg("--enable-recovery");
+    let (_, out, err) = run_launched(cmd, ranks, "kill");
+    for r in [0, 1] {
+        assert!(
+            out.contains(&format!("rank {r}: the pool reports node2@")),
+            "rank {r}:\n{out}\n{err}"
+        );
+    }
+}
+
+#[test]
+fn the_driver_outside_mpirun_is_a_clear_error() {
+    let e = Config::from_lookup(|k| (k == "IPL_DRIVER").then(|| "mpi".to_string()))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("mpirun or srun"), "{e}");
+}

@@ -3,12 +3,16 @@
 use crate::drma::{PendingGet, Slot};
 use crate::error::{Error, Result};
 use crate::inbox::{InPart, Incoming, Peek};
-use crate::net::{Ctx, Net, Stats};
+use crate::net::{Ctx, Msg, Net, RoundWait, Stats, StepWait};
 use crate::number::Number;
 use crate::options::Options;
 use crate::outbox::{packet_type_name, Outbox};
+use crate::trace::StepTrace;
+use crate::wire::Header;
+use parking_lot::{Mutex, MutexGuard};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use std::sync::Arc;
 
 /// Operation codes carried by round messages, so that processes calling different operations
 /// at the same point get an error instead of garbage.
@@ -20,6 +24,18 @@ pub(crate) mod op {
     pub const GATHER: u8 = 5;
     pub const TOTAL_EXCHANGE: u8 = 6;
     pub const GET_REPLY: u8 = 7;
+    pub const SCATTER: u8 = 8;
+    pub const ALL_GATHER: u8 = 9;
+    pub const SCAN: u8 = 10;
+    pub const SCAN_WITH: u8 = 11;
+    pub const EXSCAN: u8 = 12;
+    pub const EXSCAN_WITH: u8 = 13;
+    pub const REDUCE: u8 = 14;
+    pub const REDUCE_WITH: u8 = 15;
+    pub const REDUCE_SCATTER: u8 = 16;
+    pub const ALL_TO_ALL: u8 = 17;
+    pub const ALL_TO_ALL_WITH: u8 = 18;
+    pub const SPLIT: u8 = 19;
 
     pub fn name(op: u8) -> &'static str {
         match op {
@@ -30,8 +46,36 @@ pub(crate) mod op {
             GATHER => "gather",
             TOTAL_EXCHANGE => "total_exchange",
             GET_REPLY => "get (reply)",
+            SCATTER => "scatter",
+            ALL_GATHER => "all_gather",
+            SCAN => "scan",
+            SCAN_WITH => "scan_with",
+            EXSCAN => "exscan",
+            EXSCAN_WITH => "exscan_with",
+            REDUCE => "reduce",
+            REDUCE_WITH => "reduce_with",
+            REDUCE_SCATTER => "reduce_scatter",
+            ALL_TO_ALL => "all_to_all",
+            ALL_TO_ALL_WITH => "all_to_all_with",
+            SPLIT => "split",
             _ => "an unknown operation",
         }
+    }
+
+    /// Whether no process can finish the operation before every process has started it
+    /// (each result depends on every process's contribution).
+    pub fn needs_everyone(op: u8) -> bool {
+        matches!(
+            op,
+            SYNC | ALL_REDUCE
+                | ALL_REDUCE_WITH
+                | TOTAL_EXCHANGE
+                | ALL_GATHER
+                | REDUCE_SCATTER
+                | ALL_TO_ALL
+                | ALL_TO_ALL_WITH
+                | SPLIT
+        )
     }
 }
 
@@ -48,7 +92,16 @@ pub(crate) mod op {
 /// After an error from `sync` or a collective the processes no longer agree on where they are:
 /// the program should end (dropping the `Bsp` tells the others that this process left).
 pub struct Bsp {
-    pub(crate) net: Net,
+    /// The connections, shared by this process's handles of the whole machine and of groups.
+    net: Arc<Mutex<Net>>,
+    ibis: ipl::Ibis,
+    pub(crate) opts: Options,
+    /// The group (0: the whole machine).
+    pub(crate) comm: u64,
+    /// The pid in the whole machine of each pid of this group.
+    pub(crate) members: Arc<[usize]>,
+    /// The pid in this group of each pid of the whole machine (`u32::MAX`: not a member).
+    pid_of: Arc<[u32]>,
     pub(crate) pid: usize,
     pub(crate) nprocs: usize,
     pub(crate) superstep: u64,
@@ -63,6 +116,10 @@ pub struct Bsp {
     pub(crate) regs: Vec<Option<Box<dyn Slot>>>,
     pub(crate) gets: Vec<PendingGet>,
     pub(crate) instance: u64,
+    /// Packets sent since the process's counters were last updated.
+    packets: u64,
+    /// What a traced run records of this handle's supersteps.
+    pub(crate) trace: Option<Box<StepTrace>>,
 }
 
 impl std::fmt::Debug for Bsp {
@@ -75,6 +132,14 @@ impl std::fmt::Debug for Bsp {
     }
 }
 
+impl Drop for Bsp {
+    fn drop(&mut self) {
+        if self.comm != 0 {
+            self.net().leave_comm(self.comm);
+        }
+    }
+}
+
 impl Bsp {
     /// Makes this node of a closed pool a process of a bulk-synchronous program: its pid is its
     /// rank, `nprocs` the pool's size. Every member of the pool must call it.
@@ -84,13 +149,53 @@ impl Bsp {
 
     /// Like [`Bsp::new`] with explicit [`Options`].
     pub fn with_options(ibis: ipl::Ibis, opts: Options) -> Result<Bsp> {
-        static INSTANCES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let net = Net::new(ibis, opts)?;
+        let net = Net::new(ibis.clone(), opts.clone())?;
         let pid = net.pid;
         let p = net.nodes.len();
         tracing::debug!(pid, nprocs = p, "bsp process ready");
-        Ok(Bsp {
+        let all: Vec<usize> = (0..p).collect();
+        Ok(Bsp::handle(
+            Arc::new(Mutex::new(net)),
+            ibis,
+            opts,
+            0,
+            all,
+            pid,
+        ))
+    }
+
+    /// Starts the traced compute phase of the current superstep now (see
+    /// [`trace`](crate::trace)).
+    pub(crate) fn begin_compute(&mut self) {
+        if let Some(t) = self.trace.as_mut() {
+            t.begin_compute();
+        }
+    }
+
+    /// A handle of group `comm` (0: the whole machine) whose pids are `members`, this
+    /// process's being `pid`.
+    pub(crate) fn handle(
+        net: Arc<Mutex<Net>>,
+        ibis: ipl::Ibis,
+        opts: Options,
+        comm: u64,
+        members: Vec<usize>,
+        pid: usize,
+    ) -> Bsp {
+        static INSTANCES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let world = net.lock().nodes.len();
+        let mut pid_of = vec![u32::MAX; world];
+        for (i, &g) in members.iter().enumerate() {
+            pid_of[g] = i as u32;
+        }
+        let p = members.len();
+        Bsp {
             net,
+            ibis,
+            opts,
+            comm,
+            members: members.into(),
+            pid_of: pid_of.into(),
             pid,
             nprocs: p,
             superstep: 0,
@@ -103,7 +208,68 @@ impl Bsp {
             regs: Vec::new(),
             gets: Vec::new(),
             instance: INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-        })
+            packets: 0,
+            trace: StepTrace::new(),
+        }
+    }
+
+    /// The connections, locked for one call.
+    pub(crate) fn net(&self) -> MutexGuard<'_, Net> {
+        self.net.lock()
+    }
+
+    /// The connections, shared, for a new handle.
+    pub(crate) fn shared_net(&self) -> Arc<Mutex<Net>> {
+        self.net.clone()
+    }
+
+    /// The pid in the whole machine of this group's pid `pid`.
+    pub(crate) fn world_pid(&self, pid: usize) -> usize {
+        self.members[pid]
+    }
+
+    /// Sends a round message of this group's operation to pid `d`.
+    pub(crate) fn send_round(
+        &self,
+        d: usize,
+        mut hdr: Header,
+        payload: &[u8],
+        ctx: &Ctx,
+    ) -> Result<()> {
+        hdr.comm = self.comm;
+        let Some(trace) = &self.trace else {
+            return self.net().send_round(self.members[d], hdr, payload, ctx);
+        };
+        let since = std::time::Instant::now();
+        let sent = self.net().send_round(self.members[d], hdr, payload, ctx);
+        trace.round(since);
+        sent
+    }
+
+    /// Receives a round message of this group's operation from pid `src`.
+    pub(crate) fn recv_round(
+        &self,
+        src: usize,
+        seq: u64,
+        round: u32,
+        op: u8,
+        ctx: &Ctx,
+    ) -> Result<Msg> {
+        let mut wait = RoundWait::new(self.members[src], self.comm, seq, round, op);
+        let since = self.trace.as_ref().map(|_| std::time::Instant::now());
+        // The connections are taken for one step at a time, so that handles of this process
+        // on other threads get their turn.
+        let received = loop {
+            match self.net().recv_round_step(&mut wait, ctx) {
+                Ok(Some(m)) => break Ok(m),
+                Ok(None) => {}
+                Err(e) => break Err(e),
+            }
+        };
+        if let (Some(trace), Some(since)) = (&self.trace, since) {
+            trace.round(since);
+        }
+        received
     }
 
     /// This process's id, `0..nprocs()`.
@@ -123,17 +289,25 @@ impl Bsp {
 
     /// The node this process runs on.
     pub fn ibis(&self) -> &ipl::Ibis {
-        &self.net.ibis
+        &self.ibis
     }
 
     /// The options this process runs with.
     pub fn options(&self) -> &Options {
-        &self.net.opts
+        &self.opts
     }
 
-    /// Counters of what this process has sent so far.
-    pub fn stats(&self) -> &Stats {
-        &self.net.stats
+    /// Counters of what this process has sent so far, through this handle and every other
+    /// handle of the process (the whole machine and its groups).
+    pub fn stats(&self) -> Stats {
+        let mut s = self.net().stats.clone();
+        s.packets_sent += self.packets;
+        s
+    }
+
+    /// Adds the packets counted here to the process's counters.
+    fn count_packets(&mut self, net: &mut Net) {
+        net.stats.packets_sent += std::mem::take(&mut self.packets);
     }
 
     pub(crate) fn bad_pid(&self, what: &'static str, bad: usize) -> Error {
@@ -148,23 +322,31 @@ impl Bsp {
     pub(crate) fn next_seq(&mut self, op: u8) -> (u64, Ctx) {
         let seq = self.seq;
         self.seq += 1;
-        (
+        if let Some(t) = &self.trace {
+            if op != op::SYNC {
+                t.collective();
+            }
+        }
+        self.net().started(self.comm, seq);
+        (seq, self.ctx(op::name(op), seq))
+    }
+
+    pub(crate) fn ctx(&self, op: &'static str, seq: u64) -> Ctx {
+        Ctx {
+            superstep: self.superstep,
+            op,
             seq,
-            Ctx {
-                superstep: self.superstep,
-                op: op::name(op),
-                seq,
-            },
-        )
+            comm: self.comm,
+        }
     }
 
     /// Accounts `n` bytes just buffered for `dest`; sends buffers early when over budget.
     #[inline]
     pub(crate) fn buffered(&mut self, dest: usize, n: usize) -> Result<()> {
-        self.net.stats.packets_sent += 1;
+        self.packets += 1;
         if dest != self.pid {
             self.buffered += n;
-            if self.buffered > self.net.opts.memory_budget {
+            if self.buffered > self.opts.memory_budget {
                 self.flush_early()?;
             }
         }
@@ -174,12 +356,10 @@ impl Bsp {
     /// Sends the largest buffers now until at most half the budget is buffered.
     #[cold]
     fn flush_early(&mut self) -> Result<()> {
-        let ctx = Ctx {
-            superstep: self.superstep,
-            op: "an early send (memory budget)",
-            seq: self.seq,
-        };
-        while self.buffered > self.net.opts.memory_budget / 2 {
+        let ctx = self.ctx("an early send (memory budget)", self.seq);
+        let net = self.shared_net();
+        let mut net = net.lock();
+        while self.buffered > self.opts.memory_budget / 2 {
             let Some(d) = (0..self.nprocs)
                 .filter(|&d| d != self.pid)
                 .max_by_key(|&d| self.out[d].bytes())
@@ -191,11 +371,22 @@ impl Bsp {
                 break;
             }
             let part = self.via_control[d] + self.via_data[d];
-            self.net
-                .send_data(d, self.superstep, part, &self.out[d], true, &ctx)?;
+            net.send_data(
+                self.members[d],
+                self.comm,
+                self.superstep,
+                part,
+                &self.out[d],
+                true,
+                &ctx,
+            )?;
             self.via_data[d] += 1;
             self.out[d].clear();
             self.buffered = self.buffered.saturating_sub(bytes);
+            if let Some(t) = &mut self.trace {
+                t.early_bytes += bytes as u64;
+                t.early_messages += 1;
+            }
             tracing::trace!(pid = self.pid, to = d, bytes, "sent early");
         }
         Ok(())
@@ -286,14 +477,26 @@ impl Bsp {
     /// Costs one message per destination that has packets, plus the barrier: about log2(P)
     /// rounds of one small message per process (see the crate documentation).
     pub fn sync(&mut self) -> Result<()> {
+        let mut traced = self.trace_sync();
         let (seq, ctx) = self.next_seq(op::SYNC);
         let s = self.superstep;
+        let net = self.shared_net();
+        let mut guard = net.lock();
+        self.count_packets(&mut guard);
         for d in 0..self.nprocs {
             if d == self.pid || self.out[d].is_empty() {
                 continue;
             }
             let part = self.via_control[d] + self.via_data[d];
-            let via_control = self.net.send_data(d, s, part, &self.out[d], false, &ctx)?;
+            let via_control = guard.send_data(
+                self.members[d],
+                self.comm,
+                s,
+                part,
+                &self.out[d],
+                false,
+                &ctx,
+            )?;
             if via_control {
                 self.via_control[d] += 1;
             } else {
@@ -302,6 +505,10 @@ impl Bsp {
             self.out[d].clear();
         }
         self.buffered = 0;
+        drop(guard);
+        if let Some(t) = &mut traced {
+            t.sent = Some(std::time::Instant::now());
+        }
         // Each process learns how many data messages are on their way to it: the element-wise
         // sum of every process's per-destination counts, control connection in the high half.
         let counts: Vec<u64> = (0..self.nprocs)
@@ -309,9 +516,28 @@ impl Bsp {
             .collect();
         let total = self.reduce_counts(seq, &ctx, counts)?;
         let mine = total[self.pid];
-        let mut parts = self
-            .net
-            .wait_step(s, (mine >> 32) as u32, mine as u32, &ctx)?;
+        let mut wait = StepWait::new(self.comm, s, (mine >> 32) as u32, mine as u32);
+        let mut parts = loop {
+            if let Some(parts) = self.net().superstep_step(&mut wait, &ctx)? {
+                break parts;
+            }
+        };
+        for part in &mut parts {
+            match self.pid_of.get(part.src).copied() {
+                Some(p) if p != u32::MAX => part.src = p as usize,
+                _ => {
+                    return Err(Error::Decode {
+                        pid: self.pid,
+                        superstep: s,
+                        src: part.src,
+                        reason: format!(
+                            "data of a superstep {} from a process outside it",
+                            self.net().describe(self.comm)
+                        ),
+                    })
+                }
+            }
+        }
         parts.push(InPart::from_outbox(self.pid, self.out[self.pid].take()));
         parts.sort_by_key(|p| (p.src, p.seq));
         let drma = self.drma_phase(&parts, seq, &ctx);
@@ -331,38 +557,46 @@ impl Bsp {
             &mut self.incoming,
             Incoming::new(self.pid, self.superstep, parts),
         );
-        self.net.recycle(old.into_buffers());
+        {
+            let mut net = self.net();
+            net.recycle(old.into_buffers());
+            net.stats.supersteps += 1;
+        }
         self.via_control.iter_mut().for_each(|c| *c = 0);
         self.via_data.iter_mut().for_each(|c| *c = 0);
-        self.net.stats.supersteps += 1;
+        if let Some(t) = traced {
+            t.record(s, self.pid, self.comm);
+        }
+        self.begin_compute();
         drma
+    }
+
+    /// What a traced `sync` records, from its start: ends the compute phase and counts what
+    /// the superstep sent.
+    fn trace_sync(&mut self) -> Option<crate::trace::SyncTrace> {
+        let mut t = self.trace.as_mut()?.sync_begins();
+        let others = (0..self.nprocs).filter(|&d| d != self.pid && !self.out[d].is_empty());
+        for d in others {
+            t.messages += 1;
+            t.bytes += self.out[d].bytes() as u64;
+        }
+        t.packets = self.packets;
+        Some(t)
     }
 
     /// The barrier of `sync`: a rank-ordered all-reduce of the per-destination message counts.
     fn reduce_counts(&mut self, seq: u64, ctx: &Ctx, counts: Vec<u64>) -> Result<Vec<u64>> {
         let p = self.nprocs;
-        self.butterfly(
+        let call = crate::collective::Call {
             seq,
-            op::SYNC,
-            p as u64,
-            ctx,
-            counts,
-            &|v: &Vec<u64>, out: &mut Vec<u8>| {
-                out.extend_from_slice(bytemuck::cast_slice(&v[..]));
-                Ok(())
-            },
-            &|b: &[u8], swap: bool| {
-                if b.len() != p * 8 {
-                    return Err(format!("{} bytes of counts for {p} processes", b.len()));
-                }
-                Ok(crate::number::vec_from_bytes::<u64>(b, swap))
-            },
-            &mut |mut a: Vec<u64>, b: Vec<u64>| {
-                for (x, y) in a.iter_mut().zip(b) {
-                    *x = x.wrapping_add(y);
-                }
-                a
-            },
-        )
+            op: op::SYNC,
+            sig: p as u64,
+            ctx: *ctx,
+        };
+        let counts_sum = crate::collective::Numbers {
+            op: crate::Op::Sum,
+            n: p,
+        };
+        self.butterfly(&call, counts, &counts_sum)
     }
 }

@@ -253,8 +253,9 @@ impl Bsp {
                         round: GET_ROUND,
                         epoch: seq,
                         aux: 0,
+                        comm: 0,
                     };
-                    self.net.send_round(to, hdr, payload, ctx)?;
+                    self.send_round(to, hdr, payload, ctx)?;
                 }
             }
             for part in parts.iter().filter(|p| !p.drma.is_empty()) {
@@ -274,9 +275,7 @@ impl Bsp {
             let (payload, swap) = if src == self.pid {
                 (replies.remove(&src).unwrap_or_default(), false)
             } else {
-                let msg = self
-                    .net
-                    .recv_round(src, seq, GET_ROUND, op::GET_REPLY, ctx)?;
+                let msg = self.recv_round(src, seq, GET_ROUND, op::GET_REPLY, ctx)?;
                 let swap = msg.swapped();
                 (msg.payload().to_vec(), swap)
             };

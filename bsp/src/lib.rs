@@ -107,30 +107,50 @@
 //!
 //! # Connections, flow control, failures
 //!
-//! A process has two receive ports. Its own thread reads the *control* port while it waits in
-//! `sync` or a collective: barrier rounds, collective rounds and data messages up to
-//! [`Options::small_message`] arrive there without any hand-off between threads, which keeps an
+//! A process has two receive ports, its side of an [`ipl::Mesh`]. Its own thread reads the
+//! *control* port while it waits in `sync` or a collective: barrier rounds, collective rounds
+//! and data messages up to [`Options::small_message`] arrive there without any hand-off between threads, which keeps an
 //! empty superstep at one network latency per round. The *data* port is drained continuously by
 //! `ipl`'s upcall thread into memory: large data messages, early sends and large collective
 //! payloads travel there, so a send of any size always completes and two processes sending
 //! each other large messages can never block each other. Every wait is cut into
-//! [`Options::wait_slice`]s; after each slice the process asks the pool whether all peers live,
+//! [`Options::wait_slice`]s; after each slice the process asks the mesh whether all peers live,
 //! so a process that dies or leaves ends every other process's `sync` with
-//! [`Error::PeerGone`] naming it, within the registry's detection time plus a short grace
+//! [`Error::PeerGone`] naming it (the first to go, when several did), within the registry's detection time plus a short grace
 //! period, instead of a hang.
 //!
 //! # Collectives
 //!
-//! [`all_reduce`](Bsp::all_reduce) (sum, product, min, max or a user function, also
-//! [`all_reduce_slice`](Bsp::all_reduce_slice) and, for any serde type,
-//! [`all_reduce_with`](Bsp::all_reduce_with)), [`broadcast`](Bsp::broadcast),
-//! [`gather`](Bsp::gather) and [`total_exchange`](Bsp::total_exchange) (the seed's
-//! TotalExchangeInt: [`total_exchange_int`](Bsp::total_exchange_int)) take log2(P) rounds
-//! (recursive doubling, binomial trees, Bruck's algorithm). Reductions combine in pid order
-//! along a fixed tree, so results are bit-identical on every process. Every process must call
-//! the same collectives in the same order; collectives do not end the superstep (packets sent
-//! before one are still delivered by the next `sync`). Calling different operations at the same
-//! point is an [`Error::CollectiveMismatch`] where their messages meet.
+//! The MPI set, each in log2(P) rounds or with the best known algorithm for what it moves:
+//!
+//! | collective | MPI | algorithm |
+//! |---|---|---|
+//! | [`all_reduce`](Bsp::all_reduce), [`_slice`](Bsp::all_reduce_slice), [`_with`](Bsp::all_reduce_with) | `Allreduce` | recursive doubling |
+//! | [`reduce`](Bsp::reduce), [`_slice`](Bsp::reduce_slice), [`_with`](Bsp::reduce_with) | `Reduce` | binomial tree |
+//! | [`scan`](Bsp::scan), [`exscan`](Bsp::exscan) (and `_slice`, `_with`) | `Scan`, `Exscan` | recursive doubling |
+//! | [`reduce_scatter`](Bsp::reduce_scatter), [`_with`](Bsp::reduce_scatter_with) | `Reduce_scatter` | recursive halving |
+//! | [`broadcast`](Bsp::broadcast) | `Bcast` | binomial tree |
+//! | [`gather`](Bsp::gather) | `Gather` | binomial tree |
+//! | [`scatter`](Bsp::scatter), [`scatter_slice`](Bsp::scatter_slice) | `Scatter` | binomial tree |
+//! | [`all_gather`](Bsp::all_gather), [`all_gather_slice`](Bsp::all_gather_slice) | `Allgather` | Bruck |
+//! | [`total_exchange`](Bsp::total_exchange) (the seed's TotalExchangeInt: [`total_exchange_int`](Bsp::total_exchange_int)) | `Alltoall` of one number | Bruck |
+//! | [`all_to_all`](Bsp::all_to_all), [`all_to_all_with`](Bsp::all_to_all_with) | `Alltoallv` | direct, one round |
+//!
+//! Numbers travel as raw memory; the `_with` forms take any serde type and, for reductions, any
+//! associative function. Reductions and scans combine values in pid order, `f(lower pids,
+//! higher pids)`, so an operation need not be commutative, and all-reduce results are
+//! bit-identical on every process. Every process must call the same collectives in the same
+//! order; collectives do not end the superstep (packets sent before one are still delivered by
+//! the next `sync`). Calling different operations at the same point is an
+//! [`Error::CollectiveMismatch`] where their messages meet.
+//!
+//! # Groups
+//!
+//! [`split(color, key)`](Bsp::split) (MPI's `Comm_split`) gives each process the handle of the
+//! group of processes that passed the same color, ranked by key: a [`Bsp`] with its own pids,
+//! supersteps, collectives and remote memory, which do not disturb other groups or the whole
+//! machine. Groups nest. Operations of different groups called in crossing orders are reported
+//! as errors where that can be told from a slow peer (see [`Bsp::split`]).
 //!
 //! # Remote memory
 //!
@@ -146,12 +166,14 @@ mod collective;
 mod core;
 mod drma;
 mod error;
+mod group;
 mod inbox;
 mod local;
 mod net;
 mod number;
 mod options;
 mod outbox;
+mod trace;
 mod wire;
 
 pub use crate::core::Bsp;

@@ -18,7 +18,9 @@ fn pool_name() -> String {
 impl Bsp {
     /// `p` processes for `p` threads of this process, connected by the in-process driver (no
     /// network): handle `i` has pid `i`. Move each handle to its own thread; the semantics are
-    /// those of [`Bsp::new`] on a pool of `p` nodes.
+    /// those of [`Bsp::new`] on a pool of `p` nodes. In a traced run (see [`ipl::trace`]) the
+    /// first superstep's compute time counts from the handle's creation ([`run_local`]: from
+    /// the start of its thread).
     pub fn local(p: usize) -> Result<Vec<Bsp>> {
         Bsp::local_with(p, Options::default())
     }
@@ -87,6 +89,7 @@ where
                         // unwinding: the pool then reports this process dead, not departed.
                         let r = catch_unwind(AssertUnwindSafe(move || {
                             let mut bsp = bsp;
+                            bsp.begin_compute();
                             f(&mut bsp)
                         }));
                         r.unwrap_or_else(|panic| {

@@ -10,8 +10,10 @@
 //! process reads its control port whenever it waits, so they never fill the transport's
 //! buffers for long.
 //!
-//! Waits are cut into slices ([`Options::wait_slice`]); after each slice the process asks the
-//! pool whether every peer is still alive, so a dead peer ends the wait with an error naming it.
+//! Both ports and the send ports to every process are an [`ipl::Mesh`], which also keeps the
+//! order in which processes departed. Waits are cut into slices ([`Options::wait_slice`]);
+//! after each slice the process asks the mesh whether every peer is still alive, so a dead peer
+//! ends the wait with an error naming it.
 
 use crate::core::op;
 use crate::error::{Error, Result};
@@ -19,24 +21,25 @@ use crate::inbox::InPart;
 use crate::number::read_vec;
 use crate::options::Options;
 use crate::wire::{self, Header, FLAG_NOTICE, HEADER_LEN, KIND_BULK, KIND_DATA, KIND_ROUND};
-use ipl::{Connection, Ibis, NodeId, PortType, ReadMessage, Receive, ReceivePort, SendPort};
+use ipl::{Departure, Ibis, Lane, Link, Mesh, MeshError, NodeId, ReadMessage};
 use parking_lot::{Condvar, Mutex};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Name of the control receive port.
-pub(crate) const CONTROL_PORT: &str = "bsp/control";
-/// Name of the data receive port.
-pub(crate) const DATA_PORT: &str = "bsp/data";
+/// Name of the mesh: its ports are `bsp/control` and `bsp/data`.
+pub(crate) const MESH: &str = "bsp";
 
-/// How long a waiting thread spins on the data mailbox before it sleeps.
-const MAIL_SPIN: Duration = Duration::from_micros(30);
+/// How long a waiting thread polls the data mailbox, yielding between polls, before it
+/// sleeps: what it waits for comes from the port library's receiving thread, which a
+/// spinning thread would keep from running where processes share cores.
+const MAIL_SPIN: Duration = Duration::from_millis(1);
 /// How long a wait polls the control port (yielding between polls) before it blocks.
 const POLL_PHASE: Duration = Duration::from_millis(1);
 
-/// Identifies a round message: (operation sequence number, round, sender).
-pub(crate) type Key = (u64, u32, u32);
+/// Identifies a round message: (group, operation sequence number, round, sender's pid in the
+/// whole machine).
+pub(crate) type Key = (u64, u64, u32, u32);
 
 /// A round message or bulk payload waiting to be consumed.
 pub(crate) struct Msg {
@@ -66,7 +69,8 @@ struct StepMail {
 /// What arrived for this process and was not consumed yet.
 #[derive(Default)]
 struct Mail {
-    steps: HashMap<u64, StepMail>,
+    /// By (group, superstep).
+    steps: HashMap<(u64, u64), StepMail>,
     bulk: HashMap<Key, Msg>,
     failure: Option<(usize, String)>,
 }
@@ -78,7 +82,7 @@ struct Shared {
 }
 
 enum Parsed {
-    Data { superstep: u64, part: InPart },
+    Data { step: (u64, u64), part: InPart },
     Round(Key, Msg),
     Bulk(Key, Msg),
 }
@@ -124,7 +128,7 @@ fn parse(m: &mut ReadMessage, spare: &Spare) -> std::result::Result<Parsed, Stri
     let src = m.origin().rank();
     let head = m.read_bytes().map_err(|e| e.to_string())?;
     let hdr = Header::decode(&head)?;
-    let key = (hdr.epoch, hdr.round, src);
+    let key = (hdr.comm, hdr.epoch, hdr.round, src);
     match hdr.kind {
         KIND_DATA => {
             let codes = &head[HEADER_LEN..];
@@ -146,7 +150,7 @@ fn parse(m: &mut ReadMessage, spare: &Spare) -> std::result::Result<Parsed, Stri
             }
             let swap = wire::payload_swapped(hdr.flags);
             Ok(Parsed::Data {
-                superstep: hdr.epoch,
+                step: (hdr.comm, hdr.epoch),
                 part: InPart::new(src as usize, hdr.round, packets, drma, slices, swap),
             })
         }
@@ -179,8 +183,8 @@ fn deliver(shared: &Shared, m: &mut ReadMessage) {
     let parsed = parse(m, &shared.spare);
     let mut mail = shared.mail.lock();
     match parsed {
-        Ok(Parsed::Data { superstep, part }) => {
-            let st = mail.steps.entry(superstep).or_default();
+        Ok(Parsed::Data { step, part }) => {
+            let st = mail.steps.entry(step).or_default();
             st.parts.push(part);
             st.via_data += 1;
         }
@@ -206,12 +210,27 @@ pub(crate) struct Ctx {
     pub superstep: u64,
     pub op: &'static str,
     pub seq: u64,
+    /// The group (0: the whole machine).
+    pub comm: u64,
 }
 
 impl Ctx {
     fn during(&self) -> String {
-        format!("{} (operation #{})", self.op, self.seq)
+        let group = if self.comm == 0 { "" } else { " of a group" };
+        format!("{}{group} (operation #{})", self.op, self.seq)
     }
+}
+
+/// What this process knows of a group it belongs to, for telling a wait that cannot end from
+/// a slow peer.
+struct CommInfo {
+    /// The sequence number of the group's next operation that has not started here.
+    next_seq: u64,
+    /// Its members, as pids of the whole machine.
+    members: Vec<usize>,
+    /// The thread that started its last operation: its next one is taken to come from the
+    /// same thread (none started yet: unknown).
+    thread: Option<std::thread::ThreadId>,
 }
 
 /// Counters of what this process sent.
@@ -238,7 +257,9 @@ pub struct Stats {
 struct Watch {
     started: Instant,
     last_check: Instant,
-    gone: Option<(NodeId, bool, Instant)>,
+    gone: Option<(Departure, Instant)>,
+    /// When it started waiting on the data mailbox.
+    mail_since: Option<Instant>,
 }
 
 impl Watch {
@@ -248,47 +269,96 @@ impl Watch {
             started: now,
             last_check: now,
             gone: None,
+            mail_since: None,
+        }
+    }
+}
+
+/// A wait for a round message (and its bulk payload), carried out in steps: each step takes
+/// the connections for at most one wait slice, so that handles of the process on other
+/// threads get their turn in between.
+pub(crate) struct RoundWait {
+    key: Key,
+    op: u8,
+    w: Watch,
+    /// The notice of a bulk payload, once it came.
+    notice: Option<Msg>,
+}
+
+impl RoundWait {
+    pub(crate) fn new(src: usize, comm: u64, seq: u64, round: u32, op: u8) -> Self {
+        RoundWait {
+            key: (comm, seq, round, src as u32),
+            op,
+            w: Watch::new(),
+            notice: None,
+        }
+    }
+}
+
+/// A wait for the data of a superstep, in steps (see [`RoundWait`]).
+pub(crate) struct StepWait {
+    step: (u64, u64),
+    via_control: u32,
+    via_data: u32,
+    w: Watch,
+}
+
+impl StepWait {
+    pub(crate) fn new(comm: u64, superstep: u64, via_control: u32, via_data: u32) -> Self {
+        StepWait {
+            step: (comm, superstep),
+            via_control,
+            via_data,
+            w: Watch::new(),
         }
     }
 }
 
 /// The ports of one process and what arrived on them.
 pub(crate) struct Net {
-    pub ibis: Ibis,
+    pub mesh: Mesh,
     pub nodes: Vec<NodeId>,
     pub pid: usize,
     pub opts: Options,
     pub stats: Stats,
-    control_ty: PortType,
-    data_ty: PortType,
-    control_rx: ReceivePort,
-    _data_rx: ReceivePort,
-    control_tx: Vec<Option<SendPort>>,
-    data_tx: Vec<Option<SendPort>>,
+    /// Send ports by pid and lane (control, data), kept here so that a send looks nothing up.
+    links: Vec<[Option<Link>; 2]>,
     shared: Arc<Shared>,
     stash: HashMap<Key, Msg>,
     scratch: Vec<u8>,
-    /// Membership events, to know which peer went first when several are gone.
-    events: crossbeam_channel::Receiver<ipl::PoolEvent>,
-    /// Peers gone so far, in the order the pool reported them (true: died).
-    departed: Vec<(NodeId, bool)>,
+    /// The groups this process belongs to now, the whole machine (0) included.
+    comms: HashMap<u64, CommInfo>,
 }
 
 impl Net {
     pub(crate) fn new(ibis: Ibis, opts: Options) -> Result<Net> {
         opts.validate().map_err(Error::Config)?;
         let pid = ibis.id().rank() as usize;
-        let ipl_err = |what: &str, source: ipl::Error| Error::Ipl {
-            pid,
-            superstep: 0,
-            what: what.to_string(),
-            source: Box::new(source),
-        };
-        let events = ibis.pool().subscribe();
-        let nodes = ibis
-            .pool()
-            .wait_closed()
-            .map_err(|e| ipl_err("waiting for the pool to fill", e))?;
+        let shared = Arc::new(Shared {
+            mail: Mutex::new(Mail::default()),
+            arrived: Condvar::new(),
+            spare: Spare::default(),
+        });
+        let sh = shared.clone();
+        let mesh = Mesh::builder(&ibis, MESH)
+            .data_upcall(move |mut m| {
+                deliver(&sh, &mut m);
+                Ok(())
+            })
+            .patience(opts.wait_slice * 4)
+            .build()
+            .map_err(|e| match e {
+                MeshError::Ipl { source, .. }
+                    if matches!(*source, ipl::Error::DuplicatePort(_)) =>
+                {
+                    Error::Config(format!(
+                        "pid {pid}: this node already has a Bsp (its ports exist)"
+                    ))
+                }
+                e => mesh_error(pid, 0, "setting up the connections", "setup", e),
+            })?;
+        let nodes = mesh.members();
         for (i, n) in nodes.iter().enumerate() {
             if n.rank() as usize != i {
                 return Err(Error::Config(format!(
@@ -298,161 +368,125 @@ impl Net {
                 )));
             }
         }
-        let control_ty = PortType::builder()
-            .connection(Connection::ManyToOne)
-            .receive(Receive::Explicit)
-            .build();
-        let data_ty = PortType::builder()
-            .connection(Connection::ManyToOne)
-            .receive(Receive::Upcall)
-            .build();
-        let shared = Arc::new(Shared {
-            mail: Mutex::new(Mail::default()),
-            arrived: Condvar::new(),
-            spare: Spare::default(),
-        });
-        let port_err = |e: ipl::Error| match e {
-            ipl::Error::DuplicatePort(_) => Error::Config(format!(
-                "pid {pid}: this node already has a Bsp (its ports exist)"
-            )),
-            e => ipl_err("creating the receive ports", e),
-        };
-        let control_rx = ibis
-            .receive_port(&control_ty, CONTROL_PORT)
-            .map_err(port_err)?;
-        let sh = shared.clone();
-        let data_rx = ibis
-            .receive_port_with_upcall(&data_ty, DATA_PORT, move |mut m| {
-                deliver(&sh, &mut m);
-                Ok(())
-            })
-            .map_err(port_err)?;
         let p = nodes.len();
         Ok(Net {
-            ibis,
+            mesh,
             nodes,
             pid,
             opts,
             stats: Stats::default(),
-            control_ty,
-            data_ty,
-            control_rx,
-            _data_rx: data_rx,
-            control_tx: (0..p).map(|_| None).collect(),
-            data_tx: (0..p).map(|_| None).collect(),
+            links: (0..p).map(|_| [None, None]).collect(),
             shared,
             stash: HashMap::new(),
             scratch: Vec::new(),
-            events,
-            departed: Vec::new(),
+            comms: HashMap::from([(
+                0,
+                CommInfo {
+                    next_seq: 0,
+                    members: Vec::new(),
+                    thread: None,
+                },
+            )]),
         })
     }
 
-    /// The error for a failed port-library call, naming the peer when it is the peer that is
-    /// gone.
-    pub(crate) fn ipl_error(&self, ctx: &Ctx, what: String, e: ipl::Error) -> Error {
-        let (n, died) = match e {
-            ipl::Error::NodeDied(n) => (n, true),
-            ipl::Error::NodeLeft(n) => (n, false),
-            source => {
-                return Error::Ipl {
-                    pid: self.pid,
-                    superstep: ctx.superstep,
-                    what,
-                    source: Box::new(source),
+    /// Notes that this process belongs to group `comm` from now on.
+    pub(crate) fn join_comm(&mut self, comm: u64, members: Vec<usize>) {
+        self.comms.entry(comm).or_insert(CommInfo {
+            next_seq: 0,
+            members,
+            thread: None,
+        });
+    }
+
+    /// Names group `comm` in messages.
+    pub(crate) fn describe(&self, comm: u64) -> String {
+        if comm == 0 {
+            return "of the whole machine".to_string();
+        }
+        match self.comms.get(&comm) {
+            Some(c) => {
+                const SHOWN: usize = 8;
+                let mut pids: Vec<String> =
+                    c.members.iter().take(SHOWN).map(usize::to_string).collect();
+                if c.members.len() > SHOWN {
+                    pids.push(format!("... ({} in all)", c.members.len()));
                 }
+                format!("in the group of pids {}", pids.join(", "))
             }
+            None => format!("in group {comm:016x}"),
+        }
+    }
+
+    /// Notes that this process no longer uses group `comm`.
+    pub(crate) fn leave_comm(&mut self, comm: u64) {
+        self.comms.remove(&comm);
+    }
+
+    /// Notes that operation `seq` of group `comm` has started here.
+    pub(crate) fn started(&mut self, comm: u64, seq: u64) {
+        if let Some(c) = self.comms.get_mut(&comm) {
+            c.next_seq = c.next_seq.max(seq + 1);
+            c.thread = Some(std::thread::current().id());
+        }
+    }
+
+    /// The error for a failed port-library call.
+    pub(crate) fn ipl_error(&self, ctx: &Ctx, what: String, e: ipl::Error) -> Error {
+        match e {
+            ipl::Error::NodeDied(_) | ipl::Error::NodeLeft(_) => {
+                // Name the peer that went first, as `check` does: this one may only have
+                // followed it.
+                let gone = self.mesh.check().err().unwrap_or_else(|| {
+                    let (n, died) = match e {
+                        ipl::Error::NodeDied(n) => (n, true),
+                        ipl::Error::NodeLeft(n) => (n, false),
+                        _ => unreachable!("matched above"),
+                    };
+                    let d = Departure { node: n, died };
+                    MeshError::Departed {
+                        peer: d.clone(),
+                        first: d,
+                    }
+                });
+                self.mesh_error(ctx, what, gone)
+            }
+            source => Error::Ipl {
+                pid: self.pid,
+                superstep: ctx.superstep,
+                what,
+                source: Box::new(source),
+            },
+        }
+    }
+
+    fn mesh_error(&self, ctx: &Ctx, what: String, e: MeshError) -> Error {
+        mesh_error(self.pid, ctx.superstep, &what, &ctx.during(), e)
+    }
+
+    /// The send port to `d` on `lane`, connected on first use.
+    fn link(&mut self, d: usize, lane: Lane, ctx: &Ctx) -> Result<&Link> {
+        let i = match lane {
+            Lane::Control => 0,
+            Lane::Data => 1,
         };
-        // Name the peer that went first, as `check` does: this one may only have followed it.
-        let (n, died) = self.departed.first().cloned().unwrap_or((n, died));
-        Error::PeerGone {
-            pid: self.pid,
-            superstep: ctx.superstep,
-            peer: n.rank() as usize,
-            node: n.to_string(),
-            died,
-            during: ctx.during(),
+        if self.links[d][i].is_none() {
+            let link = self
+                .mesh
+                .link(&self.nodes[d], lane)
+                .map_err(|e| self.mesh_error(ctx, format!("connecting to pid {d}"), e))?;
+            tracing::debug!(pid = self.pid, to = d, ?lane, "connected");
+            self.links[d][i] = Some(link);
         }
+        Ok(self.links[d][i].as_ref().expect("set above"))
     }
 
-    /// The error for a failed connect or send to `d`. A peer on its way out may break the
-    /// connection before the pool reports its departure; give the pool a few wait slices to
-    /// say so, and then name the departure rather than the broken connection.
-    fn peer_error(&mut self, d: usize, ctx: &Ctx, what: String, e: ipl::Error) -> Error {
-        if matches!(e, ipl::Error::NodeDied(_) | ipl::Error::NodeLeft(_)) {
-            return self.ipl_error(ctx, what, e);
-        }
-        let deadline = Instant::now() + self.opts.wait_slice * 4;
-        loop {
-            self.note_departures();
-            if self.departed.iter().any(|(n, _)| n.rank() as usize == d) {
-                // As in `check`: name the peer that went first, which `d` may only have
-                // followed (it failed because of that departure and left in turn).
-                let (n, died) = &self.departed[0];
-                return Error::PeerGone {
-                    pid: self.pid,
-                    superstep: ctx.superstep,
-                    peer: n.rank() as usize,
-                    node: n.to_string(),
-                    died: *died,
-                    during: ctx.during(),
-                };
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return self.ipl_error(ctx, what, e);
-            }
-            match self.events.recv_timeout(left) {
-                Ok(ev) => self.note_event(ev),
-                Err(_) => return self.ipl_error(ctx, what, e),
-            }
-        }
-    }
-
-    fn note_event(&mut self, ev: ipl::PoolEvent) {
-        match ev {
-            ipl::PoolEvent::Died(n) => self.departed.push((n, true)),
-            ipl::PoolEvent::Left(n) => self.departed.push((n, false)),
-            _ => {}
-        }
-    }
-
-    /// Records the departures the pool has reported so far, in order.
-    fn note_departures(&mut self) {
-        while let Ok(ev) = self.events.try_recv() {
-            self.note_event(ev);
-        }
-    }
-
-    fn connect(&mut self, d: usize, data: bool, ctx: &Ctx) -> Result<()> {
-        let slot = if data {
-            &self.data_tx[d]
-        } else {
-            &self.control_tx[d]
-        };
-        if slot.is_some() {
-            return Ok(());
-        }
-        let (ty, name) = if data {
-            (self.data_ty, DATA_PORT)
-        } else {
-            (self.control_ty, CONTROL_PORT)
-        };
-        let what = || format!("connecting to pid {d}'s {name} port");
-        let sp = self
-            .ibis
-            .send_port(&ty)
-            .map_err(|e| self.ipl_error(ctx, what(), e))?;
-        if let Err(e) = sp.connect(&self.nodes[d], name) {
-            return Err(self.peer_error(d, ctx, what(), e));
-        }
-        tracing::debug!(pid = self.pid, to = d, port = name, "connected");
-        if data {
-            self.data_tx[d] = Some(sp);
-        } else {
-            self.control_tx[d] = Some(sp);
-        }
-        Ok(())
+    /// The error for a failed send to `d`: a peer on its way out may break the connection
+    /// before the pool reports its departure, and then the departure is named, not the broken
+    /// connection (see [`Mesh::send_error`]).
+    fn send_error(&self, d: usize, ctx: &Ctx, what: String, e: ipl::Error) -> Error {
+        let e = self.mesh.send_error(&self.nodes[d], what.clone(), e);
+        self.mesh_error(ctx, what, e)
     }
 
     /// Sends a round message of an operation to `d`: on the control connection when small,
@@ -470,25 +504,26 @@ impl Net {
         if !small {
             hdr.flags |= FLAG_NOTICE;
         }
-        self.connect(d, false, ctx)?;
-        self.scratch.clear();
-        hdr.encode(&mut self.scratch);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        hdr.encode(&mut scratch);
         if small {
-            self.scratch.extend_from_slice(payload);
+            scratch.extend_from_slice(payload);
         }
-        let port = self.control_tx[d].as_ref().expect("connected above");
-        let mut w = port.message();
-        w.write_bytes(&self.scratch);
-        let sent = w.finish();
-        if let Err(e) = sent {
-            return Err(self.peer_error(d, ctx, format!("sending to pid {d}"), e));
+        let sent = self.link(d, Lane::Control, ctx).map(|port| {
+            let mut w = port.message();
+            w.write_bytes(&scratch);
+            w.finish()
+        });
+        self.scratch = scratch;
+        if let Err(e) = sent? {
+            return Err(self.send_error(d, ctx, format!("sending to pid {d}"), e));
         }
         self.stats.round_messages += 1;
         if small {
             self.stats.bytes_sent += payload.len() as u64;
             return Ok(());
         }
-        self.connect(d, true, ctx)?;
         let mut head = Vec::with_capacity(HEADER_LEN);
         Header {
             kind: KIND_BULK,
@@ -496,13 +531,12 @@ impl Net {
             ..hdr
         }
         .encode(&mut head);
-        let port = self.data_tx[d].as_ref().expect("connected above");
+        let port = self.link(d, Lane::Data, ctx)?;
         let mut w = port.message();
         w.write_bytes(&head);
         w.write_bytes(payload);
-        let sent = w.finish();
-        if let Err(e) = sent {
-            return Err(self.peer_error(d, ctx, format!("sending to pid {d}"), e));
+        if let Err(e) = w.finish() {
+            return Err(self.send_error(d, ctx, format!("sending to pid {d}"), e));
         }
         self.stats.bytes_sent += payload.len() as u64;
         self.stats.bulk_payloads += 1;
@@ -515,6 +549,7 @@ impl Net {
     pub(crate) fn send_data(
         &mut self,
         d: usize,
+        comm: u64,
         superstep: u64,
         part: u32,
         ob: &crate::outbox::Outbox,
@@ -529,18 +564,18 @@ impl Net {
             round: part,
             epoch: superstep,
             aux: ob.packets.len() as u64,
+            comm,
         }
         .encode(&mut head);
         head.extend(ob.slices.iter().map(|s| s.code()));
         let bytes = ob.bytes();
         let via_control = !early && head.len() + bytes <= self.opts.small_message;
-        self.connect(d, !via_control, ctx)?;
-        let port = if via_control {
-            self.control_tx[d].as_ref()
+        let lane = if via_control {
+            Lane::Control
         } else {
-            self.data_tx[d].as_ref()
-        }
-        .expect("connected above");
+            Lane::Data
+        };
+        let port = self.link(d, lane, ctx)?;
         let mut w = port.message();
         w.write_bytes(&head);
         w.write_bytes(&ob.packets);
@@ -548,9 +583,8 @@ impl Net {
         for s in &ob.slices {
             s.write_to(&mut w);
         }
-        let sent = w.finish();
-        if let Err(e) = sent {
-            return Err(self.peer_error(d, ctx, format!("sending data to pid {d}"), e));
+        if let Err(e) = w.finish() {
+            return Err(self.send_error(d, ctx, format!("sending data to pid {d}"), e));
         }
         self.stats.data_messages += 1;
         self.stats.bytes_sent += bytes as u64;
@@ -571,13 +605,18 @@ impl Net {
                     return Err(self.decode_error(
                         ctx,
                         src,
-                        format!("round {} of operation #{} arrived twice", key.1, key.0),
+                        format!(
+                            "round {} of operation #{} {} arrived twice",
+                            key.2,
+                            key.1,
+                            self.describe(key.0)
+                        ),
                     ));
                 }
             }
-            Ok(Parsed::Data { superstep, part }) => {
+            Ok(Parsed::Data { step, part }) => {
                 let mut mail = self.shared.mail.lock();
-                let st = mail.steps.entry(superstep).or_default();
+                let st = mail.steps.entry(step).or_default();
                 st.parts.push(part);
                 st.via_control += 1;
             }
@@ -620,34 +659,31 @@ impl Net {
                 });
             }
         }
-        let (n, died) = match self.ibis.pool().check_alive(&self.nodes) {
+        // The mesh names the peer that went first: the others may only have followed it.
+        let first = match self.mesh.check() {
             Ok(()) => return Ok(()),
-            Err(ipl::Error::NodeDied(n)) => (n, true),
-            Err(ipl::Error::NodeLeft(n)) => (n, false),
-            Err(e) => return Err(self.ipl_error(ctx, "checking the pool".into(), e)),
+            Err(MeshError::Departed { first, .. }) => first,
+            Err(e) => return Err(self.mesh_error(ctx, "checking the pool".into(), e)),
         };
-        // Name the peer that went first: the others may only have followed it.
-        self.note_departures();
-        let (n, died) = self.departed.first().cloned().unwrap_or((n, died));
         match &w.gone {
             None => {
-                let grace = if died {
+                let grace = if first.died {
                     self.opts.wait_slice * 2
                 } else {
                     self.opts.departure_grace
                 };
-                tracing::debug!(pid = self.pid, peer = %n, died, "peer gone; waiting {grace:?} for what it sent");
-                w.gone = Some((n, died, now + grace));
+                tracing::debug!(pid = self.pid, peer = %first.node, died = first.died, "peer gone; waiting {grace:?} for what it sent");
+                w.gone = Some((first, now + grace));
                 Ok(())
             }
-            Some((n, died, deadline)) if now >= *deadline => Err(Error::PeerGone {
-                pid: self.pid,
-                superstep: ctx.superstep,
-                peer: n.rank() as usize,
-                node: n.to_string(),
-                died: *died,
-                during: ctx.during(),
-            }),
+            Some((first, deadline)) if now >= *deadline => Err(self.mesh_error(
+                ctx,
+                "waiting".into(),
+                MeshError::Departed {
+                    peer: first.clone(),
+                    first: first.clone(),
+                },
+            )),
             Some(_) => Ok(()),
         }
     }
@@ -657,7 +693,7 @@ impl Net {
     /// can then run and answer); after that it blocks for at most one wait slice.
     fn pump(&mut self, w: &mut Watch, ctx: &Ctx) -> Result<()> {
         if w.started.elapsed() < POLL_PHASE {
-            return match self.control_rx.poll() {
+            return match self.control().poll() {
                 Ok(Some(m)) => self.file(m, ctx),
                 Ok(None) => {
                     std::thread::yield_now();
@@ -666,7 +702,7 @@ impl Net {
                 Err(e) => Err(self.ipl_error(ctx, "receiving on the control port".into(), e)),
             };
         }
-        match self.control_rx.receive_timeout(self.opts.wait_slice) {
+        match self.control().receive_timeout(self.opts.wait_slice) {
             Ok(m) => {
                 self.file(m, ctx)?;
                 if w.last_check.elapsed() >= self.opts.wait_slice {
@@ -679,83 +715,125 @@ impl Net {
         }
     }
 
-    /// Waits for round `round` of operation `seq` (an `op`) from `src`, and its bulk payload if
-    /// it has one. A message of another operation with the same sequence number means the
-    /// processes called different operations: an error rather than a wait that cannot end.
-    pub(crate) fn recv_round(
+    /// One step of waiting for round `round` of operation `seq` (an `op`) of group `comm` from
+    /// `src`, and its bulk payload if it has one: the message, or `None` after at most one wait
+    /// slice. Two cases of a wait that cannot end are errors instead: a message of another
+    /// operation with the same sequence number (the processes called different operations),
+    /// and a message of `src` that shows it waiting in another group for this process (see
+    /// [`Net::crossed`]).
+    pub(crate) fn recv_round_step(
         &mut self,
-        src: usize,
-        seq: u64,
-        round: u32,
-        op: u8,
+        wait: &mut RoundWait,
         ctx: &Ctx,
-    ) -> Result<Msg> {
-        let key = (seq, round, src as u32);
-        let mut w = Watch::new();
-        let msg = loop {
-            if let Some(m) = self.stash.remove(&key) {
-                break m;
+    ) -> Result<Option<Msg>> {
+        let key = wait.key;
+        let (comm, seq, src, op) = (key.0, key.1, key.3 as usize, wait.op);
+        if wait.notice.is_none() {
+            let Some(msg) = self.stash.remove(&key) else {
+                // Get replies belong to the sync whose sequence number they carry.
+                let family = |o: u8| if o == op::GET_REPLY { op::SYNC } else { o };
+                if let Some((k, m)) = self
+                    .stash
+                    .iter()
+                    .find(|(k, m)| k.0 == comm && k.1 == seq && family(m.hdr.op) != family(op))
+                {
+                    return Err(Error::CollectiveMismatch {
+                        pid: self.pid,
+                        seq,
+                        mine: format!("{} {}", op::name(op), self.describe(comm)),
+                        peer: k.3 as usize,
+                        theirs: format!("called {}", op::name(m.hdr.op)),
+                    });
+                }
+                if let Some(e) = self.crossed(src, comm, seq, op) {
+                    return Err(e);
+                }
+                self.pump(&mut wait.w, ctx)?;
+                return Ok(None);
+            };
+            if msg.hdr.flags & FLAG_NOTICE == 0 {
+                return Ok(Some(msg));
             }
-            // Get replies belong to the sync whose sequence number they carry.
-            let family = |o: u8| if o == op::GET_REPLY { op::SYNC } else { o };
-            if let Some((k, m)) = self
-                .stash
-                .iter()
-                .find(|(k, m)| k.0 == seq && family(m.hdr.op) != family(op))
-            {
-                return Err(Error::CollectiveMismatch {
-                    pid: self.pid,
-                    seq,
-                    mine: op::name(op).to_string(),
-                    peer: k.2 as usize,
-                    theirs: format!("called {}", op::name(m.hdr.op)),
-                });
-            }
-            self.pump(&mut w, ctx)?;
-        };
-        if msg.hdr.flags & FLAG_NOTICE == 0 {
-            return Ok(msg);
+            wait.notice = Some(msg);
         }
-        let bulk = self.wait_mail(&mut w, ctx, |m| m.bulk.remove(&key))?;
-        if bulk.hdr.op != msg.hdr.op {
+        let Some(bulk) = self.mail_step(&mut wait.w, ctx, |m| m.bulk.remove(&key))? else {
+            return Ok(None);
+        };
+        let notice = wait.notice.take().expect("checked above");
+        if bulk.hdr.op != notice.hdr.op {
             return Err(self.decode_error(ctx, src, "bulk payload of another operation".into()));
         }
-        Ok(bulk)
+        Ok(Some(bulk))
     }
 
-    /// Waits until `f` finds what it looks for in the data mailbox.
-    fn wait_mail<R>(
+    /// While this process waits for `src` in operation `seq` of group `comm`: whether `src`
+    /// has started an operation of another group of this process that this process has not
+    /// started yet, and that cannot end without this process (every process contributes to
+    /// its result). Then neither can go on: `src` reaches operation `seq` of `comm` only after
+    /// that one, which waits for this process, which waits for `src`. That holds when this
+    /// thread is the one that would start it; a group whose operations come from another
+    /// thread (or have not started yet) may go on there.
+    fn crossed(&self, src: usize, comm: u64, seq: u64, op: u8) -> Option<Error> {
+        let here = std::thread::current().id();
+        let (k, m) = self.stash.iter().find(|(k, m)| {
+            k.3 as usize == src
+                && k.0 != comm
+                && op::needs_everyone(m.hdr.op)
+                && self
+                    .comms
+                    .get(&k.0)
+                    .is_some_and(|c| k.1 == c.next_seq && c.thread == Some(here))
+        })?;
+        Some(Error::CollectiveMismatch {
+            pid: self.pid,
+            seq,
+            mine: format!("{} {}", op::name(op), self.describe(comm)),
+            peer: src,
+            theirs: format!(
+                "called {} {} (operation #{}) first, which cannot end without this process",
+                op::name(m.hdr.op),
+                self.describe(k.0),
+                k.1
+            ),
+        })
+    }
+
+    /// One step of waiting until `f` finds what it looks for in the data mailbox: for the
+    /// first [`MAIL_SPIN`] of the wait it looks and yields, then it sleeps until mail arrives,
+    /// for at most what is left of the wait slice.
+    fn mail_step<R>(
         &mut self,
         w: &mut Watch,
         ctx: &Ctx,
         mut f: impl FnMut(&mut Mail) -> Option<R>,
-    ) -> Result<R> {
-        let spin_until = Instant::now() + MAIL_SPIN;
-        loop {
-            {
-                let mut mail = self.shared.mail.lock();
-                if let Some(r) = f(&mut mail) {
-                    return Ok(r);
-                }
-                if Instant::now() >= spin_until {
-                    let slice = self
-                        .opts
-                        .wait_slice
-                        .saturating_sub(w.last_check.elapsed())
-                        .max(Duration::from_millis(1));
-                    self.shared.arrived.wait_for(&mut mail, slice);
-                    if let Some(r) = f(&mut mail) {
-                        return Ok(r);
-                    }
-                } else {
-                    drop(mail);
-                    std::hint::spin_loop();
-                }
+    ) -> Result<Option<R>> {
+        let since = *w.mail_since.get_or_insert_with(Instant::now);
+        {
+            let mut mail = self.shared.mail.lock();
+            if let Some(r) = f(&mut mail) {
+                w.mail_since = None;
+                return Ok(Some(r));
             }
-            if w.last_check.elapsed() >= self.opts.wait_slice {
-                self.check(w, ctx)?;
+            if since.elapsed() >= MAIL_SPIN {
+                let slice = self
+                    .opts
+                    .wait_slice
+                    .saturating_sub(w.last_check.elapsed())
+                    .max(Duration::from_millis(1));
+                self.shared.arrived.wait_for(&mut mail, slice);
+                if let Some(r) = f(&mut mail) {
+                    w.mail_since = None;
+                    return Ok(Some(r));
+                }
+            } else {
+                drop(mail);
+                std::thread::yield_now();
             }
         }
+        if w.last_check.elapsed() >= self.opts.wait_slice {
+            self.check(w, ctx)?;
+        }
+        Ok(None)
     }
 
     /// Keeps the packet buffers of a superstep that was read, for the messages of later ones
@@ -767,37 +845,61 @@ impl Net {
         }
     }
 
-    /// Waits until the data of `superstep` is complete: `via_control` messages on the control
-    /// connection and `via_data` on the data connection. Returns the messages.
-    pub(crate) fn wait_step(
+    /// One step of waiting until the data of a superstep is complete: `via_control` messages
+    /// on the control connection and `via_data` on the data connection. Returns the messages,
+    /// or `None` after at most one wait slice.
+    pub(crate) fn superstep_step(
         &mut self,
-        superstep: u64,
-        via_control: u32,
-        via_data: u32,
+        wait: &mut StepWait,
         ctx: &Ctx,
-    ) -> Result<Vec<InPart>> {
-        let mut w = Watch::new();
-        loop {
-            let have = {
-                let mail = self.shared.mail.lock();
-                mail.steps.get(&superstep).map_or(0, |s| s.via_control)
-            };
-            if have >= via_control {
-                break;
-            }
-            self.pump(&mut w, ctx)?;
+    ) -> Result<Option<Vec<InPart>>> {
+        let step = wait.step;
+        let have = {
+            let mail = self.shared.mail.lock();
+            mail.steps.get(&step).map_or(0, |s| s.via_control)
+        };
+        if have < wait.via_control {
+            self.pump(&mut wait.w, ctx)?;
+            return Ok(None);
         }
-        self.wait_mail(&mut w, ctx, |m| {
+        let via_data = wait.via_data;
+        self.mail_step(&mut wait.w, ctx, |m| {
             let done = m
                 .steps
-                .get(&superstep)
+                .get(&step)
                 .map_or(via_data == 0, |s| s.via_data >= via_data);
-            done.then(|| {
-                m.steps
-                    .remove(&superstep)
-                    .map(|s| s.parts)
-                    .unwrap_or_default()
-            })
+            done.then(|| m.steps.remove(&step).map(|s| s.parts).unwrap_or_default())
         })
+    }
+}
+
+impl Net {
+    /// The control port, which this process reads itself.
+    fn control(&self) -> &ipl::ReceivePort {
+        self.mesh
+            .control_port()
+            .expect("the mesh is built without a control handler")
+    }
+}
+
+/// The layer's error for an error of the mesh: a departure names the process that went
+/// first.
+fn mesh_error(pid: usize, superstep: u64, what: &str, during: &str, e: MeshError) -> Error {
+    match e {
+        MeshError::Departed { first, .. } => Error::PeerGone {
+            pid,
+            superstep,
+            peer: first.node.rank() as usize,
+            node: first.node.to_string(),
+            died: first.died,
+            during: during.to_string(),
+        },
+        MeshError::Ipl { source, .. } => Error::Ipl {
+            pid,
+            superstep,
+            what: what.to_string(),
+            source,
+        },
+        e => Error::Config(format!("pid {pid}: {what}: {e}")),
     }
 }

@@ -166,16 +166,6 @@ impl<T: Number> Op<T> {
         }
     }
 
-    pub(crate) fn name(&self) -> &'static str {
-        match self {
-            Op::Sum => "sum",
-            Op::Prod => "product",
-            Op::Min => "min",
-            Op::Max => "max",
-            Op::Custom(_) => "a user function",
-        }
-    }
-
     pub(crate) fn code(&self) -> u8 {
         match self {
             Op::Sum => 1,

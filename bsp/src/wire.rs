@@ -1,6 +1,6 @@
 //! What the layer's messages look like.
 //!
-//! Every message starts with one byte-buffer item holding a 24-byte [`Header`] (in the sender's
+//! Every message starts with one byte-buffer item holding a 32-byte [`Header`] (in the sender's
 //! byte order, marked by its first byte) and, for small control messages, the payload. Data
 //! messages (the combined packets of one superstep for one destination) list the number types
 //! of their large slices after the header and follow with two byte buffers, the packet stream
@@ -17,7 +17,7 @@
 //! The remote-memory stream holds [`PUT`] and [`GET`] entries.
 
 /// Bytes of a header.
-pub(crate) const HEADER_LEN: usize = 24;
+pub(crate) const HEADER_LEN: usize = 32;
 
 /// Byte-order marker of this machine.
 const MARK: u8 = if cfg!(target_endian = "big") {
@@ -35,6 +35,8 @@ pub(crate) const KIND_BULK: u8 = 3;
 pub(crate) const FLAG_NOTICE: u8 = 1;
 /// The payload was produced on a big-endian machine.
 pub(crate) const FLAG_BIG: u8 = 2;
+/// The operation failed at its source (e.g. a root without values): no payload follows.
+pub(crate) const FLAG_FAILED: u8 = 4;
 
 /// Packet stream entries.
 pub(crate) const WIDE_PACKET: u8 = 0x01;
@@ -76,6 +78,8 @@ pub(crate) struct Header {
     /// Kind-specific: for data messages the length of the packet stream; for round messages a
     /// signature of the operation's arguments.
     pub aux: u64,
+    /// The group the message belongs to (0: the whole machine; see `Bsp::split`).
+    pub comm: u64,
 }
 
 impl Header {
@@ -84,6 +88,7 @@ impl Header {
         out.extend_from_slice(&self.round.to_ne_bytes());
         out.extend_from_slice(&self.epoch.to_ne_bytes());
         out.extend_from_slice(&self.aux.to_ne_bytes());
+        out.extend_from_slice(&self.comm.to_ne_bytes());
     }
 
     pub(crate) fn decode(b: &[u8]) -> Result<Header, String> {
@@ -118,6 +123,7 @@ impl Header {
             round: u32_at(4),
             epoch: u64_at(8),
             aux: u64_at(16),
+            comm: u64_at(24),
         })
     }
 }
@@ -221,6 +227,7 @@ mod tests {
             round: 0x0102_0304,
             epoch: 0x1122_3344_5566_7788,
             aux: 42,
+            comm: 0x0a0b_0c0d_0e0f_1011,
         };
         let mut b = Vec::new();
         h.encode(&mut b);
@@ -232,6 +239,7 @@ mod tests {
         other[4..8].reverse();
         other[8..16].reverse();
         other[16..24].reverse();
+        other[24..32].reverse();
         assert_eq!(Header::decode(&other).unwrap(), h);
         assert!(Header::decode(&b[..10]).is_err());
         b[0] = 0;

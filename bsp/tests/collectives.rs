@@ -12,13 +12,14 @@ fn input(pid: usize) -> f64 {
     0.1 * (pid as f64 + 1.0) + 1e-17 * pid as f64
 }
 
-const SHAPES: [(Net, usize); 6] = [
+const SHAPES: [(Net, usize); 7] = [
     (Net::Local, 1),
     (Net::Local, 2),
     (Net::Local, 3),
     (Net::Local, 5),
     (Net::Local, 8),
     (Net::Tcp, 3),
+    (Net::Shm, 3),
 ];
 
 #[test]
@@ -168,7 +169,7 @@ fn collectives_do_not_end_the_superstep() {
 
 #[test]
 fn large_collective_payloads_take_the_data_connection() {
-    for net in [Net::Local, Net::Tcp] {
+    for net in [Net::Local, Net::Tcp, Net::Shm] {
         run(net, 3, |bsp| {
             let me = bsp.pid();
             let mut v: Vec<f64> = (0..200_000).map(|i| (i % 7) as f64 + me as f64).collect();
@@ -226,4 +227,67 @@ fn mismatched_collectives_are_errors_not_hangs() {
     assert!(matches!(e, Error::CollectiveMismatch { .. }), "{e}");
     let text = e.to_string();
     assert!(text.contains("sum") && text.contains("max"), "{text}");
+}
+
+#[test]
+fn every_collective_matches_a_sequential_computation_for_small_inputs() {
+    for (net, p) in SHAPES {
+        run(net, p, |bsp| common::checks::collectives(bsp, 3));
+    }
+}
+
+#[test]
+fn every_collective_matches_a_sequential_computation_for_1_mb_inputs() {
+    for (net, p) in SHAPES {
+        // 2^17 numbers of 8 bytes per process.
+        run(net, p, |bsp| common::checks::collectives(bsp, 1 << 17));
+    }
+}
+
+#[test]
+fn a_root_with_nothing_to_scatter_fails_the_scatter_on_every_process() {
+    for bad in [None, Some(vec![7u32; 5])] {
+        let errors = run(Net::Local, 3, move |bsp| {
+            let mine = if bsp.pid() == 1 { bad.clone() } else { None };
+            let e = match bsp.scatter_slice(1, mine.as_deref()) {
+                Ok(v) => panic!("pid {} got {v:?}", bsp.pid()),
+                Err(e) => e.to_string(),
+            };
+            // Every process is still in step: the next collective works.
+            assert_eq!(bsp.all_reduce(1u8, Op::Sum)?, 3);
+            Ok(e)
+        });
+        assert!(
+            errors[1].contains("scatter_slice") && errors[1].contains("pid 1"),
+            "{errors:?}"
+        );
+        for e in [&errors[0], &errors[2]] {
+            assert!(
+                e.contains("the root (pid 1) had nothing to scatter"),
+                "{errors:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_root_with_nothing_to_broadcast_fails_the_broadcast_on_every_process() {
+    for net in [Net::Local, Net::Tcp] {
+        let errors = run(net, 5, |bsp| {
+            let e = match bsp.broadcast::<u32>(2, None) {
+                Ok(v) => panic!("pid {} got {v}", bsp.pid()),
+                Err(e) => e.to_string(),
+            };
+            // Every process is still in step: the next collective works.
+            assert_eq!(bsp.all_reduce(1u8, Op::Sum)?, 5);
+            Ok(e)
+        });
+        assert!(errors[2].contains("must pass Some(value)"), "{errors:?}");
+        for (pid, e) in errors.iter().enumerate().filter(|(pid, _)| *pid != 2) {
+            assert!(
+                e.contains("the root (pid 2) had no value to send"),
+                "pid {pid}: {errors:?}"
+            );
+        }
+    }
 }

@@ -7,7 +7,12 @@ use common::{run, try_run, Net, NETS};
 
 #[test]
 fn puts_land_at_the_end_of_the_superstep_and_gets_read_before_them() {
-    for (net, p) in [(Net::Local, 4), (Net::Local, 3), (Net::Tcp, 3)] {
+    for (net, p) in [
+        (Net::Local, 4),
+        (Net::Local, 3),
+        (Net::Tcp, 3),
+        (Net::Shm, 3),
+    ] {
         run(net, p, |bsp| {
             let (me, p) = (bsp.pid(), bsp.nprocs());
             let n = 4 * p;

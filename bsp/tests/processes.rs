@@ -51,6 +51,12 @@ fn child_process_entry() {
             common::program::program(&mut bsp).expect("the program");
             println!("\nprogram-ok {}", bsp.pid());
         }
+        "checks" => {
+            common::checks::collectives(&mut bsp, 3).expect("small collectives");
+            common::checks::collectives(&mut bsp, 1 << 17).expect("1 MB collectives");
+            common::checks::groups(&mut bsp).expect("groups");
+            println!("\nprogram-ok {}", bsp.pid());
+        }
         // Supersteps until one fails; report how.
         "sync-loop" => loop {
             let r = bsp.sync().and_then(|()| bsp.all_reduce(1u32, bsp::Op::Sum));
@@ -117,12 +123,12 @@ fn wait_exit(child: &mut Reaped, limit: Duration) -> i32 {
     }
 }
 
-fn run_program(size: u32) {
+fn run_program(role: &str, size: u32) {
     let registry = RegistryServer::start("127.0.0.1:0", "bsp-processes").unwrap();
     let pool = format!("bsp-proc-{}-{size}", std::process::id());
     let (tx, rx) = mpsc::channel();
     let mut children: Vec<Reaped> = (0..size)
-        .map(|rank| child("program", &registry, &pool, size, rank, tx.clone()))
+        .map(|rank| child(role, &registry, &pool, size, rank, tx.clone()))
         .collect();
     drop(tx);
     let mut ok = vec![false; size as usize];
@@ -145,7 +151,7 @@ fn two_processes_run_the_checking_program() {
     if role().is_some() {
         return;
     }
-    run_program(2);
+    run_program("program", 2);
 }
 
 #[test]
@@ -153,7 +159,15 @@ fn four_processes_run_the_checking_program() {
     if role().is_some() {
         return;
     }
-    run_program(4);
+    run_program("program", 4);
+}
+
+#[test]
+fn three_processes_run_every_collective_and_group_small_and_large() {
+    if role().is_some() {
+        return;
+    }
+    run_program("checks", 3);
 }
 
 #[test]

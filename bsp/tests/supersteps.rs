@@ -44,6 +44,7 @@ fn the_checking_program_passes_on_threads_over_both_drivers() {
         (Net::Local, 2),
         (Net::Local, 4),
         (Net::Tcp, 3),
+        (Net::Shm, 3),
     ] {
         run(net, p, common::program::program);
     }
@@ -51,7 +52,12 @@ fn the_checking_program_passes_on_threads_over_both_drivers() {
 
 #[test]
 fn packets_arrive_exactly_once_and_in_order_per_source() {
-    for (net, p) in [(Net::Local, 4), (Net::Local, 3), (Net::Tcp, 3)] {
+    for (net, p) in [
+        (Net::Local, 4),
+        (Net::Local, 3),
+        (Net::Tcp, 3),
+        (Net::Shm, 3),
+    ] {
         run(net, p, move |bsp| {
             let (me, p) = (bsp.pid(), bsp.nprocs());
             for step in 0..4u64 {
@@ -191,7 +197,12 @@ fn supersteps_mix_packet_types_and_slices() {
 
 #[test]
 fn empty_supersteps_cost_log_p_round_messages_and_nothing_else() {
-    for (net, p, rounds) in [(Net::Local, 4, 2), (Net::Local, 8, 3), (Net::Tcp, 2, 1)] {
+    for (net, p, rounds) in [
+        (Net::Local, 4, 2),
+        (Net::Local, 8, 3),
+        (Net::Tcp, 2, 1),
+        (Net::Shm, 2, 1),
+    ] {
         let stats = run(net, p, move |bsp| {
             for s in 0..25 {
                 assert_eq!(bsp.superstep(), s);
@@ -294,19 +305,21 @@ fn the_memory_budget_sends_early_without_changing_what_is_read() {
 
 #[test]
 fn large_transfers_both_ways_do_not_block_each_other() {
-    // Well over what socket buffers hold, sent by both sides at once.
-    run(Net::Tcp, 2, |bsp| {
-        let other = 1 - bsp.pid();
-        let v: Vec<f64> = (0..3_000_000).map(|i| i as f64).collect();
-        bsp.send_vec(other, v)?;
-        bsp.send_slice(other, &[1.0f64; 100_000])?;
-        bsp.sync()?;
-        let (_, got) = bsp.recv_slice::<f64>()?.unwrap();
-        assert_eq!(got.len(), 3_000_000);
-        assert_eq!(got[2_999_999], 2_999_999.0);
-        assert_eq!(bsp.recv_slice::<f64>()?.unwrap().1.len(), 100_000);
-        Ok(())
-    });
+    // Well over what socket buffers (and shared-memory rings) hold, sent by both sides at once.
+    for net in [Net::Tcp, Net::Shm] {
+        run(net, 2, |bsp| {
+            let other = 1 - bsp.pid();
+            let v: Vec<f64> = (0..3_000_000).map(|i| i as f64).collect();
+            bsp.send_vec(other, v)?;
+            bsp.send_slice(other, &[1.0f64; 100_000])?;
+            bsp.sync()?;
+            let (_, got) = bsp.recv_slice::<f64>()?.unwrap();
+            assert_eq!(got.len(), 3_000_000);
+            assert_eq!(got[2_999_999], 2_999_999.0);
+            assert_eq!(bsp.recv_slice::<f64>()?.unwrap().1.len(), 100_000);
+            Ok(())
+        });
+    }
 }
 
 #[test]

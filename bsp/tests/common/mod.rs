@@ -1,6 +1,7 @@
-//! Running a BSP program on P threads, over the in-process driver or over tcp, with a time bound.
+//! Running a BSP program on P threads, over the in-process driver, tcp or shm, with a time bound.
 #![allow(dead_code)]
 
+pub mod checks;
 pub mod program;
 
 use bsp::{Bsp, Options};
@@ -19,9 +20,11 @@ pub enum Net {
     Local,
     /// Threads over ipl's tcp driver, with an in-process registry.
     Tcp,
+    /// Threads over ipl's shared-memory driver, with an in-process registry.
+    Shm,
 }
 
-pub const NETS: [Net; 2] = [Net::Local, Net::Tcp];
+pub const NETS: [Net; 3] = [Net::Local, Net::Tcp, Net::Shm];
 
 fn unique(name: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
@@ -51,7 +54,8 @@ where
     std::thread::spawn(move || {
         let r = match net {
             Net::Local => bsp::run_local_with(p, opts, f),
-            Net::Tcp => run_tcp(p, opts, f),
+            Net::Tcp => run_pool(ipl::Driver::Tcp, p, opts, f),
+            Net::Shm => run_pool(ipl::Driver::Shm, p, opts, f),
         };
         let _ = tx.send(r);
     });
@@ -68,8 +72,8 @@ where
     try_run(net, p, opts(), f).unwrap_or_else(|e| panic!("{p} processes over {net:?}: {e}"))
 }
 
-/// `p` threads, each a node of a tcp pool whose registry runs in this process.
-fn run_tcp<T, F>(p: usize, opts: Options, f: F) -> bsp::Result<Vec<T>>
+/// `p` threads, each a node of a pool over `driver` whose registry runs in this process.
+fn run_pool<T, F>(driver: ipl::Driver, p: usize, opts: Options, f: F) -> bsp::Result<Vec<T>>
 where
     T: Send + 'static,
     F: Fn(&mut Bsp) -> bsp::Result<T> + Send + Sync + 'static,
@@ -81,6 +85,7 @@ where
     let handles: Vec<_> = (0..p)
         .map(|rank| {
             let mut cfg = Config::tcp(&pool, p as u32, registry.address().to_string(), secret);
+            cfg.driver = driver;
             cfg.rank = Some(rank as u32);
             cfg.join_timeout = Duration::from_secs(30);
             let (f, opts) = (f.clone(), opts.clone());

@@ -1,0 +1,68 @@
+//! Built with the `mpi` feature and started by `mpirun` with `IPL_DRIVER=mpi`, bsp-bench
+//! measures an empty superstep of bsp over ipl's mpi driver next to `MPI_Barrier` in the same
+//! processes: the same MPI library, transport and thread level (`MPI_THREAD_MULTIPLE`, which
+//! ipl needs), the barrier on a duplicate of the world communicator. Each round times
+//! `--iters` back-to-back supersteps and as many barriers, `--reps` times each (median), and
+//! alternates the two; the ratio is the median of per-round ratios. Pid 0 prints.
+//!
+//! `mpirun -n 2 --mca btl vader,self -x IPL_DRIVER=mpi target/release/bsp-bench`
+
+use crate::{median, Args};
+use ::mpi::traits::*;
+use std::time::Instant;
+
+/// Microseconds per call of `f` over `iters` calls, the median of `reps` timings.
+fn per_call(
+    iters: usize,
+    reps: usize,
+    mut f: impl FnMut() -> Result<(), String>,
+) -> Result<f64, String> {
+    let mut v = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t = Instant::now();
+        for _ in 0..iters {
+            f()?;
+        }
+        v.push(t.elapsed().as_secs_f64() * 1e6 / iters as f64);
+    }
+    Ok(median(v))
+}
+
+pub fn run(args: &Args) -> Result<(), String> {
+    let cfg = ipl::Config::from_env().map_err(|e| e.to_string())?;
+    let ibis = ipl::Ibis::join(cfg).map_err(|e| format!("join over MPI: {e}"))?;
+    let mut bsp = bsp::Bsp::new(ibis).map_err(|e| e.to_string())?;
+    let comm = ::mpi::topology::SimpleCommunicator::world().duplicate();
+    let p = bsp.nprocs();
+    let (mut sup, mut bar, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..args.rounds {
+        comm.barrier();
+        let s = per_call(args.iters as usize, args.reps, || {
+            bsp.sync().map_err(|e| e.to_string())
+        })?;
+        comm.barrier();
+        let b = per_call(args.iters as usize, args.reps, || {
+            comm.barrier();
+            Ok(())
+        })?;
+        sup.push(s);
+        bar.push(b);
+        ratios.push(s / b);
+    }
+    if bsp.pid() == 0 {
+        println!(
+            "bsp over ipl's mpi driver next to MPI in the same {p} processes \
+             (MPI_THREAD_MULTIPLE), {} rounds of {} repetitions of {} calls",
+            args.rounds, args.reps, args.iters
+        );
+        println!(
+            "empty superstep {:.2} us   MPI_Barrier {:.2} us   superstep/barrier {:.2}  (target <= 1.2)",
+            median(sup),
+            median(bar),
+            median(ratios)
+        );
+    }
+    // The duplicate is freed before ipl finalises MPI as the node leaves.
+    drop(comm);
+    bsp.ibis().clone().end().map_err(|e| e.to_string())
+}

@@ -1,0 +1,237 @@
+//! Collectives in which every process has something for every other: total exchange,
+//! all-to-all and all-gather.
+//!
+//! - Total exchange of one number per destination uses Bruck's algorithm: in round k every
+//!   process sends the items whose destination distance has bit k set to the process 2^k
+//!   ahead: ceil(log2 P) rounds.
+//! - All-to-all with a vector per destination sends each vector straight to its destination
+//!   (one round of P - 1 messages per process, as MPI's `Alltoallv` does): the vectors differ
+//!   in size, so forwarding them through other processes, as Bruck's algorithm does, would
+//!   move the large ones several times, and a log P algorithm would need every process to
+//!   know every size first. Small vectors travel on the control connection and large ones on
+//!   the data connection, so the messages of all processes never block each other.
+//! - All-gather uses Bruck's concatenation: in round k every process sends the first
+//!   min(2^k, P - 2^k) values it holds to the process 2^k behind it and appends what the
+//!   process 2^k ahead sends. ceil(log2 P) rounds for any P, and every process sends each
+//!   value once (P - 1 values in all), as a ring does, but with log P latencies instead of P.
+
+use super::{extend_numbers, next_item, number_bytes, numbers_from, put_item, type_sig, Call};
+use crate::core::{op, Bsp};
+use crate::error::Result;
+use crate::net::Msg;
+use crate::number::Number;
+use crate::wire::{self, Cursor};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+impl Bsp {
+    /// Every process sends `send[d]` to process `d` and gets back, at index `s`, what process
+    /// `s` sent it (the seed's TotalExchangeInt, for any number type), with Bruck's algorithm.
+    pub fn total_exchange<T: Number>(&mut self, send: &[T]) -> Result<Vec<T>> {
+        let p = self.nprocs;
+        if send.len() != p {
+            return Err(self.usage(format!(
+                "total_exchange needs one value per process ({p}), got {}",
+                send.len()
+            )));
+        }
+        let call = self.begin(op::TOTAL_EXCHANGE, u64::from(T::TAG) | (p as u64) << 8);
+        let me = self.pid;
+        // tmp[i]: the item that travels distance i (from me to me + i at first).
+        let mut tmp: Vec<T> = (0..p).map(|i| send[(me + i) % p]).collect();
+        let mut buf = Vec::new();
+        let mut dist = 1;
+        let mut round = 0;
+        while dist < p {
+            let idx: Vec<usize> = (1..p).filter(|i| i & dist != 0).collect();
+            let items: Vec<T> = idx.iter().map(|&i| tmp[i]).collect();
+            let n = idx.len();
+            let enc = |v: &Vec<T>, out: &mut Vec<u8>| number_bytes(v, out);
+            self.send_value(&call, (me + dist) % p, round, &items, &enc, &mut buf)?;
+            let dec = |b: &[u8], swap: bool| numbers_from::<T>(b, swap, Some(n));
+            let got = self.recv_value(&call, (me + p - dist) % p, round, &dec)?;
+            for (j, &i) in idx.iter().enumerate() {
+                tmp[i] = got[j];
+            }
+            dist <<= 1;
+            round += 1;
+        }
+        Ok((0..p).map(|s| tmp[(me + p - s) % p]).collect())
+    }
+
+    /// TotalExchangeInt of the Green BSP Barnes-Hut code, in place: `values[d]` goes to process
+    /// `d`; afterwards `values[s]` holds what process `s` sent here. By the code's convention
+    /// -1 means "nothing for you" and comes back as -1 where nothing was sent.
+    pub fn total_exchange_int(&mut self, values: &mut [i32]) -> Result<()> {
+        let r = self.total_exchange(values)?;
+        values.copy_from_slice(&r);
+        Ok(())
+    }
+
+    /// Sends `send[d]` straight to every other process `d`; returns what each sent here, by
+    /// sender (see the module documentation).
+    fn direct_exchange(&mut self, call: &Call, send: &[&[u8]]) -> Result<Vec<Option<Msg>>> {
+        let (p, me) = (self.nprocs, self.pid);
+        // Start with the next process up, so that the processes do not all send to the
+        // same one first.
+        for i in 1..p {
+            let d = (me + i) % p;
+            self.send_bytes(call, d, 0, send[d], wire::native_flag())?;
+        }
+        let mut got: Vec<Option<Msg>> = (0..p).map(|_| None).collect();
+        for i in 1..p {
+            let s = (me + p - i) % p;
+            got[s] = Some(self.recv_msg(call, s, 0)?);
+        }
+        Ok(got)
+    }
+
+    /// All-to-all with a vector per destination (MPI's `Alltoallv`): `send[d]` goes to process
+    /// `d`, of any length; returns, at index `s`, the vector process `s` sent here.
+    pub fn all_to_all<T: Number>(&mut self, send: &[Vec<T>]) -> Result<Vec<Vec<T>>> {
+        let p = self.nprocs;
+        if send.len() != p {
+            return Err(self.usage(format!(
+                "all_to_all needs one vector per process ({p}), got {}",
+                send.len()
+            )));
+        }
+        let call = self.begin(op::ALL_TO_ALL, u64::from(T::TAG));
+        let bytes: Vec<&[u8]> = send.iter().map(|v| bytemuck::cast_slice(&v[..])).collect();
+        let got = self.direct_exchange(&call, &bytes)?;
+        got.into_iter()
+            .enumerate()
+            .map(|(s, msg)| match msg {
+                None => Ok(send[s].clone()),
+                Some(m) => numbers_from::<T>(m.payload(), m.swapped(), None)
+                    .map_err(|why| self.payload_error(&call, s, why)),
+            })
+            .collect()
+    }
+
+    /// All-to-all of values of any serde type: `send[d]` goes to process `d`; returns, at
+    /// index `s`, the value process `s` sent here.
+    pub fn all_to_all_with<T>(&mut self, send: Vec<T>) -> Result<Vec<T>>
+    where
+        T: Serialize + DeserializeOwned,
+    {
+        let p = self.nprocs;
+        if send.len() != p {
+            return Err(self.usage(format!(
+                "all_to_all_with needs one value per process ({p}), got {}",
+                send.len()
+            )));
+        }
+        let me = self.pid;
+        let mut bytes = Vec::with_capacity(p);
+        for (d, v) in send.iter().enumerate() {
+            bytes.push(if d == me {
+                Vec::new()
+            } else {
+                crate::codec::to_vec(v).map_err(|e| self.encode_error::<T>(e.0))?
+            });
+        }
+        let call = self.begin(op::ALL_TO_ALL_WITH, type_sig::<T>(0));
+        let refs: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
+        let got = self.direct_exchange(&call, &refs)?;
+        let mut own = send.into_iter().nth(me);
+        got.into_iter()
+            .enumerate()
+            .map(|(s, msg)| match msg {
+                None => Ok(own.take().expect("one own value")),
+                Some(m) => crate::codec::decode::<T>(m.payload(), m.swapped())
+                    .map_err(|e| self.payload_error(&call, s, e.0)),
+            })
+            .collect()
+    }
+
+    /// Bruck's all-gather of one framed item per process (see the module documentation).
+    /// Returns every process's item, by pid, as (order flags, bytes).
+    pub(crate) fn bruck_gather(
+        &mut self,
+        call: &Call,
+        mine: Vec<u8>,
+    ) -> Result<Vec<(u8, Vec<u8>)>> {
+        let (p, me) = (self.nprocs, self.pid);
+        // held: the items of pids me, me + 1, ... (mod p), framed, one after another; ends[i]
+        // is where item i ends.
+        let mut held = mine;
+        let mut ends = vec![held.len()];
+        let mut dist = 1;
+        let mut round = 0;
+        while dist < p {
+            let n = dist.min(p - dist);
+            let to = (me + p - dist) % p;
+            let from = (me + dist) % p;
+            self.send_bytes(call, to, round, &held[..ends[n - 1]], wire::native_flag())?;
+            let msg = self.recv_msg(call, from, round)?;
+            let base = held.len();
+            let mut c = Cursor::new(msg.payload(), 0);
+            for _ in 0..n {
+                next_item(&mut c).map_err(|why| self.payload_error(call, from, why))?;
+                ends.push(base + c.pos);
+            }
+            if !c.at_end() {
+                return Err(self.payload_error(call, from, format!("more than {n} values")));
+            }
+            held.extend_from_slice(msg.payload());
+            dist <<= 1;
+            round += 1;
+        }
+        let mut out: Vec<(u8, Vec<u8>)> = vec![(0, Vec::new()); p];
+        let mut c = Cursor::new(&held, 0);
+        for i in 0..p {
+            let (flags, bytes) = next_item(&mut c).expect("checked when received");
+            out[(me + i) % p] = (flags, bytes.to_vec());
+        }
+        Ok(out)
+    }
+
+    /// Every process's value, in pid order, on every process (MPI's `Allgather`, for any serde
+    /// type; values may differ in size).
+    pub fn all_gather<T>(&mut self, value: &T) -> Result<Vec<T>>
+    where
+        T: Serialize + DeserializeOwned,
+    {
+        let mut mine = Vec::new();
+        put_item(value, &mut mine).map_err(|why| self.encode_error::<T>(why))?;
+        let call = self.begin(op::ALL_GATHER, type_sig::<T>(0));
+        let items = self.bruck_gather(&call, mine)?;
+        items
+            .into_iter()
+            .enumerate()
+            .map(|(s, (flags, b))| {
+                crate::codec::decode::<T>(&b, wire::payload_swapped(flags))
+                    .map_err(|e| self.payload_error(&call, s, e.0))
+            })
+            .collect()
+    }
+
+    /// Every process's numbers, concatenated in pid order, on every process (MPI's
+    /// `Allgather`). Every process must give a slice of the same length.
+    pub fn all_gather_slice<T: Number>(&mut self, values: &[T]) -> Result<Vec<T>> {
+        let (p, me, n) = (self.nprocs, self.pid, values.len());
+        let call = self.begin(op::ALL_GATHER, type_sig::<[T]>(n as u64));
+        // Bruck's concatenation on numbers: every process converts what it receives to its
+        // own byte order, so the values it passes on are all in one order, and are written
+        // straight from (and read straight into) the growing result.
+        let mut held: Vec<T> = Vec::with_capacity(n * p);
+        held.extend_from_slice(values);
+        let mut dist = 1;
+        let mut round = 0;
+        while dist < p {
+            let m = dist.min(p - dist);
+            let (to, from) = ((me + p - dist) % p, (me + dist) % p);
+            let out: &[u8] = bytemuck::cast_slice(&held[..m * n]);
+            self.send_bytes(&call, to, round, out, wire::native_flag())?;
+            let msg = self.recv_msg(&call, from, round)?;
+            extend_numbers(&mut held, msg.payload(), msg.swapped(), m * n)
+                .map_err(|why| self.payload_error(&call, from, why))?;
+            dist <<= 1;
+            round += 1;
+        }
+        // held starts with this process's values: rotate pid 0's to the front.
+        held.rotate_right(me * n);
+        Ok(held)
+    }
+}

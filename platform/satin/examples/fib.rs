@@ -3,7 +3,7 @@
 //! `cargo run --release -p satin --example fib -- [N] [THRESHOLD] [THREADS]`
 //! (defaults 35, 0, all cores). Below the threshold the plain recursive function is used.
 //!
-//! Launched under `ipl-run` (`IPL_SERVER` set), every process joins the pool and the work is
+//! Launched under `ipl-run` (or `mpirun`, `srun`), every process joins the pool and the work is
 //! spread over all of them; the master prints the result. `SATIN_STEAL=random` selects random
 //! stealing instead of cluster-aware stealing:
 //!
@@ -48,11 +48,16 @@ impl satin::Task for Fib {
 }
 satin::register!(Fib);
 
-fn arg(i: usize) -> Option<usize> {
-    std::env::args().nth(i).map(|s| {
-        s.parse()
-            .unwrap_or_else(|_| panic!("argument {i} must be a number, got {s:?}"))
-    })
+/// Argument `i`, if given: a number, or else an error naming it (`fib [N [THRESHOLD [THREADS]]]`).
+fn arg(i: usize) -> Result<Option<usize>, String> {
+    std::env::args()
+        .nth(i)
+        .map(|s| {
+            s.parse().map_err(|_| {
+                format!("usage: fib [N [THRESHOLD [THREADS]]]: argument {i} must be a number, got {s:?}")
+            })
+        })
+        .transpose()
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -61,13 +66,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
-    let n = arg(1).unwrap_or(35) as u32;
-    let threshold = arg(2).unwrap_or(0) as u32;
-    if std::env::var_os("IPL_SERVER").is_some() {
-        return distributed(n, threshold);
+    let n = arg(1)?.unwrap_or(35) as u32;
+    let threshold = arg(2)?.unwrap_or(0) as u32;
+    // A pool of processes (under `ipl-run`, `mpirun` or `srun`), or else this process alone.
+    let config = ipl::Config::from_env()?;
+    if config.server.is_some() || config.launcher.is_some() {
+        return distributed(config, n, threshold);
     }
     let mut rt = satin::Runtime::local();
-    if let Some(t) = arg(3) {
+    if let Some(t) = arg(3)? {
         rt = rt.threads(t);
     }
     let start = Instant::now();
@@ -81,15 +88,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// Every process of the pool runs this; the master prints.
-fn distributed(n: u32, threshold: u32) -> Result<(), Box<dyn std::error::Error>> {
-    let ibis = ipl::Ibis::join(ipl::Config::from_env()?)?;
-    let nodes = ibis.pool().wait_closed()?.len();
+fn distributed(
+    config: ipl::Config,
+    n: u32,
+    threshold: u32,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let ibis = ipl::Ibis::join(config)?;
+    // Processes at the start: the pool's size, or for a process joining a running pool
+    // (`ipl-run --join`), the members so far.
+    let nodes = ibis
+        .pool()
+        .size()
+        .map_or_else(|| ibis.pool().members().len(), |n| n as usize);
     let policy = match std::env::var("SATIN_STEAL").as_deref() {
         Ok("random") => satin::Steal::Random,
         _ => satin::Steal::ClusterAware,
     };
     let mut rt = satin::Runtime::in_pool(ibis).steal(policy);
-    if let Some(t) = arg(3) {
+    if let Some(t) = arg(3)? {
         rt = rt.threads(t);
     }
     let start = Instant::now();

@@ -3,7 +3,7 @@
 //! `cargo run --release -p satin --example nqueens -- [N] [THREADS]` (defaults 14, all cores).
 //! Known counts: N=8 gives 92, N=10 724, N=12 14200, N=14 365596.
 //!
-//! Launched under `ipl-run` (`IPL_SERVER` set), every process joins the pool and the search
+//! Launched under `ipl-run` (or `mpirun`, `srun`), every process joins the pool and the search
 //! is spread over all of them; the master prints the count. `SATIN_STEAL=random` selects
 //! random stealing instead of cluster-aware stealing.
 
@@ -93,9 +93,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         d1: 0,
         d2: 0,
     };
-    if std::env::var_os("IPL_SERVER").is_some() {
-        let ibis = ipl::Ibis::join(ipl::Config::from_env()?)?;
-        let nodes = ibis.pool().wait_closed()?.len();
+    // A pool of processes (under `ipl-run`, `mpirun` or `srun`), or else this process alone.
+    let config = ipl::Config::from_env()?;
+    if config.server.is_some() || config.launcher.is_some() {
+        let ibis = ipl::Ibis::join(config)?;
+        // Processes at the start: the pool's size, or for a process joining a running pool
+        // (`ipl-run --join`), the members so far.
+        let nodes = ibis
+            .pool()
+            .size()
+            .map_or_else(|| ibis.pool().members().len(), |n| n as usize);
         let policy = match std::env::var("SATIN_STEAL").as_deref() {
             Ok("random") => satin::Steal::Random,
             _ => satin::Steal::ClusterAware,

@@ -6,8 +6,10 @@
 
 use std::any::TypeId;
 use std::collections::HashMap;
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Arc, OnceLock};
 
+use crate::context::panic_message;
 use crate::root::{self, RootState};
 use crate::scheduler::Scheduler;
 use crate::{Error, Task};
@@ -42,6 +44,10 @@ impl Registration {
         self.name
     }
 
+    pub(crate) fn type_id(&self) -> TypeId {
+        (self.type_id)()
+    }
+
     pub(crate) fn submit(
         &self,
         sched: &Arc<Scheduler>,
@@ -52,19 +58,43 @@ impl Registration {
     }
 }
 
+/// Decodes a task of type `T` and runs it as a root whose output, serialized, goes to
+/// `on_output`. The task's `Deserialize` and the output's `Serialize` and `Drop` are user code;
+/// a panic in any of them becomes [`Error::TaskPanicked`] instead of unwinding into the caller
+/// (a thread of the distributed layer) or the worker.
 fn submit_encoded<T: Task>(
     sched: &Arc<Scheduler>,
     bytes: &[u8],
     on_output: OnOutput,
 ) -> Result<Arc<RootState>, Error> {
-    let task: T = decode(bytes, "task", std::any::type_name::<T>())?;
+    let name = std::any::type_name::<T>();
+    let task: T = contain(name, "deserializing it", || decode(bytes, "task", name))?;
     Ok(root::submit(
         sched,
         task,
         move |result: Result<T::Output, Error>| {
-            on_output(result.and_then(|out| encode(&out, "output", std::any::type_name::<T>())))
+            let encoded = result.and_then(|out| {
+                contain(name, "serializing or dropping its output", move || {
+                    encode(&out, "output", name)
+                })
+            });
+            on_output(encoded)
         },
     ))
+}
+
+/// Runs `f`, which calls user code of task type `task`, turning a panic into an error.
+fn contain<R>(
+    task: &'static str,
+    doing: &str,
+    f: impl FnOnce() -> Result<R, Error>,
+) -> Result<R, Error> {
+    panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        let message = format!("{doing}: {}", panic_message(&*payload));
+        // A payload whose destructor panics would unwind after all; contain it.
+        let _ = panic::catch_unwind(AssertUnwindSafe(move || drop(payload)));
+        Err(Error::TaskPanicked { task, message })
+    })
 }
 
 /// Serializes `value` in the format used for all shipped tasks and outputs.

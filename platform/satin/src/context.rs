@@ -1,17 +1,18 @@
 //! The view a running task has of the runtime: spawn, sync, speculative results and abort.
 
 use std::any::Any;
-use std::cell::{Cell, UnsafeCell};
+use std::cell::Cell;
 use std::marker::PhantomData;
-use std::mem::MaybeUninit;
+use std::mem::{align_of, size_of};
 use std::panic;
-use std::ptr;
+use std::ptr::{self, NonNull};
 use std::sync::atomic::Ordering;
 
+use crate::arena::{self, Mark};
 use crate::handle::{Handle, Peek};
-use crate::job::{Job, JobHeader, JobRef, ABORTED, DONE, FAILED, LAZY_FRAME_VTABLE, PENDING};
+use crate::job::{Frame, JobRef, ABORTED, DONE, FAILED, PENDING, RECORD, SHALLOW, TAGS};
 use crate::root::RootState;
-use crate::scheduler::ABORT_GEN;
+use crate::scheduler::PUBLISH;
 use crate::stats::bump;
 use crate::worker::{Mode, Worker};
 use crate::{Error, Task};
@@ -22,99 +23,268 @@ pub(crate) struct AbortUnwind;
 
 /// Handed to [`Task::run`]: spawns children, syncs on them, and cancels them.
 ///
-/// Each running task has its own context; it is not `Send`, because the task runs start to end
-/// on one worker thread.
-pub struct Context {
+/// Each running task sees the runtime through a context. The lifetime `'scope` is the task's
+/// run: the [`Handle`]s the context gives out carry it, so that no handle can be kept beyond the
+/// task that spawned its child (see [`Handle`]). A context is not `Send`, because the task runs
+/// start to end on one worker thread. Write it as `&mut satin::Context` in a task's `run`; the
+/// lifetime is elided.
+pub struct Context<'scope> {
     worker: *const Worker,
-    /// The running task's frame, the header its children link to: its record's header, or
-    /// `slot` once written. Null while the frame is lazy: a task run within a spawn or call
-    /// gets a frame only when it first queues a child, aborts, or waits for completions, so
-    /// that a task which only spawns children run at once costs no frame at all.
-    frame: Cell<*const JobHeader>,
-    /// While the frame is lazy: the nearest ancestor with a frame. The lazy frame's parent
-    /// cannot abort it (that parent's task is suspended in the spawn or call that runs this
-    /// one), so cancellation is checked from there.
-    lazy_parent: *const JobHeader,
-    /// Abort generation at which this frame was last found not aborted.
-    seen_gen: Cell<u64>,
-    /// Room for a lazy frame, written by [`Context::own_frame`].
-    slot: UnsafeCell<MaybeUninit<JobHeader>>,
+    /// The task's own frame (an [`Own`]), written when it first queues a child, aborts, or
+    /// waits for completions; null until then, so that a task that needs no frame (a leaf, or
+    /// a task whose spawns all run their child at once) costs none. Frames lie in the worker's
+    /// arena, outside the context: other threads update a frame (children finished elsewhere)
+    /// while the task holds its context by `&mut`, which must not cover it.
+    own: Cell<*const Own>,
+    /// Where the task stands, as a pointer with tags in its low bits (records and frames are
+    /// aligned to 64 bytes, so they are free):
+    /// - no [`RECORD`] tag: the frame the task's frame would hang under. For a child popped
+    ///   by its parent's sync, the parent's frame: the parent is suspended in that sync, so it
+    ///   cannot abort meanwhile and its epoch is the one the child was spawned at. For a task
+    ///   run within a spawn or call, the caller's frame or, while the caller has none, where
+    ///   the caller stands: the caller is suspended too, so the callee is cancelled exactly
+    ///   when the caller is, and should the callee write a frame, it takes the place the
+    ///   caller's frame would have had.
+    /// - [`RECORD`]: the record of a job taken from elsewhere (stolen, a root, or run while a
+    ///   frame waits), which the task stands on, or, for a task run within a spawn or call of
+    ///   such a task while that has no frame, stands in for. Depth 0: a large piece, whose
+    ///   top levels thieves should be able to split.
+    /// - [`SHALLOW`]: the task is less than the inlining depth below the nearest job taken
+    ///   from elsewhere, so its spawns queue their child (see [`Inlining`](crate::Inlining)).
+    up: *const u8,
+    /// The abort generation (see [`Signal`](crate::scheduler::Signal)) at which this task was
+    /// last found not aborted.
+    seen: Cell<u64>,
+    /// Makes `'scope` invariant, as `std::thread::Scope` does: a context of one task cannot
+    /// pass for a context of another.
+    _scope: PhantomData<&'scope mut &'scope ()>,
 }
 
-impl Context {
-    /// The context of a task run from its record (queued, stolen, or a root).
-    pub(crate) fn new(worker: &Worker, frame: JobRef, seen_gen: u64) -> Self {
+/// A frame, at the top of the worker's arena when it was written: the frame and its children's
+/// records are released when the task ends, back to where the frame starts.
+#[repr(C)]
+pub(crate) struct Own {
+    frame: Frame,
+    /// The end of the arena chunk the frame is in (see [`Mark`]).
+    chunk_end: *mut u8,
+    /// [`Context::up`] of the children this frame pops: the frame, tagged shallow unless they
+    /// are deep enough to run their own children at once.
+    children_up: *const u8,
+}
+
+/// What an [`Own`] takes in the arena.
+const OWN_SIZE: usize = match arena::footprint(size_of::<Own>(), align_of::<Own>()) {
+    Some(size) => size,
+    None => panic!("a frame fits the arena's alignment"),
+};
+
+impl Own {
+    /// Where the arena's top goes back to when the task ends.
+    fn mark(&self) -> Mark {
+        Mark::at(ptr::from_ref(self).cast_mut().cast(), self.chunk_end)
+    }
+}
+
+impl<'scope> Context<'scope> {
+    /// The context of the children that `frame` pops from this worker's deque and runs, one
+    /// after the other, after finding itself not aborted at generation `seen`: each child
+    /// leaves it as it found it (see [`end`](Context::end)), so one serves them all.
+    #[inline(always)]
+    pub(crate) fn child_of(worker: &Worker, frame: &Frame, seen: u64) -> Self {
+        // SAFETY: every frame starts an `Own` (see `write_frame_at`).
+        let own = unsafe { &*ptr::from_ref(frame).cast::<Own>() };
         Context {
             worker,
-            frame: Cell::new(frame.as_ptr()),
-            lazy_parent: ptr::null(),
-            seen_gen: Cell::new(seen_gen),
-            slot: UnsafeCell::new(MaybeUninit::uninit()),
+            own: Cell::new(ptr::null()),
+            up: own.children_up,
+            seen: Cell::new(seen),
+            _scope: PhantomData,
         }
     }
 
-    /// The context of a task run on the stack of its parent, with a lazy frame.
+    /// The context of a job taken from another worker (or an outer frame), or a root, found
+    /// not aborted at generation `seen`.
     #[inline(always)]
-    fn lazy(worker: *const Worker, parent: *const JobHeader, seen_gen: u64) -> Self {
+    pub(crate) fn for_taken(worker: &Worker, job: JobRef, seen: u64) -> Self {
+        let shallow = if worker.inline_depth() > 0 {
+            SHALLOW
+        } else {
+            0
+        };
         Context {
             worker,
-            frame: Cell::new(ptr::null()),
-            lazy_parent: parent,
-            seen_gen: Cell::new(seen_gen),
-            slot: UnsafeCell::new(MaybeUninit::uninit()),
+            own: Cell::new(ptr::null()),
+            up: job.as_ptr().cast::<u8>().wrapping_add(RECORD | shallow),
+            seen: Cell::new(seen),
+            _scope: PhantomData,
         }
     }
 
     #[inline(always)]
-    fn worker(&self) -> &Worker {
+    pub(crate) fn worker(&self) -> &Worker {
         // SAFETY: the worker outlives every task it runs.
         unsafe { &*self.worker }
     }
 
-    /// The frame, if the task has one yet.
+    /// The abort generation at which this task was last found not aborted.
     #[inline(always)]
-    fn frame_if_any(&self) -> Option<&JobHeader> {
-        // SAFETY: a frame outlives the task's context.
-        unsafe { self.frame.get().as_ref() }
+    pub(crate) fn seen(&self) -> u64 {
+        self.seen.get()
     }
 
-    /// The nearest frame at or above the running task: what children run at once link to.
+    /// Notes that this task was found not aborted at generation `gen`.
     #[inline(always)]
-    fn nearest_frame(&self) -> *const JobHeader {
-        let f = self.frame.get();
-        if f.is_null() {
-            self.lazy_parent
+    pub(crate) fn set_seen(&self, gen: u64) {
+        self.seen.set(gen);
+    }
+
+    /// [`Context::up`] without its tags.
+    #[inline(always)]
+    fn untagged(&self) -> *const u8 {
+        self.up.wrapping_sub(self.up as usize & TAGS)
+    }
+
+    /// The record this task stands on, if it stands on one (see [`Context::up`]).
+    #[inline(always)]
+    fn record(&self) -> Option<JobRef> {
+        if self.up as usize & RECORD != 0 {
+            // SAFETY: tagged as a record, which outlives this task's run.
+            Some(unsafe { JobRef::from_ptr(self.untagged().cast()) })
         } else {
-            f
+            None
         }
     }
 
-    /// The task's frame, written now if it was lazy.
+    /// The frame this task hangs under, if it does not stand on a record.
     #[inline(always)]
-    fn own_frame(&self) -> &JobHeader {
+    fn frame_above(&self) -> Option<&Frame> {
+        if self.up as usize & RECORD == 0 {
+            // SAFETY: the frame above is live while this task runs.
+            Some(unsafe { &*self.untagged().cast::<Frame>() })
+        } else {
+            None
+        }
+    }
+
+    /// The frame and its mark, if the task has a frame yet.
+    #[inline(always)]
+    fn own_if_any(&self) -> Option<&Own> {
+        // SAFETY: a frame is written before it is published here, lives until the task ends,
+        // and is only ever used through shared references (its mutable parts are cells).
+        unsafe { self.own.get().as_ref() }
+    }
+
+    /// The frame, if the task has one yet.
+    #[inline(always)]
+    fn frame_if_any(&self) -> Option<&Frame> {
+        self.own_if_any().map(|own| &own.frame)
+    }
+
+    /// The task's frame, written now if it has none yet.
+    #[inline(always)]
+    fn frame(&self) -> &Frame {
         match self.frame_if_any() {
             Some(f) => f,
-            None => self.write_frame(),
+            // SAFETY: no room is asked for.
+            None => unsafe { &(*self.write_frame(0).as_ptr()).frame },
+        }
+    }
+
+    /// Frames between this task and the nearest job taken from elsewhere (see
+    /// [`Frame::depth`]). A task without a frame counts one more than the frame it hangs
+    /// under, and 0 when it stands on a record.
+    fn depth(&self) -> u32 {
+        match (self.frame_if_any(), self.frame_above()) {
+            (Some(frame), _) => frame.depth,
+            (None, Some(above)) => above.depth.wrapping_add(1),
+            (None, None) => 0,
+        }
+    }
+
+    /// Writes the task's frame, at the top of the worker's arena, with `room` more bytes (a
+    /// multiple of the arena's alignment) right after it for its first child's record, and
+    /// returns it. Inline: a task that queues children writes one, so this is on the path of
+    /// every such task's first spawn; the arena's next chunk is fetched out of line.
+    #[inline(always)]
+    fn write_frame(&self, room: usize) -> NonNull<Own> {
+        match self.worker().arena.try_alloc(OWN_SIZE + room) {
+            // SAFETY: fresh arena memory, large and aligned enough.
+            Some(own) => unsafe { self.write_frame_at(own.cast()) },
+            None => self.write_frame_in_new_chunk(room),
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn write_frame(&self) -> &JobHeader {
-        // SAFETY: the lazy parent is a live frame, as for every task below it.
-        let parent = unsafe { &*self.lazy_parent };
-        // The parent's epoch now is the one at the spawn: it cannot have aborted since.
-        let header = JobHeader::for_call(
-            &LAZY_FRAME_VTABLE,
-            parent,
-            parent.abort_epoch.load(Ordering::Relaxed),
-        );
-        // SAFETY: the slot is this context's own and unused while the frame is lazy; the
-        // context stays in place while the task runs.
-        let frame = unsafe { (*self.slot.get()).write(header) as *const JobHeader };
-        self.frame.set(frame);
-        // SAFETY: just written.
-        unsafe { &*frame }
+    fn write_frame_in_new_chunk(&self, room: usize) -> NonNull<Own> {
+        let own = self.worker().arena.alloc(OWN_SIZE + room);
+        // SAFETY: fresh arena memory, large and aligned enough.
+        unsafe { self.write_frame_at(own.cast()) }
+    }
+
+    /// # Safety
+    /// `own` must be memory just allocated at the top of the worker's arena, large and
+    /// aligned enough for an `Own`; it stays until the task ends and releases it.
+    #[inline(always)]
+    unsafe fn write_frame_at(&self, own: NonNull<Own>) -> NonNull<Own> {
+        let w = self.worker();
+        let chunk_end = w.arena.chunk_end();
+        // The depth matters only to inlining, and so does the tag of the children's contexts.
+        let (depth, shallow) = if w.inline_depth() == u32::MAX {
+            (0, SHALLOW)
+        } else {
+            let depth = self.depth();
+            let shallow = if depth.wrapping_add(1) < w.inline_depth() {
+                SHALLOW
+            } else {
+                0
+            };
+            (depth, shallow)
+        };
+        let children_up = own.as_ptr().cast::<u8>().cast_const().wrapping_add(shallow);
+        // SAFETY: as the caller vouches.
+        unsafe {
+            own.as_ptr().write(Own {
+                frame: Frame {
+                    up: self.up,
+                    abort_epoch: 0.into(),
+                    away: Cell::new(0),
+                    stolen_done: 0.into(),
+                    depth,
+                },
+                chunk_end,
+                children_up,
+            })
+        };
+        self.own.set(own.as_ptr());
+        own
+    }
+
+    /// Handles what the worker's signal word says when it differs from what this task last
+    /// saw: serves a publish request, and looks whether a new abort generation cancelled this
+    /// task. Returns true if it did.
+    #[cold]
+    #[inline(never)]
+    fn attend(&self) -> bool {
+        let w = self.worker();
+        let word = w.signal();
+        if word & PUBLISH != 0 {
+            w.publish();
+        }
+        let gen = word & !PUBLISH;
+        if gen == self.seen.get() {
+            return false;
+        }
+        let aborted = match (self.frame_if_any(), self.record(), self.frame_above()) {
+            (Some(frame), _, _) => frame.is_aborted(),
+            (None, Some(job), _) => job.is_aborted(),
+            (None, None, Some(above)) => above.is_aborted(),
+            (None, None, None) => unreachable!("a context stands on a record or a frame"),
+        };
+        if !aborted {
+            self.seen.set(gen);
+        }
+        aborted
     }
 
     /// Spawns `task` as a child of the running task and returns a handle to its output.
@@ -127,53 +297,84 @@ impl Context {
     /// been aborted, the child is dropped and the running task unwinds (see
     /// [`Context::abort`]).
     #[inline(always)]
-    pub fn spawn<T: Task>(&mut self, task: T) -> Handle<T::Output> {
-        if self.is_aborted() {
+    pub fn spawn<T: Task>(&mut self, task: T) -> Handle<'scope, T::Output> {
+        let w = self.worker();
+        // One comparison covers both a publish request and an abort (see `Signal`); the job
+        // queued by the previous spawn is published here if a thief asked for work.
+        if w.signal() != self.seen.get() && self.attend() {
             drop(task);
             abort_unwind();
         }
-        let w = self.worker();
-        let frame = self.frame.get();
-        // Written out per case, so that the common one (a lazy frame) tests nothing twice.
-        if frame.is_null() {
-            // A lazy frame belongs to a task run at once by a deep frame (or called by one),
-            // so it is deep enough; and it cannot have been aborted by itself: epoch 0.
-            if w.has_queued_work() {
-                // Counted once, as spawned and executed alike (see `LocalCounters`).
-                bump(&w.local.inlined);
-                let output = self.run_here(task, self.lazy_parent, false);
-                return Handle::ready(output, 0);
-            }
-        } else {
-            // SAFETY: a frame outlives the task's context.
-            let f = unsafe { &*frame };
-            if f.depth.get() >= w.inline_depth() && w.has_queued_work() {
-                bump(&w.local.inlined);
-                let spawn_epoch = f.abort_epoch.load(Ordering::Relaxed);
-                let output = self.run_here(task, frame, false);
-                return Handle::ready(output, spawn_epoch);
-            }
+        if w.private_len() >= w.inline_queued() && self.up as usize & SHALLOW == 0 {
+            return self.spawn_at_once(task);
         }
         self.spawn_queued(task)
     }
 
-    /// The part of `spawn` that queues the child. Out of line, so that the registers and stack
-    /// of every task that spawns are sized for the common, inlined path.
+    /// The part of `spawn` that runs the child at once.
+    #[inline(always)]
+    fn spawn_at_once<T: Task>(&mut self, task: T) -> Handle<'scope, T::Output> {
+        // Counted once, as spawned and executed alike (see `LocalCounters`).
+        bump(&self.worker().local.inlined);
+        if self.own.get().is_null() {
+            // A task without a frame has not aborted: its epoch is 0. The child's context
+            // would be this one (no frame, standing where this task stands, deep as it is, the
+            // same abort generation seen), so the child runs in this very context; it leaves it
+            // without a frame again (see `run_in_place`).
+            let output = self.run_in_place(task);
+            Handle::ready(output)
+        } else {
+            self.spawn_at_once_framed(task)
+        }
+    }
+
+    /// [`spawn_at_once`](Context::spawn_at_once) for a task with a frame, under which the
+    /// child hangs. Out of line: a task takes this path at most once per task it was given
+    /// that queued children, and keeping it out keeps every task's code small.
     #[inline(never)]
-    fn spawn_queued<T: Task>(&mut self, task: T) -> Handle<T::Output> {
+    fn spawn_at_once_framed<T: Task>(&mut self, task: T) -> Handle<'scope, T::Output> {
+        let frame = self.frame();
+        let spawn_epoch = frame.abort_epoch.load(Ordering::Relaxed);
+        let up = ptr::from_ref(frame).cast();
+        let output = self.run_here(task, up);
+        Handle::ready_at(output, spawn_epoch)
+    }
+
+    /// The part of `spawn` that queues the child.
+    #[inline(always)]
+    fn spawn_queued<T: Task>(&mut self, task: T) -> Handle<'scope, T::Output> {
+        if crate::remote::reuse_active() {
+            if let Some(handle) = self.spawn_reused(&task) {
+                return handle;
+            }
+        }
         let w = self.worker();
         bump(&w.local.spawns);
-        let frame = self.own_frame();
-        let job = Job::<T>::create(
-            Some(w.recycler()),
-            task,
-            frame,
-            frame.depth.get().saturating_add(1),
-            frame.abort_epoch.load(Ordering::Relaxed),
-            w.link_for_push(),
-        );
-        w.push(job);
-        Handle::queued(job, Job::<T>::output_ptr(job))
+        let room = const { Worker::room_for::<T>() };
+        let (frame, room) = match self.own_if_any() {
+            Some(own) => (&own.frame, w.arena.alloc(room)),
+            None => {
+                // The first queued child: its record goes right after the new frame.
+                let own = self.write_frame(room);
+                // SAFETY: just written, with the room after it.
+                unsafe { (&(*own.as_ptr()).frame, own.cast::<u8>().add(OWN_SIZE)) }
+            }
+        };
+        // SAFETY: fresh arena memory of the record's room, released when this task ends.
+        let job =
+            unsafe { w.push_new(room, task, frame, frame.abort_epoch.load(Ordering::Relaxed)) };
+        // SAFETY: `job` was just created as a record of `T`, and lives until this task ends.
+        unsafe { Handle::queued(job) }
+    }
+
+    /// A handle to the output of `task` taken from the result table, after a crash (see
+    /// [Reusing results](crate::remote#reusing-results)); `None` if the child must run.
+    #[cold]
+    #[inline(never)]
+    fn spawn_reused<T: Task>(&mut self, task: &T) -> Option<Handle<'scope, T::Output>> {
+        let output = crate::remote::reuse(self.worker(), task)?;
+        let spawn_epoch = self.frame().abort_epoch.load(Ordering::Relaxed);
+        Some(Handle::ready_at(output, spawn_epoch))
     }
 
     /// Waits until every child spawned so far has finished.
@@ -185,28 +386,49 @@ impl Context {
     pub fn sync(&mut self) {
         let w = self.worker();
         bump(&w.local.syncs);
-        if self.is_aborted() {
+        if w.signal() != self.seen.get() && self.attend() {
             abort_unwind();
         }
         // Without a frame, no child was queued: all ran within their spawn.
         let Some(frame) = self.frame_if_any() else {
             return;
         };
-        let seen_gen = self.seen_gen.get();
         // Each step is written out separately for the first children: with one branch per
         // step, a task that always spawns the same number of children exits with no
         // mispredicted branch, where a single loop branch would mispredict at every exit.
-        if let Some(child) = w.pop_child(frame) {
+        if let Some(child) = w.pop_child_in_sync(frame) {
+            let mut cx = Context::child_of(w, frame, self.seen.get());
             // The check above is still fresh for the first child.
-            w.run_child_fresh(child, seen_gen);
-            if let Some(child) = w.pop_child(frame) {
-                w.run_child(child, seen_gen);
-                while let Some(child) = w.pop_child(frame) {
-                    w.run_child(child, seen_gen);
+            // SAFETY: popped by its parent's frame, which found itself not aborted at the
+            // generation the context holds, with nothing run since.
+            unsafe { w.run_popped(child, &mut cx) };
+            if let Some(child) = w.pop_child_in_sync(frame) {
+                w.run_child(child, frame, &mut cx);
+                while let Some(child) = w.pop_child_in_sync(frame) {
+                    w.run_child(child, frame, &mut cx);
                 }
             }
         }
         // Children that left the private stack: wait for those still running elsewhere.
+        if frame.away.get() != 0 {
+            self.sync_away();
+        }
+    }
+
+    /// The part of `sync` for children that left the private stack: those published but not
+    /// stolen come back and run here as the others did, newest first; then it waits for the
+    /// rest, running other work meanwhile.
+    #[cold]
+    #[inline(never)]
+    fn sync_away(&mut self) {
+        let w = self.worker();
+        let Some(frame) = self.frame_if_any() else {
+            return;
+        };
+        let mut cx = Context::child_of(w, frame, self.seen.get());
+        while let Some(child) = w.pop_child(frame) {
+            w.run_child(child, frame, &mut cx);
+        }
         if frame.away.get() != 0 {
             w.sync_away(frame);
         }
@@ -220,37 +442,62 @@ impl Context {
     /// stolen.
     #[inline(always)]
     pub fn call<T: Task>(&mut self, task: T) -> T::Output {
-        if self.is_aborted() {
+        let w = self.worker();
+        if w.signal() != self.seen.get() && self.attend() {
             drop(task);
             abort_unwind();
         }
-        let w = self.worker();
         bump(&w.local.executed);
-        // A lazy frame counts as deep (see `spawn`); a task called from a shallow frame is
-        // not, so it gets its frame, with its true depth, from the start.
-        let shallow = self
-            .frame_if_any()
-            .is_some_and(|f| f.depth.get().saturating_add(1) < w.inline_depth());
-        self.run_here(task, self.nearest_frame(), shallow)
+        let own = self.own.get();
+        if own.is_null() && self.up as usize & SHALLOW == 0 {
+            // The callee's context would be this one, as for a child run within a spawn.
+            return self.run_in_place(task);
+        }
+        // Under this task's frame, or while it has none, where this task stands.
+        let mut up = if own.is_null() {
+            self.up.wrapping_sub(self.up as usize & SHALLOW)
+        } else {
+            own.cast()
+        };
+        // The callee of a deep task is deep; that of a shallow one may be.
+        if self.up as usize & SHALLOW != 0 && self.depth().wrapping_add(1) < w.inline_depth() {
+            up = up.wrapping_add(SHALLOW);
+        }
+        self.run_here(task, up)
     }
 
-    /// Runs `task` on this stack as a child of the running task, with a frame of its own that
-    /// is lazy unless `with_frame`; `nearest` is [`nearest_frame`](Context::nearest_frame).
+    /// Runs `task` on this stack as a child of the running task, which has no frame and is
+    /// deep, in the running task's own context: the child hangs where the running task would,
+    /// is deep as it is, and has seen what it has; the frame it may write is ended before this
+    /// returns, which leaves the context as it was. The child cannot keep anything of the
+    /// context: what its `run` gets is branded with a lifetime of that call only, and its
+    /// output is `'static`.
     #[inline(always)]
-    fn run_here<T: Task>(
-        &mut self,
-        task: T,
-        nearest: *const JobHeader,
-        with_frame: bool,
-    ) -> T::Output {
-        let mut cx = Context::lazy(self.worker, nearest, self.seen_gen.get());
-        if with_frame {
-            cx.own_frame();
-        }
-        // A panic or abort unwinds on into this task, the guard finishing the callee's frame.
-        let guard = UnwindGuard::<T, true>::new(&cx);
+    fn run_in_place<T: Task>(&mut self, task: T) -> T::Output {
+        debug_assert!(self.own.get().is_null());
+        // A panic or abort unwinds on into this task, the guard ending the child's frame.
+        let guard = UnwindGuard::<T>::new(self);
+        let output = task.run(self);
+        self.end();
+        std::mem::forget(guard);
+        output
+    }
+
+    /// Runs `task` on this stack as a child of the running task, at `up` (see
+    /// [`Context::up`]), with a frame of its own that is written only when needed.
+    #[inline(always)]
+    fn run_here<T: Task>(&mut self, task: T, up: *const u8) -> T::Output {
+        let mut cx = Context {
+            worker: self.worker,
+            own: Cell::new(ptr::null()),
+            up,
+            seen: Cell::new(self.seen.get()),
+            _scope: PhantomData,
+        };
+        // A panic or abort unwinds on into this task, the guard ending the callee's frame.
+        let guard = UnwindGuard::<T>::new(&cx);
         let output = task.run(&mut cx);
-        cx.implicit_sync();
+        cx.end();
         std::mem::forget(guard);
         output
     }
@@ -262,27 +509,20 @@ impl Context {
     ///
     /// This is the speculative-search primitive: look at results as they arrive, and call
     /// `abort` once the answer is known.
-    ///
-    /// # Panics
-    /// If a handle belongs to a child of another task.
-    pub fn next_completed<O>(&mut self, handles: &mut [Handle<O>]) -> Option<(usize, O)> {
+    pub fn next_completed<O>(&mut self, handles: &mut [Handle<'scope, O>]) -> Option<(usize, O)> {
         let mut idle_rounds = 0u32;
         loop {
-            let frame = self.own_frame();
+            let frame = self.frame();
             let epoch = frame.abort_epoch.load(Ordering::Relaxed);
             let mut waiting = false;
             for (i, h) in handles.iter_mut().enumerate() {
                 let (spawn_epoch, state) = match h.peek() {
                     Peek::Taken => continue,
-                    // Such a child ran within its spawn, so it can only be this task's if it
-                    // came from here; its handle does not record the parent.
                     Peek::Ready { spawn_epoch } => (spawn_epoch, DONE),
                     Peek::Queued(job) => {
                         let header = job.header();
-                        assert!(
-                            std::ptr::eq(header.parent, frame),
-                            "Context::next_completed was given a handle of another task's child"
-                        );
+                        // The handles' lifetime is this context's: they are its children.
+                        debug_assert!(std::ptr::eq(header.parent, frame));
                         (header.spawn_epoch, header.state.load(Ordering::Acquire))
                     }
                 };
@@ -304,7 +544,8 @@ impl Context {
             }
             let w = self.worker();
             if let Some(child) = w.pop_child(frame) {
-                w.run_child(child, self.seen_gen.get());
+                let mut cx = Context::child_of(w, frame, self.seen.get());
+                w.run_child(child, frame, &mut cx);
             } else if w.help_once() {
                 idle_rounds = 0;
             } else {
@@ -329,7 +570,7 @@ impl Context {
     /// every child spawned before the abort.
     pub fn abort(&mut self) {
         let w = self.worker();
-        let frame = self.own_frame();
+        let frame = self.frame();
         frame.abort_epoch.store(
             frame.abort_epoch.load(Ordering::Relaxed).wrapping_add(1),
             Ordering::Release,
@@ -347,23 +588,7 @@ impl Context {
     /// ignored, so a long computation may stop early.
     #[inline(always)]
     pub fn is_aborted(&self) -> bool {
-        let gen = ABORT_GEN.load(Ordering::Acquire);
-        if gen == self.seen_gen.get() {
-            return false;
-        }
-        self.is_aborted_slow(gen)
-    }
-
-    #[cold]
-    fn is_aborted_slow(&self, gen: u64) -> bool {
-        // A lazy frame cannot be aborted by its own parent (see `lazy_parent`): start above.
-        // SAFETY: the nearest frame is live while this task runs.
-        if unsafe { JobRef::from_ptr(self.nearest_frame()) }.is_aborted() {
-            true
-        } else {
-            self.seen_gen.set(gen);
-            false
-        }
+        self.worker().signal() != self.seen.get() && self.attend()
     }
 
     /// Index of the worker thread running this task, in `0..num_workers()`.
@@ -376,40 +601,97 @@ impl Context {
         self.worker().sched.num_workers()
     }
 
-    /// Syncs children left outstanding when `run` returned.
+    /// Ends the task after `run` returned: syncs children left outstanding and releases
+    /// their records.
     #[inline(always)]
-    pub(crate) fn implicit_sync(&mut self) {
-        let Some(frame) = self.frame_if_any() else {
+    pub(crate) fn end(&mut self) {
+        if !self.own.get().is_null() {
+            self.end_framed();
+        }
+    }
+
+    #[inline(always)]
+    fn end_framed(&mut self) {
+        let Some(own) = self.own_if_any() else {
             return;
         };
-        if frame.away.get() != 0 || self.worker().has_private_child(frame) {
-            self.implicit_sync_slow();
+        let mark = own.mark();
+        if own.frame.away.get() != 0 || self.worker().has_private_child(&own.frame) {
+            self.implicit_sync();
         }
+        let w = self.worker();
+        if w.has_orphans() {
+            // SAFETY: the frame lives until released below.
+            w.drop_orphans_of(unsafe { &(*self.own.get()).frame });
+        }
+        w.arena.release(mark);
+        // The context may serve a sibling next (see `child_of`).
+        self.own.set(ptr::null());
+    }
+
+    /// True if the task has written a frame.
+    #[inline(always)]
+    pub(crate) fn has_frame(&self) -> bool {
+        !self.own.get().is_null()
+    }
+
+    /// Ends the frame of a child popped and run by its parent (see
+    /// [`Worker::run_popped`](crate::worker::Worker::run_popped)), whose record is already
+    /// finished: should the implicit sync unwind, the child's children are cancelled on the
+    /// way, as the guard of its executor would have done.
+    #[inline(always)]
+    pub(crate) fn end_child(&mut self) {
+        // SAFETY: the caller found a frame.
+        let own = unsafe { &*self.own.get() };
+        let w = self.worker();
+        if own.frame.away.get() == 0 && !w.has_private_child(&own.frame) && !w.has_orphans() {
+            // The common case: every child was synced and taken. Nothing here can unwind.
+            self.worker().arena.release(own.mark());
+            self.own.set(ptr::null());
+        } else {
+            self.end_child_slow();
+        }
+    }
+
+    #[inline(never)]
+    fn end_child_slow(&mut self) {
+        let guard = DrainGuard(ptr::from_ref(self));
+        self.end_framed();
+        std::mem::forget(guard);
     }
 
     /// Kept out of line so that the executor of every job stays small.
     #[inline(never)]
-    fn implicit_sync_slow(&mut self) {
+    fn implicit_sync(&mut self) {
         self.sync();
     }
 
-    /// Cancels this frame's children after its task unwound: drops the ones still on this
-    /// worker's deque, and waits for the stolen ones, which point at this frame.
+    /// Cancels this task's children after it unwound: drops the ones still on this worker's
+    /// deque, waits for the stolen ones, which point at this frame, and releases the records.
     fn drain(&self) {
         let w = self.worker();
-        let Some(frame) = self.frame_if_any() else {
+        let Some(own) = self.own_if_any() else {
             return;
         };
-        while let Some(child) = w.pop_child(frame) {
+        while let Some(child) = w.pop_child(&own.frame) {
             w.discard(child, Mode::Inline);
         }
-        w.sync_away(frame);
+        w.sync_away(&own.frame);
+        if w.has_orphans() {
+            w.drop_orphans_of(&own.frame);
+        }
+        w.arena.release(own.mark());
+        self.own.set(ptr::null());
     }
 
     /// The shared state of the run this task belongs to.
     fn root_state(&self) -> &RootState {
-        // SAFETY: the nearest frame is live while this task runs.
-        unsafe { JobRef::from_ptr(self.nearest_frame()) }.root_state()
+        match (self.frame_if_any(), self.record(), self.frame_above()) {
+            (Some(frame), _, _) => frame.root_state(),
+            (None, Some(job), _) => job.root_state(),
+            (None, None, Some(above)) => above.root_state(),
+            (None, None, None) => unreachable!("a context stands on a frame or a record"),
+        }
     }
 
     /// Cleans up after `run` unwound to the executor of a stolen job or root: records a panic
@@ -448,19 +730,17 @@ thread_local! {
     static PANICKED_TASK: Cell<Option<&'static str>> = const { Cell::new(None) };
 }
 
-/// Finishes the job of a frame that runs without `catch_unwind` (children run inline, and
-/// `Context::call`) when its task unwinds; forgotten on the normal path, so it costs nothing
-/// there. The unwinding goes on to the nearest executor of a stolen job or root.
-/// `T` is the task's type; `CALLED` tells a task run on its parent's stack (by a spawn or
-/// `Context::call`) from a queued child run inline.
-pub(crate) struct UnwindGuard<T, const CALLED: bool> {
-    cx: *const Context,
+/// Ends the task of a context that runs without `catch_unwind` (a task run within a spawn or
+/// call) when it unwinds; forgotten on the normal path, so it costs nothing there. The
+/// unwinding goes on to the nearest executor of a stolen job or root. `T` is the task's type.
+pub(crate) struct UnwindGuard<'c, T> {
+    cx: *const Context<'c>,
     _task: PhantomData<T>,
 }
 
-impl<T, const CALLED: bool> UnwindGuard<T, CALLED> {
+impl<'c, T> UnwindGuard<'c, T> {
     #[inline(always)]
-    pub(crate) fn new(cx: &Context) -> Self {
+    pub(crate) fn new(cx: &Context<'c>) -> Self {
         UnwindGuard {
             cx,
             _task: PhantomData,
@@ -468,30 +748,71 @@ impl<T, const CALLED: bool> UnwindGuard<T, CALLED> {
     }
 }
 
-impl<T, const CALLED: bool> Drop for UnwindGuard<T, CALLED> {
+impl<T> Drop for UnwindGuard<'_, T> {
     fn drop(&mut self) {
         // SAFETY: the guard is declared after the context it points to, so it is dropped first.
-        let cx = unsafe { &*self.cx };
-        let w = cx.worker();
-        let state = if ABORT_UNWINDING.with(|a| a.get()) {
-            ABORTED
-        } else {
-            PANICKED_TASK.with(|p| {
-                if p.get().is_none() {
-                    p.set(Some(std::any::type_name::<T>()));
-                }
-            });
-            // Cancel the run now, so that the stolen children waited for below stop soon.
-            cx.root_state().kill(&w.sched);
-            FAILED
-        };
-        cx.drain();
-        let mode = if CALLED { Mode::Called } else { Mode::Inline };
-        if let Some(frame) = cx.frame_if_any() {
-            // SAFETY: this thread runs the job, and its task is gone.
-            unsafe { w.finish(JobRef::from_header(frame), state, mode) };
+        unwound::<T>(unsafe { &*self.cx });
+    }
+}
+
+/// Cancels the children of a context's task when dropped: what an unwinding
+/// [`Context::end_child`] leaves to do. Forgotten on the normal path.
+struct DrainGuard<'c>(*const Context<'c>);
+
+impl Drop for DrainGuard<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the guard lives within the call that borrows the context.
+        unsafe { (*self.0).drain() };
+    }
+}
+
+/// [`UnwindGuard`] for a queued child run by its parent's sync, which also finishes the
+/// child's record.
+pub(crate) struct RecordGuard<'c, T> {
+    cx: *const Context<'c>,
+    job: JobRef,
+    _task: PhantomData<T>,
+}
+
+impl<'c, T> RecordGuard<'c, T> {
+    #[inline(always)]
+    pub(crate) fn new(cx: &Context<'c>, job: JobRef) -> Self {
+        RecordGuard {
+            cx,
+            job,
+            _task: PhantomData,
         }
     }
+}
+
+impl<T> Drop for RecordGuard<'_, T> {
+    fn drop(&mut self) {
+        // SAFETY: as for `UnwindGuard`.
+        let cx = unsafe { &*self.cx };
+        let state = unwound::<T>(cx);
+        // SAFETY: this thread runs the job, popped by its parent, and its task is gone.
+        unsafe { cx.worker().finish(self.job, state, Mode::Inline) };
+    }
+}
+
+/// Ends the task of `cx`, of type `T`, that is unwinding: notes a panic (and cancels the run)
+/// or an abort, and cancels the task's children. Returns the task's final state.
+fn unwound<T>(cx: &Context<'_>) -> u8 {
+    let w = cx.worker();
+    let state = if ABORT_UNWINDING.with(|a| a.get()) {
+        ABORTED
+    } else {
+        PANICKED_TASK.with(|p| {
+            if p.get().is_none() {
+                p.set(Some(std::any::type_name::<T>()));
+            }
+        });
+        // Cancel the run now, so that the stolen children waited for below stop soon.
+        cx.root_state().kill(&w.sched);
+        FAILED
+    };
+    cx.drain();
+    state
 }
 
 /// Leaves an aborted task by unwinding to its executor.
@@ -500,7 +821,8 @@ pub(crate) fn abort_unwind() -> ! {
     panic::resume_unwind(Box::new(AbortUnwind))
 }
 
-fn panic_message(payload: &(dyn Any + Send)) -> String {
+/// The text of a panic's payload.
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&'static str>() {
         (*s).to_string()
     } else if let Some(s) = payload.downcast_ref::<String>() {

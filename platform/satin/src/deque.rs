@@ -10,8 +10,8 @@
 //! one, so thieves still always get the oldest job, the root of the largest untouched subtree.
 //!
 //! A frame counts its children that leave the private stack other than through its own pops
-//! (in [`JobHeader::away`]): those it must wait for at sync. A child that never leaves costs
-//! no counting at all.
+//! (in [`Frame::away`](crate::job::Frame::away)): those it must wait for at sync. A child that
+//! never leaves costs no counting at all.
 //!
 //! The price: a job spawned just before a long stretch of work without spawns or syncs becomes
 //! visible to thieves only when that stretch ends.
@@ -21,13 +21,16 @@ use std::ptr;
 
 use crossbeam_deque::Worker as Public;
 
-use crate::job::{JobHeader, JobRef, Link};
+use crate::job::{Frame, JobHeader, JobRef, Link};
 
 pub(crate) struct Deque {
-    /// The newest private job, or null; each links to the next older one.
+    /// The newest private job; each links to the next older one, the oldest to `bottom`.
     top: Cell<*const JobHeader>,
     /// Number of jobs on the private stack.
     private_len: Cell<u32>,
+    /// What the oldest private job links to: a record that belongs to no frame, so that a
+    /// pop compares the top's parent with its frame without first looking for an empty stack.
+    bottom: Box<JobHeader>,
     public: Public<JobRef>,
     /// Reused by `publish` to reverse the private stack.
     scratch: UnsafeCell<Vec<JobRef>>,
@@ -35,12 +38,20 @@ pub(crate) struct Deque {
 
 impl Deque {
     pub(crate) fn new(public: Public<JobRef>) -> Self {
+        let bottom = Box::new(JobHeader::mark());
         Deque {
-            top: Cell::new(ptr::null()),
+            top: Cell::new(&*bottom),
             private_len: Cell::new(0),
+            bottom,
             public,
             scratch: UnsafeCell::new(Vec::new()),
         }
+    }
+
+    /// True if `job` is the bottom of the private stack, no job.
+    #[inline(always)]
+    fn is_bottom(&self, job: *const JobHeader) -> bool {
+        ptr::eq(job, &*self.bottom)
     }
 
     /// The link a job about to be pushed must hold: the current top.
@@ -69,23 +80,38 @@ impl Deque {
 
     /// True if the newest private job is a child of `frame`.
     #[inline(always)]
-    pub(crate) fn has_private_child(&self, frame: *const JobHeader) -> bool {
-        let top = self.top.get();
-        // SAFETY: jobs on the private stack are live records.
-        !top.is_null() && unsafe { (*top).parent } == frame
+    pub(crate) fn has_private_child(&self, frame: *const Frame) -> bool {
+        // SAFETY: the top is a live record, or the bottom, whose parent is no frame.
+        unsafe { (*self.top.get()).parent == frame }
     }
 
     /// Pops the newest job if it is a child of `frame`. Children of the frame running on this
     /// thread are always the newest jobs, so a job of any other frame on top means the frame has
     /// no child left here.
     #[inline(always)]
-    pub(crate) fn pop_child(&self, frame: *const JobHeader) -> Option<JobRef> {
+    pub(crate) fn pop_child(&self, frame: *const Frame) -> Option<JobRef> {
         let top = self.top.get();
-        if top.is_null() {
-            return self.pop_public_child(frame);
-        }
         // SAFETY: jobs on the private stack are live records, and their links were written by
-        // `push`.
+        // `push`; the bottom is a record of no frame.
+        unsafe {
+            if (*top).parent != frame {
+                if self.is_bottom(top) {
+                    return self.pop_public_child(frame);
+                }
+                return None;
+            }
+            self.top.set((*top).link.get().below);
+            self.private_len.set(self.private_len.get() - 1);
+            Some(JobRef::from_ptr(top))
+        }
+    }
+
+    /// [`pop_child`](Deque::pop_child) without looking at the public part: for a sync, which
+    /// looks there only when its frame counts children away.
+    #[inline(always)]
+    pub(crate) fn pop_private_child(&self, frame: *const Frame) -> Option<JobRef> {
+        let top = self.top.get();
+        // SAFETY: as in `pop_child`.
         unsafe {
             if (*top).parent != frame {
                 return None;
@@ -97,7 +123,7 @@ impl Deque {
     }
 
     #[inline(never)]
-    fn pop_public_child(&self, frame: *const JobHeader) -> Option<JobRef> {
+    fn pop_public_child(&self, frame: *const Frame) -> Option<JobRef> {
         let job = self.public.pop()?;
         if job.header().parent == frame {
             // Back home: its frame runs it and no longer waits for it as a child away.
@@ -117,7 +143,7 @@ impl Deque {
     /// (through `finish_elsewhere`), so its frame counts it as away.
     pub(crate) fn pop_any(&self) -> Option<JobRef> {
         let top = self.top.get();
-        if top.is_null() {
+        if self.is_bottom(top) {
             // Public jobs were counted when they were published.
             return self.public.pop();
         }
@@ -136,9 +162,9 @@ impl Deque {
         // SAFETY: only the owning thread reaches the deque, and this is the only user of the
         // scratch vector.
         let scratch = unsafe { &mut *self.scratch.get() };
-        let mut node = self.top.replace(ptr::null());
+        let mut node = self.top.replace(&*self.bottom);
         self.private_len.set(0);
-        while !node.is_null() {
+        while !self.is_bottom(node) {
             // SAFETY: as in `pop_child`; the parent frames run on this thread.
             unsafe {
                 let parent = &*(*node).parent;
@@ -155,6 +181,6 @@ impl Deque {
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.top.get().is_null() && self.public.is_empty()
+        self.is_bottom(self.top.get()) && self.public.is_empty()
     }
 }

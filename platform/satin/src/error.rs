@@ -83,8 +83,8 @@ pub enum Error {
     #[error("remote execution failed: {0}")]
     Remote(String),
 
-    /// A member of the pool died, or left, while a distributed run was in progress; the run
-    /// ends on every node with this error.
+    /// A member of the pool that a run cannot do without (the master) died or left while the
+    /// run was in progress; the run ends on every node with this error.
     #[error("{node} failed during the run: {reason}")]
     NodeFailed {
         /// The node that failed, as the port library names it (`node3@clusterA (address)`).
@@ -103,6 +103,14 @@ pub enum Error {
         /// The port library's error.
         #[source]
         source: std::sync::Arc<ipl::Error>,
+    },
+
+    /// This node has left its pool (see [`PoolRuntime::leave`](crate::PoolRuntime::leave)):
+    /// it takes part in no further run.
+    #[error("{node} has left the pool and takes part in no further run")]
+    Left {
+        /// This node.
+        node: String,
     },
 
     /// The root task failed on the master node; the other nodes of a distributed run return

@@ -1,35 +1,168 @@
 //! Handles to the outputs of spawned children.
 
 use std::marker::PhantomData;
-use std::mem::{self, ManuallyDrop};
+use std::mem::{self, ManuallyDrop, MaybeUninit};
 use std::ptr;
 use std::sync::atomic::Ordering;
 
 use crate::context::abort_unwind;
-use crate::job::{JobRef, DONE, ORPHANED, PENDING};
+use crate::job::{output_of, JobHeader, JobRef, DONE, PENDING};
 use crate::worker::Worker;
 
 /// The future output of a spawned child, returned by [`Context::spawn`](crate::Context::spawn).
 ///
 /// Take the output with [`take`](Handle::take), normally after
-/// [`Context::sync`](crate::Context::sync). A handle stays on the worker thread of the task that
-/// spawned the child (it is not `Send`). Dropping it without taking the output is allowed; the
-/// child still runs (unless aborted) and its output is dropped.
-pub struct Handle<O> {
-    state: Slot<O>,
+/// [`Context::sync`](crate::Context::sync). Dropping a handle without taking the output is
+/// allowed; the child still runs (unless aborted) and its output is dropped.
+///
+/// A handle cannot outlive the task that spawned its child: it carries the lifetime of that
+/// task's [`Context`](crate::Context), it is neither `Send` nor `Sync`, and it is not
+/// `'static`, so it cannot be returned from `run`, stored in a `static` or a `thread_local!`,
+/// or moved to another thread. The child's record, which holds its output, lives only as long
+/// as that task runs. This compiles:
+///
+/// ```
+/// # #[derive(serde::Serialize, serde::Deserialize)]
+/// # struct Leaf(u64);
+/// # impl satin::Task for Leaf {
+/// #     type Output = u64;
+/// #     fn run(self, _cx: &mut satin::Context) -> u64 { self.0 }
+/// # }
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct Sum(u64);
+///
+/// impl satin::Task for Sum {
+///     type Output = u64;
+///     fn run(self, cx: &mut satin::Context) -> u64 {
+///         let handles: Vec<_> = (0..self.0).map(|i| cx.spawn(Leaf(i))).collect();
+///         cx.sync();
+///         handles.into_iter().map(|h| h.take()).sum()
+///     }
+/// }
+/// assert_eq!(satin::Runtime::local().threads(2).run(Sum(10))?, 45);
+/// # Ok::<(), satin::Error>(())
+/// ```
+///
+/// Keeping a handle beyond its task does not:
+///
+/// ```compile_fail,E0521
+/// # #[derive(serde::Serialize, serde::Deserialize)]
+/// # struct Leaf;
+/// # impl satin::Task for Leaf {
+/// #     type Output = u64;
+/// #     fn run(self, _cx: &mut satin::Context) -> u64 { 1 }
+/// # }
+/// thread_local! {
+///     static KEPT: std::cell::RefCell<Option<satin::Handle<'static, u64>>> =
+///         const { std::cell::RefCell::new(None) };
+/// }
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct Keeper;
+/// impl satin::Task for Keeper {
+///     type Output = ();
+///     fn run(self, cx: &mut satin::Context) {
+///         let h = cx.spawn(Leaf);
+///         KEPT.with(|k| *k.borrow_mut() = Some(h)); // error: the handle does not live long enough
+///     }
+/// }
+/// ```
+///
+/// ```compile_fail,E0277
+/// # #[derive(serde::Serialize, serde::Deserialize)]
+/// # struct Leaf;
+/// # impl satin::Task for Leaf {
+/// #     type Output = u64;
+/// #     fn run(self, _cx: &mut satin::Context) -> u64 { 1 }
+/// # }
+/// static KEPT: std::sync::Mutex<Option<satin::Handle<'static, u64>>> =
+///     std::sync::Mutex::new(None); // error: a handle cannot be shared between threads
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct Keeper;
+/// impl satin::Task for Keeper {
+///     type Output = ();
+///     fn run(self, cx: &mut satin::Context) {
+///         *KEPT.lock().unwrap() = Some(cx.spawn(Leaf));
+///     }
+/// }
+/// ```
+///
+/// Returning one from `run` (here inside the output) does not either: an output is `'static`.
+///
+/// ```compile_fail,E0521
+/// # #[derive(serde::Serialize, serde::Deserialize)]
+/// # struct Leaf;
+/// # impl satin::Task for Leaf {
+/// #     type Output = u64;
+/// #     fn run(self, _cx: &mut satin::Context) -> u64 { 1 }
+/// # }
+/// struct Escaped(satin::Handle<'static, u64>);
+/// # impl serde::Serialize for Escaped {
+/// #     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> { s.serialize_unit() }
+/// # }
+/// # impl<'de> serde::Deserialize<'de> for Escaped {
+/// #     fn deserialize<D: serde::Deserializer<'de>>(_: D) -> Result<Self, D::Error> { unimplemented!() }
+/// # }
+/// # unsafe impl Send for Escaped {}
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct Leaker;
+/// impl satin::Task for Leaker {
+///     type Output = Escaped;
+///     fn run(self, cx: &mut satin::Context) -> Escaped {
+///         Escaped(cx.spawn(Leaf)) // error: lifetime may not live long enough
+///     }
+/// }
+/// ```
+///
+/// Nor does moving one to another thread, even a scoped one that ends within the task:
+///
+/// ```compile_fail,E0277
+/// # #[derive(serde::Serialize, serde::Deserialize)]
+/// # struct Leaf;
+/// # impl satin::Task for Leaf {
+/// #     type Output = u64;
+/// #     fn run(self, _cx: &mut satin::Context) -> u64 { 1 }
+/// # }
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct Mover;
+/// impl satin::Task for Mover {
+///     type Output = u64;
+///     fn run(self, cx: &mut satin::Context) -> u64 {
+///         let h = cx.spawn(Leaf);
+///         std::thread::scope(|s| s.spawn(move || h.take()).join().unwrap()) // error: not Send
+///     }
+/// }
+/// ```
+pub struct Handle<'scope, O> {
+    /// The record of a queued child, which will hold the output (see [`output_of`]); for a
+    /// child that ran within its spawn (see [`Inlining`](crate::Inlining)), whose output is
+    /// in `ready`, null if the parent's abort epoch at the spawn was 0 and [`READY`] if it is
+    /// in `spawn_epoch`; [`TAKEN`] once the output was taken by `Context::next_completed`.
+    job: *const JobHeader,
+    /// See `job`: the epoch tells `Context::next_completed` whether an abort since the spawn
+    /// cancelled the child. Set only with [`READY`].
+    spawn_epoch: MaybeUninit<u32>,
+    /// For a child that ran within its spawn: its output.
+    ready: MaybeUninit<O>,
+    /// Ties the handle to the spawning task's context, invariantly (see `Context`).
+    _scope: PhantomData<&'scope mut &'scope ()>,
+    /// Keeps the handle on the spawning task's thread: neither `Send` nor `Sync`.
     _not_send: PhantomData<*const O>,
 }
 
-enum Slot<O> {
-    /// The child was queued: its record will hold the output.
-    Queued { job: JobRef, out: *mut O },
-    /// The child ran within the spawn (see [`Inlining`](crate::Inlining)); its output is here.
-    /// The parent's abort epoch at the spawn tells `Context::next_completed` whether an abort
-    /// since then cancelled it.
-    Ready { output: O, spawn_epoch: u32 },
-    /// The output was taken by `Context::next_completed`.
-    Taken,
-}
+/// [`Handle::job`] of a handle whose output was taken.
+const TAKEN: *const JobHeader = &TAKEN_MARK.0;
+/// [`Handle::job`] of a handle with a ready output and its epoch in `spawn_epoch`.
+const READY: *const JobHeader = &READY_MARK.0;
+
+/// What [`TAKEN`] and [`READY`] point to: headers of no job, whose state is no job's, so
+/// that `take` reads a state through any handle but one of a child run within its spawn.
+struct Mark(JobHeader);
+
+// SAFETY: nothing ever writes a mark; the state is only loaded.
+unsafe impl Sync for Mark {}
+
+static TAKEN_MARK: Mark = Mark(JobHeader::mark());
+static READY_MARK: Mark = Mark(JobHeader::mark());
 
 /// What `Context::next_completed` finds in a handle.
 pub(crate) enum Peek {
@@ -38,34 +171,73 @@ pub(crate) enum Peek {
     Taken,
 }
 
-impl<O> Handle<O> {
+impl<O> Handle<'_, O> {
+    /// # Safety
+    /// `job` must be a record, created by the running task's spawn, whose output is of type `O`.
     #[inline(always)]
-    pub(crate) fn queued(job: JobRef, out: *mut O) -> Self {
+    pub(crate) unsafe fn queued(job: JobRef) -> Self {
         Handle {
-            state: Slot::Queued { job, out },
+            job: job.as_ptr(),
+            spawn_epoch: MaybeUninit::uninit(),
+            ready: MaybeUninit::uninit(),
+            _scope: PhantomData,
             _not_send: PhantomData,
         }
     }
 
+    /// The handle of a child that ran within its spawn under a task at abort epoch 0.
     #[inline(always)]
-    pub(crate) fn ready(output: O, spawn_epoch: u32) -> Self {
+    pub(crate) fn ready(output: O) -> Self {
         Handle {
-            state: Slot::Ready {
-                output,
-                spawn_epoch,
-            },
+            job: ptr::null(),
+            spawn_epoch: MaybeUninit::uninit(),
+            ready: MaybeUninit::new(output),
+            _scope: PhantomData,
             _not_send: PhantomData,
+        }
+    }
+
+    /// The handle of a child that ran within its spawn under a task at abort epoch
+    /// `spawn_epoch`.
+    #[inline(always)]
+    pub(crate) fn ready_at(output: O, spawn_epoch: u32) -> Self {
+        Handle {
+            job: READY,
+            spawn_epoch: MaybeUninit::new(spawn_epoch),
+            ready: MaybeUninit::new(output),
+            _scope: PhantomData,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// True if the handle holds a ready output.
+    #[inline(always)]
+    fn is_ready_here(&self) -> bool {
+        self.job.is_null() || self.job == READY
+    }
+
+    /// The record of a queued child.
+    #[inline(always)]
+    fn record(&self) -> Option<JobRef> {
+        if !self.job.is_null() && self.job != READY && self.job != TAKEN {
+            // SAFETY: neither null nor TAKEN: the record of the child, which lives as long as
+            // the spawning task, and so as long as this handle.
+            Some(unsafe { JobRef::from_ptr(self.job) })
+        } else {
+            None
         }
     }
 
     #[inline(always)]
     pub(crate) fn peek(&self) -> Peek {
-        match &self.state {
-            Slot::Queued { job, .. } => Peek::Queued(*job),
-            Slot::Ready { spawn_epoch, .. } => Peek::Ready {
-                spawn_epoch: *spawn_epoch,
+        match self.record() {
+            Some(job) => Peek::Queued(job),
+            None if self.job.is_null() => Peek::Ready { spawn_epoch: 0 },
+            None if self.job == READY => Peek::Ready {
+                // SAFETY: set with READY.
+                spawn_epoch: unsafe { self.spawn_epoch.assume_init() },
             },
-            Slot::Taken => Peek::Taken,
+            None => Peek::Taken,
         }
     }
 
@@ -80,85 +252,81 @@ impl<O> Handle<O> {
     /// was cancelled from further up, the calling task is itself aborted and unwinds quietly.
     #[inline(always)]
     pub fn take(self) -> O {
-        // Fields are read one by one, never the whole handle at once: a handle is written
-        // field by field, and a wider read of it would wait for those stores to drain.
         let this = ManuallyDrop::new(self);
-        match &this.state {
-            // SAFETY: the handle is consumed and never dropped, so the output is moved once.
-            Slot::Ready { output, .. } => unsafe { ptr::read(output) },
-            &Slot::Queued { job, out } => {
-                if job.header().state.load(Ordering::Acquire) == DONE {
-                    // SAFETY: the state is DONE, seen with Acquire: the output is written and
-                    // the record belongs to this handle alone.
-                    unsafe { take_done(job, out) }
-                } else {
-                    take_slow(job, out)
-                }
-            }
-            Slot::Taken => {
-                panic!("Handle::take: the output was already taken by Context::next_completed")
-            }
+        let job = this.job;
+        if job.is_null() {
+            // SAFETY: a ready output; the handle is consumed and never dropped, so the output
+            // is moved once.
+            return unsafe { this.ready.assume_init_read() };
         }
+        // SAFETY: a record, or a mark, both of which outlive the handle.
+        if unsafe { (*job).state.load(Ordering::Acquire) } == DONE {
+            // SAFETY: a record (no mark is DONE), DONE seen with Acquire: the output is
+            // written, and the handle, consumed here, is the only way to it.
+            return unsafe { output_of::<O>(JobRef::from_ptr(job)).read() };
+        }
+        take_other(ManuallyDrop::into_inner(this))
     }
 
     /// True once the child has finished with an output that can be taken without waiting.
     pub fn is_ready(&self) -> bool {
-        match &self.state {
-            Slot::Ready { .. } => true,
-            Slot::Queued { job, .. } => job.header().state.load(Ordering::Acquire) == DONE,
-            Slot::Taken => false,
+        match self.record() {
+            Some(job) => job.header().state.load(Ordering::Acquire) == DONE,
+            None => self.is_ready_here(),
         }
     }
 
     /// True once the output has been taken through [`Context::next_completed`](crate::Context::next_completed).
     pub fn is_taken(&self) -> bool {
-        matches!(self.state, Slot::Taken)
+        self.job == TAKEN
     }
 
     /// Moves the output out of a finished child (its state DONE for a queued one) and leaves
     /// the handle empty.
     #[inline(always)]
     pub(crate) fn take_finished(&mut self) -> O {
-        match mem::replace(&mut self.state, Slot::Taken) {
-            Slot::Ready { output, .. } => output,
+        let output = match self.record() {
             // SAFETY: the caller saw the state DONE with Acquire.
-            Slot::Queued { job, out } => unsafe { take_done(job, out) },
-            Slot::Taken => unreachable!("take_finished on an empty handle"),
-        }
+            Some(job) => unsafe { output_of::<O>(job).read() },
+            // SAFETY: the output is moved out once: the handle is marked taken below.
+            None if self.is_ready_here() => unsafe { self.ready.assume_init_read() },
+            None => unreachable!("take_finished on an empty handle"),
+        };
+        self.job = TAKEN;
+        output
     }
 }
 
-/// Moves the output out of a finished child's record and frees the record.
-///
-/// # Safety
-/// The record's state must be DONE, seen with Acquire, and the record must belong to the
-/// caller's handle alone.
-#[inline(always)]
-unsafe fn take_done<O>(job: JobRef, out: *mut O) -> O {
-    let output = ptr::read(out);
-    job.free();
-    output
+/// `take` of all but a ready output without an epoch and a finished child.
+#[inline(never)]
+fn take_other<O>(handle: Handle<'_, O>) -> O {
+    let handle = ManuallyDrop::new(handle);
+    match handle.record() {
+        Some(job) => take_slow(job),
+        // SAFETY: the handle is consumed and never dropped, so the output is moved once.
+        None if handle.is_ready_here() => unsafe { handle.ready.assume_init_read() },
+        None => panic!("Handle::take: the output was already taken by Context::next_completed"),
+    }
 }
 
 /// `take` of a queued child that has not finished, or has no output.
-#[inline(never)]
-fn take_slow<O>(job: JobRef, out: *mut O) -> O {
+fn take_slow<O>(job: JobRef) -> O {
     let mut state = job.header().state.load(Ordering::Acquire);
     if state == PENDING {
         // Should the wait unwind (an abort from further up), the handle's drop orphans the
-        // record so that its executor frees it.
-        let unclaimed = Handle::queued(job, out);
+        // record so that its frame drops the output.
+        // SAFETY: the same record the consumed handle had.
+        let unclaimed = unsafe { Handle::<'_, O>::queued(job) };
         state = wait(job);
         mem::forget(unclaimed);
     }
     if state == DONE {
         // SAFETY: DONE was seen with Acquire, and the handle was consumed by `take`.
-        return unsafe { take_done(job, out) };
+        return unsafe { output_of::<O>(job).read() };
     }
-    // SAFETY: the child finished, and its handle was still here, so the record is ours.
-    let parent_aborted = unsafe { JobRef::from_ptr(job.header().parent) }.is_aborted();
-    // SAFETY: nothing refers to the record any more; it holds no task and no output.
-    unsafe { job.free() };
+    // The parent's frame is alive: it belongs to the task running this `take`, since a handle
+    // cannot leave the task that spawned its child.
+    let parent_aborted = job.parent().is_some_and(|p| p.is_aborted());
     if parent_aborted {
         abort_unwind();
     }
@@ -171,29 +339,24 @@ fn wait(job: JobRef) -> u8 {
     w.wait_for(job)
 }
 
-impl<O> Drop for Handle<O> {
+impl<O> Drop for Handle<'_, O> {
     fn drop(&mut self) {
-        // A ready output is dropped with the handle's fields.
-        let Slot::Queued { job, out } = self.state else {
+        let Some(job) = self.record() else {
+            if self.is_ready_here() {
+                // SAFETY: a ready output, never moved out (that would have marked it taken).
+                unsafe { self.ready.assume_init_drop() };
+            }
             return;
         };
-        match job.header().state.compare_exchange(
-            PENDING,
-            ORPHANED,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            // The executor will free the record when it finishes.
-            Ok(_) => {}
-            Err(state) => {
-                // SAFETY: the child has finished and this handle is the record's last user.
-                unsafe {
-                    if state == DONE {
-                        ptr::drop_in_place(out);
-                    }
-                    job.free();
-                }
-            }
+        match job.header().state.load(Ordering::Acquire) {
+            // SAFETY: the child has finished and this handle is the only way to its output.
+            DONE => unsafe { output_of::<O>(job).drop_in_place() },
+            // Its frame drops the output once the child has finished: the frame outlives the
+            // handle, and a pending child finishes before its frame ends.
+            PENDING => Worker::current()
+                .expect("a Handle is used on the worker thread of its parent task")
+                .orphan(job),
+            _ => {}
         }
     }
 }

@@ -1,18 +1,26 @@
-//! Job records: one block per spawn (recycled per worker, see `recycle`) holding the task,
-//! later its output, the bookkeeping of the task's own children while it runs, and the link
-//! of the worker's private stack while the job waits there.
+//! Job records and frames.
+//!
+//! A *record* is what a queued spawn creates: the child's task, later its output, and what the
+//! deques and the child's handle need. A *frame* is the bookkeeping of a running task that
+//! queued children: what its children link to, its abort epoch, and the count of its children
+//! that other threads run. Both live in the arena of the worker that runs the task (see
+//! `arena`), a frame right below its children's records, from the task's first queued spawn
+//! until it ends; roots, which are created and collected outside the workers, are boxed.
+//!
+//! Both stay valid for as long as anything refers to them, because everything that does is
+//! strictly nested inside the task that owns them: a frame cannot end before all its children
+//! have finished (its sync waits for the stolen ones too), and a handle cannot outlive the task
+//! that spawned its child (its lifetime is the task's, see [`Handle`](crate::Handle)).
 
-use std::alloc::Layout;
 use std::any::TypeId;
 use std::cell::{Cell, UnsafeCell};
-use std::mem::ManuallyDrop;
+use std::mem::{align_of, size_of, MaybeUninit};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
-use crate::recycle;
 use crate::root::RootState;
 use crate::worker::Worker;
-use crate::{Error, Task};
+use crate::{Context, Error, Task};
 
 /// The job waits to run, or runs.
 pub(crate) const PENDING: u8 = 0;
@@ -22,29 +30,32 @@ pub(crate) const DONE: u8 = 1;
 pub(crate) const ABORTED: u8 = 2;
 /// The job panicked or failed remotely; the run it belongs to is failing; no output.
 pub(crate) const FAILED: u8 = 3;
-/// The handle was dropped while the job was pending; whoever finishes the job frees the record.
-pub(crate) const ORPHANED: u8 = 4;
 
-/// The type-independent part of every record. `#[repr(C)]` keeps it at offset 0 so a pointer
-/// to the header is a pointer to the record.
+/// The tag of a [`Frame::up`] (and of `Context::up`) that marks a record; frames and
+/// records are aligned to 64 bytes, so the low bits are free.
+pub(crate) const RECORD: usize = 1;
+/// The tag of `Context::up` that marks a shallow task (see `Context::up`).
+pub(crate) const SHALLOW: usize = 2;
+/// All tags.
+pub(crate) const TAGS: usize = RECORD | SHALLOW;
+
+/// The bookkeeping of a running task that queued children, aborted, or waited for
+/// completions. Children link to it; it lives in the worker's arena, below the children's
+/// records, for as long as the task runs.
+///
+/// A new frame writes only what its own spawns and syncs need; what the slow paths want to
+/// know about its ancestors (aborts, the run's state) they find through `up`.
 #[repr(C)]
-pub(crate) struct JobHeader {
-    pub(crate) vtable: &'static JobVTable,
-    /// Record of the task that spawned this one; null for a root. The parent cannot finish
-    /// before all its children have, so the pointer stays valid while this job exists.
-    pub(crate) parent: *const JobHeader,
-    pub(crate) state: AtomicU8,
-    /// Size class of the record's block, for freeing it.
-    pub(crate) class: u8,
-    /// Frames between this one and the nearest job taken from a deque by another frame or
-    /// thread (a root, a stolen job): 0 for those, one more than the parent otherwise. Spawns
-    /// of deep frames may run their child at once (see [`Inlining`](crate::Inlining)).
-    pub(crate) depth: Cell<u16>,
-    /// The parent's `abort_epoch` when this job was spawned; the job is aborted once they differ.
-    pub(crate) spawn_epoch: u32,
-    /// Worker the job was taken from, written by whoever takes it from another worker (or the
-    /// injector) before running it: that worker waits for the job, so it is the one to wake.
-    pub(crate) owner: Cell<u32>,
+pub(crate) struct Frame {
+    /// Where the task stands (`Context::up`, whose tags are ignored here but [`RECORD`]): the
+    /// frame it hangs under, or, tagged [`RECORD`], the record of a job taken from elsewhere
+    /// (stolen, a root) that it stands on. A task hangs under a frame only while that frame's
+    /// task is suspended in the sync, spawn, call or wait that runs it, so it cannot be
+    /// aborted by that frame's own abort, only from further up; a job taken from elsewhere
+    /// can be, which its record's spawn epoch shows.
+    pub(crate) up: *const u8,
+    /// Bumped by `Context::abort`, which cancels every child spawned before.
+    pub(crate) abort_epoch: AtomicU32,
     /// Children of this task that left this thread's private stack other than by this task's
     /// own pops: published where thieves can take them, or run by an outer frame's wait. The
     /// task waits for exactly these at its sync. Only the thread running the task touches it.
@@ -52,11 +63,151 @@ pub(crate) struct JobHeader {
     /// Of the children `away`, those finished by other threads or by outer frames (always
     /// through [`finish_elsewhere`](crate::worker::finish_elsewhere)).
     pub(crate) stolen_done: AtomicU32,
-    /// Bumped by `Context::abort`, which cancels every child spawned before.
-    pub(crate) abort_epoch: AtomicU32,
+    /// Frames between this one and the nearest job taken from a deque by another frame or
+    /// thread (a root, a stolen job): 0 for those, one more than the frame above otherwise.
+    /// Spawns of deep frames may run their child at once (see [`Inlining`](crate::Inlining));
+    /// with inlining off it is not kept (0).
+    pub(crate) depth: u32,
+}
+
+/// What a frame hangs under (see [`Frame::up`]).
+pub(crate) enum Above<'a> {
+    Frame(&'a Frame),
+    Record(JobRef),
+}
+
+impl Frame {
+    /// What this frame hangs under.
+    #[inline]
+    pub(crate) fn above(&self) -> Above<'_> {
+        let up = self.up as usize;
+        let untagged = self.up.wrapping_sub(up & TAGS);
+        if up & RECORD != 0 {
+            // SAFETY: a record a task stands on outlives the task's frame.
+            Above::Record(unsafe { JobRef::from_ptr(untagged.cast()) })
+        } else {
+            // SAFETY: the frame above outlives this one.
+            Above::Frame(unsafe { &*untagged.cast::<Frame>() })
+        }
+    }
+
+    /// True if this frame, or any ancestor, has been aborted, or its run was cancelled.
+    pub(crate) fn is_aborted(&self) -> bool {
+        self.record_below().is_aborted()
+    }
+
+    /// The shared state of the run this frame belongs to.
+    pub(crate) fn root_state<'a>(&self) -> &'a RootState {
+        self.record_below().root_state()
+    }
+
+    /// The record of the job taken from elsewhere that this frame's task runs within: what
+    /// decides whether it is aborted (see [`Frame::up`]).
+    fn record_below(&self) -> JobRef {
+        let mut frame = self;
+        loop {
+            match frame.above() {
+                Above::Frame(f) => frame = f,
+                Above::Record(job) => return job,
+            }
+        }
+    }
+}
+
+/// The type-independent part of every record. `#[repr(C)]` keeps it at offset 0 so a pointer
+/// to the header is a pointer to the record.
+///
+/// A spawn writes the first four fields only; `owner` is written by whoever takes the job
+/// from another worker, before anything reads it.
+#[repr(C)]
+pub(crate) struct JobHeader {
+    pub(crate) vtable: &'static JobVTable,
+    /// The frame of the task that spawned this one; null for a root. The parent cannot finish
+    /// before all its children have, so the pointer stays valid while this job exists.
+    pub(crate) parent: *const Frame,
     /// The job below this one on its worker's private stack, while it is there; in a root,
-    /// which never is, the run's shared state (the others find it through their root).
+    /// which never is, the run's shared state.
     pub(crate) link: Cell<Link>,
+    /// The parent's `abort_epoch` when this job was spawned; the job is aborted once they differ.
+    pub(crate) spawn_epoch: u32,
+    pub(crate) state: AtomicU8,
+    /// Worker the job was taken from, written by whoever takes it from another worker (or the
+    /// injector) before running it: that worker waits for the job, so it is the one to wake.
+    pub(crate) owner: Owner,
+}
+
+/// The state of a header of no job (see [`JobHeader::mark`]), which no job ever has.
+const NO_JOB: u8 = u8::MAX;
+
+impl JobHeader {
+    /// The header of no job: its parent is no frame, its state no job's, and its functions are
+    /// never called. The bottom of a worker's private stack is one, and so are the marks
+    /// handles use.
+    pub(crate) const fn mark() -> JobHeader {
+        JobHeader {
+            vtable: &MARK_VTABLE,
+            parent: std::ptr::null(),
+            link: Cell::new(Link {
+                below: std::ptr::null(),
+            }),
+            spawn_epoch: 0,
+            state: AtomicU8::new(NO_JOB),
+            owner: Owner(Cell::new(MaybeUninit::uninit())),
+        }
+    }
+}
+
+/// The functions of [`JobHeader::mark`], which nothing runs.
+static MARK_VTABLE: JobVTable = {
+    fn never(_: JobRef) {
+        unreachable!("a mark is no job")
+    }
+    fn never_inline(_: JobRef, _: &mut Context<'_>) {
+        unreachable!("a mark is no job")
+    }
+    fn never_taken(_: JobRef, _: &Worker, _: u64) {
+        unreachable!("a mark is no job")
+    }
+    fn never_encode(_: JobRef) -> Result<Vec<u8>, Error> {
+        unreachable!("a mark is no job")
+    }
+    fn never_decode(_: JobRef, _: &[u8]) -> Result<(), Error> {
+        unreachable!("a mark is no job")
+    }
+    JobVTable {
+        run_inline: never_inline,
+        run_taken: never_taken,
+        discard: never,
+        drop_output: never,
+        encode_task: never_encode,
+        decode_output: never_decode,
+        type_id: TypeId::of::<()>,
+        task_name: || "(no job)",
+    }
+};
+
+/// `spawn_epoch` and `state` fill the aligned word at offset 24 of a header, with padding
+/// after them, so that `Job::write` writes both (and the padding) with one store.
+const EPOCH_AND_STATE: () = {
+    assert!(std::mem::offset_of!(JobHeader, spawn_epoch) == 24);
+    assert!(std::mem::offset_of!(JobHeader, state) == 28);
+    assert!(std::mem::offset_of!(JobHeader, owner) == 32);
+};
+
+/// See [`JobHeader::owner`]: unset until the job is taken.
+pub(crate) struct Owner(Cell<MaybeUninit<u32>>);
+
+impl Owner {
+    pub(crate) fn set(&self, index: u32) {
+        self.0.set(MaybeUninit::new(index));
+    }
+
+    /// # Safety
+    /// The owner must have been [`set`](Owner::set).
+    pub(crate) unsafe fn get(&self) -> u32 {
+        // SAFETY: as the caller vouches.
+        unsafe { self.0.get().assume_init() }
+    }
 }
 
 /// See [`JobHeader::link`].
@@ -66,84 +217,20 @@ pub(crate) union Link {
     pub(crate) root: *const RootState,
 }
 
-impl Link {
-    pub(crate) const NONE: Link = Link {
-        below: std::ptr::null(),
-    };
-}
-
-impl JobHeader {
-    /// The header of a frame without a record, for a task run on its parent's stack (by
-    /// `Context::call`, or by a spawn that runs its child at once; `vtable` is its type's):
-    /// it carries the frame's bookkeeping and links to the caller's frame like any other.
-    #[inline(always)]
-    pub(crate) fn for_call(
-        vtable: &'static JobVTable,
-        parent: &JobHeader,
-        spawn_epoch: u32,
-    ) -> JobHeader {
-        JobHeader {
-            vtable,
-            parent,
-            state: AtomicU8::new(PENDING),
-            class: recycle::UNPOOLED,
-            depth: Cell::new(parent.depth.get().saturating_add(1)),
-            spawn_epoch,
-            owner: Cell::new(0),
-            away: Cell::new(0),
-            stolen_done: AtomicU32::new(0),
-            abort_epoch: AtomicU32::new(0),
-            link: Cell::new(Link::NONE),
-        }
-    }
-}
-
 /// Operations that depend on the task type, one static table per type.
 pub(crate) struct JobVTable {
-    pub(crate) run_inline: unsafe fn(JobRef, &Worker, u64),
+    /// Runs a child popped by its parent, in a context set up for it.
+    pub(crate) run_inline: unsafe fn(JobRef, &mut Context<'_>),
     pub(crate) run_taken: unsafe fn(JobRef, &Worker, u64),
     /// Drops a task that never ran.
     pub(crate) discard: unsafe fn(JobRef),
     pub(crate) drop_output: unsafe fn(JobRef),
-    /// Serializes the task; on success the task is dropped and the slot is empty.
+    /// Serializes the task, which stays in the record.
     pub(crate) encode_task: unsafe fn(JobRef) -> Result<Vec<u8>, Error>,
-    /// Decodes an output into the (empty) slot.
+    /// Decodes an output into the record, which holds none.
     pub(crate) decode_output: unsafe fn(JobRef, &[u8]) -> Result<(), Error>,
     pub(crate) type_id: fn() -> TypeId,
     pub(crate) task_name: fn() -> &'static str,
-    /// Layout of the record's block.
-    pub(crate) layout: Layout,
-}
-
-/// The table of a frame written lazily for a task run on its parent's stack (see
-/// `Context::own_frame`). Such a frame is never queued, stolen, encoded or freed, and the guard
-/// that reports a panic of its task names the type itself, so none of these entries is used.
-pub(crate) static LAZY_FRAME_VTABLE: JobVTable = JobVTable {
-    run_inline: lazy_frame_unused,
-    run_taken: lazy_frame_unused,
-    discard: lazy_frame_never_queued,
-    drop_output: lazy_frame_never_queued,
-    encode_task: lazy_frame_never_encoded,
-    decode_output: lazy_frame_never_decoded,
-    type_id: TypeId::of::<JobHeader>,
-    task_name: || "(a task run within a spawn or call)",
-    layout: Layout::new::<JobHeader>(),
-};
-
-unsafe fn lazy_frame_unused(_: JobRef, _: &Worker, _: u64) {
-    unreachable!("a frame run on its parent's stack is never run from a deque")
-}
-
-unsafe fn lazy_frame_never_queued(_: JobRef) {
-    unreachable!("a frame run on its parent's stack never holds a task or an output")
-}
-
-unsafe fn lazy_frame_never_encoded(_: JobRef) -> Result<Vec<u8>, Error> {
-    unreachable!("a frame run on its parent's stack is never stolen")
-}
-
-unsafe fn lazy_frame_never_decoded(_: JobRef, _: &[u8]) -> Result<(), Error> {
-    unreachable!("a frame run on its parent's stack is never stolen")
 }
 
 /// A pointer to a record, as stored in deques.
@@ -166,84 +253,77 @@ impl JobRef {
         self.0.as_ptr()
     }
 
-    /// A reference to a header that stays in place while the reference is used.
-    #[inline(always)]
-    pub(crate) fn from_header(header: &JobHeader) -> JobRef {
-        JobRef(NonNull::from(header))
-    }
-
     /// # Safety
     /// `p` must point to a live record.
     #[inline(always)]
     pub(crate) unsafe fn from_ptr(p: *const JobHeader) -> JobRef {
-        JobRef(NonNull::new_unchecked(p as *mut JobHeader))
+        // SAFETY: a live record is not at address zero.
+        JobRef(unsafe { NonNull::new_unchecked(p as *mut JobHeader) })
     }
 
-    /// Returns the record's memory.
-    ///
-    /// # Safety
-    /// Nothing may use the record afterwards; its task and output must already be gone.
+    /// The frame of the task that spawned this job, if it is not a root.
     #[inline(always)]
-    pub(crate) unsafe fn free(self) {
-        let class = self.header().class;
-        if class == recycle::UNPOOLED {
-            std::alloc::dealloc(self.0.as_ptr().cast(), self.header().vtable.layout);
-        } else {
-            recycle::release(self.0.cast(), class);
-        }
+    pub(crate) fn parent(&self) -> Option<&Frame> {
+        // SAFETY: the parent outlives its children (see `JobHeader::parent`).
+        unsafe { self.header().parent.as_ref() }
     }
 
     /// True if this job, or any ancestor, has been aborted, or its run was cancelled.
     pub(crate) fn is_aborted(&self) -> bool {
-        let mut node = self.as_ptr();
-        // SAFETY: ancestors outlive their descendants, and the root state outlives the tree.
-        unsafe {
-            loop {
-                let parent = (*node).parent;
-                if parent.is_null() {
-                    return (*(*node).link.get().root).is_killed();
-                }
-                if (*node).spawn_epoch != (*parent).abort_epoch.load(Ordering::Acquire) {
-                    return true;
-                }
-                node = parent;
+        let h = self.header();
+        match self.parent() {
+            Some(parent) => {
+                h.spawn_epoch != parent.abort_epoch.load(Ordering::Acquire) || parent.is_aborted()
             }
+            None => self.root_state().is_killed(),
         }
     }
 
     /// The shared state of the run this job belongs to.
     pub(crate) fn root_state<'a>(&self) -> &'a RootState {
-        let mut node = self.as_ptr();
-        // SAFETY: ancestors outlive their descendants; a root's link always holds its state,
-        // and the root state outlives the tree.
-        unsafe {
-            while !(*node).parent.is_null() {
-                node = (*node).parent;
-            }
-            &*(*node).link.get().root
+        match self.parent() {
+            Some(parent) => parent.root_state(),
+            // SAFETY: a root's link always holds its state, which outlives the tree.
+            None => unsafe { &*self.header().link.get().root },
         }
+    }
+
+    /// The Rust type name of the job's task.
+    pub(crate) fn task_name(&self) -> &'static str {
+        (self.header().vtable.task_name)()
     }
 }
 
 /// The record of a task of type `T`.
+///
+/// The output comes right after the header, at an offset that depends on the output type
+/// alone ([`output_offset`]), so that a handle, which knows only that type, finds it from the
+/// record's address; the task follows.
 #[repr(C)]
 pub(crate) struct Job<T: Task> {
     pub(crate) header: JobHeader,
-    /// Holds the task until it runs, then its output: never both, so they share the space.
-    pub(crate) slot: UnsafeCell<Slot<T>>,
+    /// The output, once the job has finished with one.
+    pub(crate) output: UnsafeCell<MaybeUninit<T::Output>>,
+    /// The task, until it runs (or is dropped unrun, or given away).
+    pub(crate) task: UnsafeCell<MaybeUninit<T>>,
 }
 
-pub(crate) union Slot<T: Task> {
-    pub(crate) task: ManuallyDrop<T>,
-    pub(crate) output: ManuallyDrop<T::Output>,
+/// Where the output of type `O` lies in a record (see [`Job`]).
+pub(crate) const fn output_offset<O>() -> usize {
+    size_of::<JobHeader>().next_multiple_of(align_of::<O>())
+}
+
+/// The output of type `O` of the record `job`.
+#[inline(always)]
+pub(crate) fn output_of<O>(job: JobRef) -> *mut O {
+    job.as_ptr()
+        .cast::<u8>()
+        .cast_mut()
+        .wrapping_add(output_offset::<O>())
+        .cast()
 }
 
 impl<T: Task> Job<T> {
-    const BLOCK: (u8, Layout) = recycle::block_for(
-        std::mem::size_of::<Job<T>>(),
-        std::mem::align_of::<Job<T>>(),
-    );
-
     pub(crate) const VTABLE: JobVTable = JobVTable {
         run_inline: crate::worker::run_inline::<T>,
         run_taken: crate::worker::run_taken::<T>,
@@ -253,105 +333,121 @@ impl<T: Task> Job<T> {
         decode_output: decode_output::<T>,
         type_id: TypeId::of::<T>,
         task_name: std::any::type_name::<T>,
-        layout: Self::BLOCK.1,
     };
 
-    /// A pending record, not yet placed anywhere.
-    #[inline(always)]
-    pub(crate) fn new(
-        task: T,
-        parent: *const JobHeader,
-        depth: u16,
-        spawn_epoch: u32,
-        link: Link,
-    ) -> Self {
+    /// Checked when a record type is first used: handles rely on it.
+    const OUTPUT_AT_ITS_OFFSET: () = assert!(
+        std::mem::offset_of!(Job<T>, output) == output_offset::<T::Output>(),
+        "a record's output lies where handles look for it"
+    );
+
+    /// A pending root record, not yet placed anywhere, whose link holds the run's state.
+    pub(crate) fn root(task: T, root: *const RootState) -> Self {
+        let () = Self::OUTPUT_AT_ITS_OFFSET;
         Job {
             header: JobHeader {
                 vtable: &Self::VTABLE,
-                parent,
+                parent: std::ptr::null(),
+                link: Cell::new(Link { root }),
+                spawn_epoch: 0,
                 state: AtomicU8::new(PENDING),
-                class: Self::BLOCK.0,
-                depth: Cell::new(depth),
-                spawn_epoch,
-                owner: Cell::new(0),
-                away: Cell::new(0),
-                stolen_done: AtomicU32::new(0),
-                abort_epoch: AtomicU32::new(0),
-                link: Cell::new(link),
+                owner: Owner(Cell::new(MaybeUninit::uninit())),
             },
-            slot: UnsafeCell::new(Slot {
-                task: ManuallyDrop::new(task),
-            }),
+            output: UnsafeCell::new(MaybeUninit::uninit()),
+            task: UnsafeCell::new(MaybeUninit::new(task)),
         }
     }
 
-    /// Builds a record in a block from `recycler` (or the global allocator when `None`).
-    /// `link` is its first [`JobHeader::link`]: the job below it on the private stack it is
-    /// about to be pushed on, or a root's state.
+    /// Writes a pending record of `task`, a child of `parent` spawned at its epoch
+    /// `spawn_epoch`, at `at`, with `link` as its link. Field by field, so that `owner` and
+    /// the output cost no store.
+    ///
+    /// # Safety
+    /// `at` must be valid for writing a `Job<T>` and aligned for it.
     #[inline(always)]
-    pub(crate) fn create(
-        recycler: Option<&mut recycle::Recycler>,
+    pub(crate) unsafe fn write(
+        at: *mut Job<T>,
         task: T,
-        parent: *const JobHeader,
-        depth: u16,
+        parent: *const Frame,
         spawn_epoch: u32,
         link: Link,
-    ) -> JobRef {
-        let (class, layout) = Self::BLOCK;
-        let block = match recycler {
-            Some(r) => r.alloc(class, layout),
-            None => recycle::fresh(layout),
-        };
-        let record = block.cast::<Job<T>>();
-        // SAFETY: the block is large and aligned enough for a Job<T> and not in use.
+    ) {
+        let () = Self::OUTPUT_AT_ITS_OFFSET;
+        let () = EPOCH_AND_STATE;
+        // SAFETY: as the caller vouches; each field is written through a raw pointer, without
+        // a reference to the uninitialised record.
         unsafe {
-            record
-                .as_ptr()
-                .write(Self::new(task, parent, depth, spawn_epoch, link))
-        };
-        JobRef(record.cast())
+            let h = std::ptr::addr_of_mut!((*at).header);
+            std::ptr::addr_of_mut!((*h).vtable).write(&Self::VTABLE);
+            std::ptr::addr_of_mut!((*h).parent).write(parent);
+            std::ptr::addr_of_mut!((*h).link).write(Cell::new(link));
+            // The epoch and the state share one aligned word (see `EPOCH_AND_STATE`): one store.
+            let mut word = [0u8; 8];
+            word[..4].copy_from_slice(&spawn_epoch.to_ne_bytes());
+            word[4] = PENDING;
+            std::ptr::addr_of_mut!((*h).spawn_epoch)
+                .cast::<u64>()
+                .write(u64::from_ne_bytes(word));
+            std::ptr::addr_of_mut!((*at).task).cast::<T>().write(task);
+        }
     }
 
+    /// The task of the record `job`.
+    ///
     /// # Safety
     /// `job` must be a record of type `Job<T>`.
     #[inline(always)]
-    pub(crate) unsafe fn slot(job: JobRef) -> *mut Slot<T> {
-        (*(job.as_ptr() as *const Job<T>)).slot.get()
+    pub(crate) unsafe fn task_ptr(job: JobRef) -> *mut T {
+        // SAFETY: the caller vouches for the type; the header starts the record.
+        unsafe { (*(job.as_ptr() as *const Job<T>)).task.get().cast() }
     }
 
-    /// Where the output will be, for handles that know only the output type.
+    /// The output of the record `job`.
+    ///
+    /// # Safety
+    /// `job` must be a record of type `Job<T>`.
     #[inline(always)]
-    pub(crate) fn output_ptr(job: JobRef) -> *mut T::Output {
-        // SAFETY: `job` was created as a Job<T> by the caller; the union field starts the slot.
-        unsafe { std::ptr::addr_of_mut!((*Self::slot(job)).output).cast() }
+    pub(crate) unsafe fn output_ptr(job: JobRef) -> *mut T::Output {
+        // SAFETY: the caller vouches for the type; the header starts the record.
+        unsafe { (*(job.as_ptr() as *const Job<T>)).output.get().cast() }
     }
 }
 
+/// # Safety
+/// `job` must be a `Job<T>` that holds its task, which nothing uses afterwards.
 unsafe fn discard<T: Task>(job: JobRef) {
-    ManuallyDrop::drop(&mut (*Job::<T>::slot(job)).task);
+    // SAFETY: as the caller vouches.
+    unsafe { Job::<T>::task_ptr(job).drop_in_place() }
 }
 
+/// # Safety
+/// `job` must be a `Job<T>` that holds its output, which nothing uses afterwards.
 unsafe fn drop_output<T: Task>(job: JobRef) {
-    ManuallyDrop::drop(&mut (*Job::<T>::slot(job)).output);
+    // SAFETY: as the caller vouches.
+    unsafe { Job::<T>::output_ptr(job).drop_in_place() }
 }
 
+/// # Safety
+/// `job` must be a `Job<T>` that holds its task, and the caller its only user.
 unsafe fn encode_task<T: Task>(job: JobRef) -> Result<Vec<u8>, Error> {
-    let slot = Job::<T>::slot(job);
-    let bytes = postcard::to_allocvec(&*(*slot).task).map_err(|e| Error::Encode {
+    // SAFETY: as the caller vouches.
+    let task: &T = unsafe { &*Job::<T>::task_ptr(job) };
+    postcard::to_allocvec(task).map_err(|e| Error::Encode {
         task: std::any::type_name::<T>(),
         what: "task",
         reason: e.to_string(),
-    })?;
-    ManuallyDrop::drop(&mut (*slot).task);
-    Ok(bytes)
+    })
 }
 
+/// # Safety
+/// `job` must be a `Job<T>` that holds no output, and the caller its only user.
 unsafe fn decode_output<T: Task>(job: JobRef, bytes: &[u8]) -> Result<(), Error> {
     let output: T::Output = postcard::from_bytes(bytes).map_err(|e| Error::Decode {
         task: std::any::type_name::<T>(),
         what: "output",
         reason: e.to_string(),
     })?;
-    (*Job::<T>::slot(job)).output = ManuallyDrop::new(output);
+    // SAFETY: as the caller vouches; there is no output, so nothing is overwritten unseen.
+    unsafe { Job::<T>::output_ptr(job).write(output) };
     Ok(())
 }

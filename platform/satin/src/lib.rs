@@ -78,30 +78,47 @@
 //!
 //! Each worker keeps its spawned jobs in a deque. The newest jobs stay in a private part that
 //! only the worker touches, so spawning and running a child at sync cost no atomic instruction;
-//! older jobs sit in a crossbeam-deque where others can steal them. A spawn takes a job record
-//! (the task, later its output) from the worker's own free list and links it on top of the
-//! private stack; sync pops the frame's children off that stack and calls them directly; a
-//! frame counts only the children that left the private stack (published for thieves), so a
-//! child that is never stolen costs no counting. An idle worker tries the other workers in
-//! random order and takes the oldest published job; if a victim has published nothing, the
-//! thief raises a flag and the victim publishes its private jobs at its next spawn or sync. A
-//! job therefore becomes stealable no later than its parent's next spawn or sync. A worker
-//! waiting at a sync for stolen children runs other jobs meanwhile. Idle workers spin, then
-//! yield, then park; publishing work wakes a parked worker.
+//! older jobs sit in a crossbeam-deque where others can steal them. A spawn writes a job record
+//! (the task, later its output) at the top of the worker's record stack and links it on top of
+//! the private deque; sync pops the frame's children off that deque and runs them; a frame
+//! counts only the children that left the private deque (published for thieves), so a child
+//! that is never stolen costs no counting. An idle worker tries the other workers in random
+//! order and takes the oldest published job; if a victim has published nothing, the thief
+//! raises a flag and the victim publishes its private jobs at its next spawn or sync. A job
+//! therefore becomes stealable no later than its parent's next spawn or sync. The flag shares
+//! one word per worker with the abort generation, so that a spawn or sync checks both with one
+//! comparison. A worker waiting at a sync for stolen children runs other jobs meanwhile. Idle
+//! workers spin, then yield, then park; publishing work wakes a parked worker.
+//!
+//! Records need no freeing one by one, because nothing can refer to a record after its
+//! parent's task has ended: the task's sync waits for every child wherever it runs, and a
+//! [`Handle`] carries the lifetime of the task's [`Context`], so no handle can be kept beyond
+//! it (see [`Handle`] for what does not compile). Tasks on one worker nest like calls, so the
+//! records of a worker form a stack: a spawn takes the next bytes, and a task that queued
+//! children gives all their records back when it ends. A stolen job's record stays where its
+//! parent put it while the thief runs it.
 //!
 //! Deep in the tree, a spawn runs its child at once, like a call, while the worker already
 //! has queued jobs that no thief has asked for ([`Inlining`]; the lazy scheduling of Tzannes
-//! et al.). A child run this way gets a frame only if it queues children of its own, aborts,
-//! or waits for completions, so a spawn that runs its child at once costs little more than a
-//! call. Thieves still find the large pieces, which are the oldest queued jobs, and a thief's
-//! publish request empties the queue, so the next spawns are queued again.
-//! [`Inlining::OFF`] queues every child, as Satin does.
+//! et al.). A task gets a frame (what its children link to) only if it queues children of its
+//! own, aborts, or waits for completions, and a child run at once by a task without a frame
+//! runs in that task's own context, so such a spawn costs little more than a call. Thieves
+//! still find the large pieces, which are the oldest queued jobs, and a thief's publish
+//! request empties the queue, so the next spawns are queued again. [`Inlining::OFF`] queues
+//! every child, as Satin does.
 //!
-//! What this costs (`satin-bench`, 2 cores): fib(32) with every call spawning both children
-//! runs in about 0.9 times the time of the same with `rayon::join` on 2 threads (about 2.6
-//! times with every spawn queued); a spawn costs about 4 ns over a plain call on one thread
-//! (12 ns queued); fib(40) spawning above 20 runs about 1.9 to 2.0 times as fast on 2 threads
-//! as sequentially.
+//! What this costs (`satin-bench` on 2 cores of an AMD EPYC that other work shared, load average 4
+//! to 10; medians of seven runs, the README gives the ranges and says how to measure): fib(32) with
+//! every call spawning both children runs in about 0.8 times the time of the same with
+//! `rayon::join` on 2 threads with the default inlining, and in about 1.9 times with every spawn
+//! queued where thieves can take it (about 1.5 times when one child is spawned and the other
+//! called, the shape of `rayon::join`). A queued child still costs a record, a push and a pop, and
+//! a call through its type's table to an executor that calls the task, where `rayon::join` pushes
+//! one closure for two calls and calls both directly: 116 instructions per fib call against 71
+//! (callgrind, one thread, 1.6 times; times on one thread gave 1.6 to 1.9 times). On one thread a
+//! spawn costs about 3 to 6 ns over a plain call when it runs its child at once and 9 to 13 ns when
+//! it queues it (a `rayon::join`, which covers two calls, 10 to 13 ns); fib(40) spawning above 20
+//! runs about 2 times as fast on 2 threads as sequentially.
 //!
 //! A task that panics fails the whole run: every other job of it is cancelled and
 //! [`Runtime::run`] returns [`Error::TaskPanicked`] naming the task. [`Runtime::stats`] counts
@@ -111,14 +128,18 @@
 //!
 //! [`Runtime::in_pool`] spreads a run over the nodes of a pool of the port library (`ipl`):
 //! processes started by `ipl-run`, or threads of one process over its in-process driver.
-//! Every node calls [`run`](PoolRuntime::run) with the same root task; the elected master
-//! runs it and gets `Some(output)`, the others serve and get `None`. Idle nodes steal the
+//! Every node calls [`run`](PoolRuntime::run) with the same root task; the master (the pool's
+//! lowest live rank) runs it and gets `Some(output)`, the others serve and get `None`. Idle nodes steal the
 //! oldest job of another node, as chosen by [`Steal`]: random stealing, or cluster-aware
 //! stealing, which keeps one asynchronous request to another location in flight while it
 //! steals synchronously inside its own. A stolen job travels serialized (which is why tasks
 //! are registered by name), runs on the thief as a new root, and its output travels back to
 //! the frame that spawned it. Aborting a frame cancels its children wherever they run. A node
-//! that dies during a run ends the run on every other node with [`Error::NodeFailed`].
+//! other than the master that dies costs time only: the jobs it had stolen run again at their
+//! owners, and the results of its own jobs that others computed are kept and reused (see
+//! [`remote`]); the output is the same. Nodes may join a running pool and steal at once, or
+//! leave it ([`PoolRuntime::leave`], or SIGTERM) once their work is home. Only the master's
+//! death ends a run, on every node with [`Error::NodeFailed`] naming it.
 //!
 //! ```
 //! #[derive(serde::Serialize, serde::Deserialize)]
@@ -166,26 +187,28 @@
 //! move work between processes in other ways.
 
 #![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
 
+mod arena;
 mod codec;
 mod context;
 mod deque;
-mod dist;
+mod distributed;
 mod error;
 mod handle;
 mod inlining;
 mod job;
-mod recycle;
 pub mod remote;
 mod root;
 mod runtime;
 mod scheduler;
 mod stats;
 mod task;
+mod trace;
 mod worker;
 
 pub use context::Context;
-pub use dist::{PoolRuntime, Steal};
+pub use distributed::{PoolRuntime, Steal};
 pub use error::Error;
 pub use handle::Handle;
 pub use inlining::Inlining;

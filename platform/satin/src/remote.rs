@@ -16,21 +16,50 @@
 //!   [`RemoteRoot::abort`] on the other side. [`Remote::set_abort_hook`] says when to look.
 //! * **Asking for work.** [`Remote::set_idle_hook`] is called by workers that found nothing
 //!   to do in this process.
+//! * **Results kept for later.** After a crash, jobs run again; results that were computed
+//!   elsewhere for the crashed node (orphans), and that a job run again will ask for, can be
+//!   kept in this runtime's result table ([`Remote::keep_result`]). While the table holds
+//!   anything, every queued spawn of this process looks its task up there first and takes a
+//!   kept result instead of running the child (see [Reusing results](#reusing-results)).
 //!
 //! Task types must be registered with [`register!`](crate::register) in both processes.
+//!
+//! User code runs inside these hooks: a task's `Serialize` when it is given away, its
+//! `Deserialize` when it is received, an output's `Serialize`, `Deserialize` and `Drop`. A
+//! panic there never unwinds into the layer's threads: the run the job belongs to fails with
+//! [`Error::TaskPanicked`] naming the task type (on the receiving side, the submitted root's
+//! callback gets that error), and the job's parent stops waiting for it.
+//!
+//! # Reusing results
+//!
+//! A job that travels between processes is known by its registered type name and the bytes of
+//! its task: a thief computes the job's output from those bytes alone, so any job with the same
+//! type and bytes has the same output, wherever in the tree it sits. The result table is keyed
+//! that way. A spawn looks a task up only while the table is not empty (one load of a
+//! process-wide flag otherwise) and only when it queues its child; a spawn that runs its child
+//! at once (see [`Inlining`](crate::Inlining)) does not look. A result is used once and then
+//! removed; [`Remote::clear_results`] empties the table. Nothing waits for a result that is
+//! not there yet: a layer that expects one holds back the job that will ask for it instead
+//! (as the distributed runtime does; a worker blocked in a spawn could hold up, further down
+//! its stack, the very job computing the result).
 
+use std::any::TypeId;
+use std::collections::HashMap;
 use std::hint;
-use std::sync::atomic::Ordering;
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam_deque::Steal;
+use crossbeam_utils::CachePadded;
+use parking_lot::Mutex;
 
 use crate::codec::{self, OnOutput};
 use crate::job::{JobRef, ABORTED, DONE, FAILED};
 use crate::root::{Latch, RootState};
 use crate::scheduler::Scheduler;
-use crate::worker::finish_elsewhere;
-use crate::Error;
+use crate::worker::{discard_task, fail_for_panic, finish_elsewhere, Worker};
+use crate::{Error, Task};
 
 pub use crate::codec::registered_name;
 
@@ -47,7 +76,9 @@ impl Remote {
     /// Returns `Ok(None)` if no worker has a job that others may take right now; the workers
     /// are then asked to expose some, so asking again shortly may succeed. A job whose task
     /// type is not registered, or does not encode, is left to the local workers and the error
-    /// is returned.
+    /// is returned. If the task's `Serialize` (or its `Drop`, once serialized) panics, the run
+    /// the job belongs to fails with [`Error::TaskPanicked`], which is returned; the job ends
+    /// as failed, so its parent does not wait for it.
     pub fn steal_oldest(&self) -> Result<Option<RemoteJob>, Error> {
         let table = codec::table()?;
         let sched = &self.sched;
@@ -71,10 +102,11 @@ impl Remote {
             job.header().owner.set(index as u32);
             if job.is_aborted() {
                 // SAFETY: the job is ours now and never ran; nobody else will execute it.
-                unsafe {
-                    (job.header().vtable.discard)(job);
-                    finish_elsewhere(job, ABORTED, sched);
+                if let Err(payload) = unsafe { discard_task(job) } {
+                    let _ = fail_for_panic(job, sched, "dropping it unrun", payload);
                 }
+                // SAFETY: as above; its slot is empty now.
+                unsafe { finish_elsewhere(job, ABORTED, sched) };
                 continue;
             }
             let vt = job.header().vtable;
@@ -82,35 +114,74 @@ impl Remote {
                 sched.inject(job);
                 return Err(Error::Unregistered((vt.task_name)()));
             };
-            // SAFETY: the job is ours and still holds its task.
-            match unsafe { (vt.encode_task)(job) } {
-                Ok(task) => {
-                    let c = &sched.shared_counters;
-                    c.jobs_sent.fetch_add(1, Ordering::Relaxed);
-                    c.bytes_moved
-                        .fetch_add(task.len() as u64, Ordering::Relaxed);
-                    let id = sched.next_remote_id.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(id, type_name, bytes = task.len(), "job given away");
-                    return Ok(Some(RemoteJob {
-                        id,
-                        job: Some(job),
-                        type_name,
-                        task,
-                        sched: Arc::clone(sched),
-                    }));
+            // SAFETY: the job is ours and holds its task.
+            let encoded =
+                panic::catch_unwind(AssertUnwindSafe(|| unsafe { (vt.encode_task)(job) }));
+            let panicked = match encoded {
+                Ok(Ok(task)) => {
+                    // The task travels as bytes from here on.
+                    // SAFETY: the job is ours, and its task was only borrowed for encoding.
+                    match unsafe { discard_task(job) } {
+                        Ok(()) => {
+                            let kept = sched.results.take((vt.type_id)(), &task);
+                            let Some(output) = kept else {
+                                return Ok(Some(self.give_away(job, type_name, task)));
+                            };
+                            // Its result is known: complete it here and look for another.
+                            let id = sched.next_remote_id.fetch_add(1, Ordering::Relaxed);
+                            let done = RemoteJob::new(id, job, type_name, task, sched);
+                            sched
+                                .shared_counters
+                                .results_reused
+                                .fetch_add(1, Ordering::Relaxed);
+                            if let Err(e) = done.complete(&output) {
+                                tracing::warn!("a kept result does not decode: {e}");
+                            }
+                            continue;
+                        }
+                        Err(payload) => {
+                            (payload, "dropping it once serialized for another process")
+                        }
+                    }
                 }
-                Err(e) => {
+                Ok(Err(e)) => {
                     sched.inject(job);
                     return Err(e);
                 }
-            }
+                Err(payload) => {
+                    // The task is still there: drop it, whatever its `Drop` does.
+                    // SAFETY: as above.
+                    let _ = unsafe { discard_task(job) };
+                    (payload, "serializing it for another process")
+                }
+            };
+            // User code of the task type panicked: the run fails, and the job ends as failed so
+            // that its parent stops waiting for it.
+            let error = fail_for_panic(job, sched, panicked.1, panicked.0);
+            // SAFETY: the job is ours, and its slot is empty.
+            unsafe { finish_elsewhere(job, FAILED, sched) };
+            return Err(error);
         }
         Ok(None)
     }
 
+    /// Records a job taken and encoded as given away.
+    fn give_away(&self, job: JobRef, type_name: &'static str, task: Vec<u8>) -> RemoteJob {
+        let sched = &self.sched;
+        let c = &sched.shared_counters;
+        c.jobs_sent.fetch_add(1, Ordering::Relaxed);
+        c.bytes_moved
+            .fetch_add(task.len() as u64, Ordering::Relaxed);
+        let id = sched.next_remote_id.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(id, type_name, bytes = task.len(), "job given away");
+        RemoteJob::new(id, job, type_name, task, sched)
+    }
+
     /// Decodes a task of the type registered as `type_name` from `task` and runs it as a new
     /// root on the local workers. `on_done` receives the serialized output, or the error the
-    /// run ended with; it is called on a worker thread and should return quickly.
+    /// run ended with; it is called on a worker thread and should return quickly. A panic in
+    /// the task's `Deserialize` is returned as [`Error::TaskPanicked`]; one in the output's
+    /// `Serialize` or `Drop` reaches `on_done` as that error.
     pub fn submit<F>(&self, type_name: &str, task: &[u8], on_done: F) -> Result<RemoteRoot, Error>
     where
         F: FnOnce(Result<Vec<u8>, Error>) + Send + 'static,
@@ -197,6 +268,147 @@ impl Remote {
             c.remote_steals.fetch_add(1, Ordering::Relaxed);
         }
     }
+
+    /// Records, for [`Stats`](crate::Stats), something a distributed layer did.
+    pub fn note(&self, event: Event) {
+        let c = &self.sched.shared_counters;
+        let counter = match event {
+            Event::StealSent { wide } => {
+                if wide {
+                    c.wide_steal_attempts.fetch_add(1, Ordering::Relaxed);
+                }
+                &c.remote_steal_attempts
+            }
+            Event::StealSucceeded { wide } => {
+                if wide {
+                    c.wide_steals.fetch_add(1, Ordering::Relaxed);
+                }
+                &c.remote_steals
+            }
+            Event::JobReceived => &c.jobs_received,
+            Event::CancelSent => &c.cancels_sent,
+            Event::CancelReceived => &c.cancels_received,
+            Event::JobReexecuted => &c.jobs_reexecuted,
+            Event::ResultReused => &c.results_reused,
+            Event::ResultSalvaged => &c.results_salvaged,
+            Event::JobReturned => &c.jobs_returned,
+            Event::NodeJoined => &c.nodes_joined,
+            Event::NodeLeft => &c.nodes_left,
+            Event::NodeDied => &c.nodes_died,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// True when called from one of this runtime's worker threads (where waiting for a run of
+    /// the same runtime would block a worker on itself).
+    pub fn on_own_worker(&self) -> bool {
+        Worker::current().is_some_and(|w| Arc::ptr_eq(&w.sched, &self.sched))
+    }
+
+    /// True while any root (submitted here, or started by [`submit`](Remote::submit)) runs.
+    pub fn has_active_roots(&self) -> bool {
+        self.sched.active_roots.load(Ordering::Acquire) > 0
+    }
+
+    /// Starts `task` as a new root on the local workers; `on_done` receives its output, or the
+    /// error the run ended with, on the worker that finishes it. The returned handle fails or
+    /// cancels the whole tree.
+    pub fn start<T, F>(&self, task: T, on_done: F) -> LocalRoot
+    where
+        T: Task,
+        F: FnOnce(Result<T::Output, Error>) + Send + 'static,
+    {
+        LocalRoot {
+            state: crate::root::submit(&self.sched, task, on_done),
+            sched: Arc::clone(&self.sched),
+        }
+    }
+
+    /// Keeps `output`, the serialized result of the task of type `type_name` serialized as
+    /// `task`, for the next spawn (or remote steal) of an equal task in this process.
+    pub fn keep_result(&self, type_name: &str, task: &[u8], output: Vec<u8>) -> Result<(), Error> {
+        let id = type_id_of(type_name)?;
+        self.sched.results.keep(id, task, output);
+        Ok(())
+    }
+
+    /// Takes the kept result of the task of type `type_name` serialized as `task`, if there
+    /// is one (a result still expected does not count), and counts it as reused.
+    pub fn take_result(&self, type_name: &str, task: &[u8]) -> Option<Vec<u8>> {
+        let id = type_id_of(type_name).ok()?;
+        let output = self.sched.results.take(id, task)?;
+        self.note(Event::ResultReused);
+        Some(output)
+    }
+
+    /// Empties the result table.
+    pub fn clear_results(&self) {
+        self.sched.results.clear();
+    }
+
+    /// Number of results kept.
+    pub fn results_held(&self) -> usize {
+        self.sched.results.len()
+    }
+}
+
+/// Something a distributed layer did, counted in [`Stats`](crate::Stats) by
+/// [`Remote::note`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// A steal request went to another process (`wide`: of another location).
+    StealSent {
+        /// Sent to another location.
+        wide: bool,
+    },
+    /// A steal request brought back a job.
+    StealSucceeded {
+        /// From another location.
+        wide: bool,
+    },
+    /// A job of another process started here.
+    JobReceived,
+    /// A cancellation was sent for a job given away.
+    CancelSent,
+    /// A job received from another process was cancelled by its owner.
+    CancelReceived,
+    /// A job given to a process that died runs again here.
+    JobReexecuted,
+    /// A kept result was used instead of computing a job.
+    ResultReused,
+    /// A result arrived from a process that was leaving.
+    ResultSalvaged,
+    /// A job given away came back unstarted from a process that was leaving.
+    JobReturned,
+    /// A process joined a running pool.
+    NodeJoined,
+    /// A process left the pool.
+    NodeLeft,
+    /// A process died.
+    NodeDied,
+}
+
+/// A root started by [`Remote::start`].
+pub struct LocalRoot {
+    state: Arc<RootState>,
+    sched: Arc<Scheduler>,
+}
+
+impl LocalRoot {
+    /// Fails the whole tree with `error`, which the root's callback then receives.
+    pub fn fail(&self, error: Error) {
+        self.state.fail(&self.sched, error);
+    }
+
+    /// True once the root's callback has been called (or is being called).
+    pub fn is_finished(&self) -> bool {
+        self.state.is_finished()
+    }
+}
+
+fn type_id_of(type_name: &str) -> Result<TypeId, Error> {
+    Ok(codec::table()?.by_name(type_name)?.type_id())
 }
 
 /// A job taken from this runtime to run elsewhere. Its parent waits until it is completed or
@@ -210,6 +422,22 @@ pub struct RemoteJob {
 }
 
 impl RemoteJob {
+    fn new(
+        id: u64,
+        job: JobRef,
+        type_name: &'static str,
+        task: Vec<u8>,
+        sched: &Arc<Scheduler>,
+    ) -> RemoteJob {
+        RemoteJob {
+            id,
+            job: Some(job),
+            type_name,
+            task,
+            sched: Arc::clone(sched),
+        }
+    }
+
     /// Identifier, unique within this runtime, for matching the reply.
     pub fn id(&self) -> u64 {
         self.id
@@ -231,8 +459,9 @@ impl RemoteJob {
         self.job.is_some_and(|j| j.is_aborted())
     }
 
-    /// Delivers the serialized output to the waiting parent. If the bytes do not decode, the
-    /// run fails with that error, which is also returned.
+    /// Delivers the serialized output to the waiting parent. If the bytes do not decode (or
+    /// the output's `Deserialize` panics), the run fails with that error, which is also
+    /// returned.
     pub fn complete(mut self, output: &[u8]) -> Result<(), Error> {
         let job = self.job.take().expect("a RemoteJob completes once");
         self.sched
@@ -244,8 +473,20 @@ impl RemoteJob {
             unsafe { finish_elsewhere(job, ABORTED, &self.sched) };
             return Ok(());
         }
+        let decode_output = job.header().vtable.decode_output;
         // SAFETY: the slot is empty since the task was encoded.
-        match unsafe { (job.header().vtable.decode_output)(job, output) } {
+        let decoded =
+            panic::catch_unwind(AssertUnwindSafe(|| unsafe { decode_output(job, output) }));
+        let decoded = decoded.unwrap_or_else(|payload| {
+            Err(Error::TaskPanicked {
+                task: job.task_name(),
+                message: format!(
+                    "deserializing its output: {}",
+                    crate::context::panic_message(&*payload)
+                ),
+            })
+        });
+        match decoded {
             Ok(()) => {
                 // SAFETY: the output is in place and we are the job's executor.
                 unsafe { finish_elsewhere(job, DONE, &self.sched) };
@@ -300,5 +541,112 @@ impl RemoteRoot {
     /// True once the root's callback has been called (or is being called).
     pub fn is_finished(&self) -> bool {
         self.state.is_finished()
+    }
+}
+
+/// Number of runtimes in this process whose result table holds anything. Spawns look at it
+/// before they look a task up, so a process that keeps no results pays one load per queued
+/// spawn and nothing else.
+static TABLES_IN_USE: CachePadded<AtomicUsize> = CachePadded::new(AtomicUsize::new(0));
+
+/// True if some runtime of this process keeps results (see [`reuse`]).
+#[inline(always)]
+pub(crate) fn reuse_active() -> bool {
+    TABLES_IN_USE.load(Ordering::Relaxed) != 0
+}
+
+/// The results of one task type, by task bytes.
+type OfType = HashMap<Box<[u8]>, Vec<u8>>;
+
+/// Results of jobs, by task type and task bytes (see [Reusing results](self#reusing-results)).
+#[derive(Default)]
+pub(crate) struct ResultTable {
+    results: Mutex<HashMap<TypeId, OfType>>,
+    /// Number of results; mirrored in [`TABLES_IN_USE`] as in use or not.
+    len: AtomicUsize,
+}
+
+impl ResultTable {
+    fn len(&self) -> usize {
+        self.len.load(Ordering::Acquire)
+    }
+
+    /// Updates the count after the results changed; called with the lock held.
+    fn recount(&self, results: &HashMap<TypeId, OfType>) {
+        let n: usize = results.values().map(HashMap::len).sum();
+        let before = self.len.swap(n, Ordering::AcqRel);
+        match (before == 0, n == 0) {
+            (true, false) => {
+                TABLES_IN_USE.fetch_add(1, Ordering::AcqRel);
+            }
+            (false, true) => {
+                TABLES_IN_USE.fetch_sub(1, Ordering::AcqRel);
+            }
+            _ => {}
+        }
+    }
+
+    fn keep(&self, id: TypeId, task: &[u8], output: Vec<u8>) {
+        let mut results = self.results.lock();
+        results.entry(id).or_default().insert(task.into(), output);
+        self.recount(&results);
+    }
+
+    fn clear(&self) {
+        let mut results = self.results.lock();
+        results.clear();
+        self.recount(&results);
+    }
+
+    /// Takes the result of `task`, if there is one.
+    fn take(&self, id: TypeId, task: &[u8]) -> Option<Vec<u8>> {
+        if self.len() == 0 {
+            return None;
+        }
+        let mut results = self.results.lock();
+        let of_type = results.get_mut(&id)?;
+        let output = of_type.remove(task)?;
+        if of_type.is_empty() {
+            results.remove(&id);
+        }
+        self.recount(&results);
+        Some(output)
+    }
+}
+
+impl Drop for ResultTable {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+/// For a spawn while [`reuse_active`]: the output of `task` from the worker's result table, or
+/// `None` if the child must run. A task whose `Serialize` panics unwinds into the spawning
+/// task, as any panic of its own code does.
+#[cold]
+#[inline(never)]
+pub(crate) fn reuse<T: Task>(worker: &Worker, task: &T) -> Option<T::Output> {
+    let sched = &worker.sched;
+    if sched.results.len() == 0 {
+        return None;
+    }
+    let bytes = postcard::to_allocvec(task).ok()?;
+    let output = sched.results.take(TypeId::of::<T>(), &bytes)?;
+    match postcard::from_bytes::<T::Output>(&output) {
+        Ok(out) => {
+            sched
+                .shared_counters
+                .results_reused
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(task = std::any::type_name::<T>(), "kept result reused");
+            Some(out)
+        }
+        Err(e) => {
+            tracing::warn!(
+                task = std::any::type_name::<T>(),
+                "a kept result does not decode ({e}); computing it"
+            );
+            None
+        }
     }
 }

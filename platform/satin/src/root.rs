@@ -1,17 +1,21 @@
 //! Roots: the task a run starts with, and how its result gets back to whoever asked.
 
 use std::panic::{self, AssertUnwindSafe};
-use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::job::{Job, JobRef, Link, DONE};
+use crate::job::{Job, JobRef, DONE};
 use crate::scheduler::Scheduler;
 use crate::{Error, Task};
 
 type Deliver = Box<dyn FnOnce(JobRef, Option<Error>) + Send>;
+
+/// A root's record, aligned like the records in the workers' arenas, so that a context can tag
+/// a pointer to it in the same low bits (see `Context::up`).
+#[repr(C, align(64))]
+struct Root<T: Task>(Job<T>);
 
 /// What all jobs of one run share.
 pub(crate) struct RootState {
@@ -70,8 +74,11 @@ where
     });
     // The record keeps the state alive for all jobs of the tree; `finish` releases it.
     let raw = Arc::into_raw(Arc::clone(&state));
-    // A root never sits on a private stack, so its link holds the state for good.
-    let job = Job::<T>::create(None, task, ptr::null(), 0, 0, Link { root: raw });
+    // A root never sits on a private stack, so its link holds the state for good. It is
+    // boxed: it is created and collected outside the workers, whose arenas hold the rest.
+    let record = Box::into_raw(Box::new(Root(Job::root(task, raw))));
+    // SAFETY: just allocated.
+    let job = unsafe { JobRef::from_ptr(record.cast()) };
     sched.active_roots.fetch_add(1, Ordering::SeqCst);
     tracing::debug!(task = std::any::type_name::<T>(), "root submitted");
     sched.inject(job);
@@ -79,15 +86,20 @@ where
 }
 
 /// Takes the output (or error) out of a finished root record and frees the record.
+///
+/// # Safety
+/// `job` must be a finished root of type `T`, made by [`submit`], that nothing uses afterwards.
 unsafe fn collect<T: Task>(job: JobRef, error: Option<Error>) -> Result<T::Output, Error> {
-    let output = if job.header().state.load(Ordering::Acquire) == DONE {
-        Some(std::mem::ManuallyDrop::take(
-            &mut (*Job::<T>::slot(job)).output,
-        ))
+    // SAFETY: as the caller vouches: boxed by `submit`, and no longer used elsewhere.
+    let mut record = unsafe { Box::from_raw(job.as_ptr() as *mut Root<T>) };
+    let output = if record.0.header.state.load(Ordering::Acquire) == DONE {
+        // SAFETY: DONE, seen with Acquire: the record holds the output. The box drops neither
+        // task nor output, so the output is moved out once.
+        Some(unsafe { record.0.output.get_mut().assume_init_read() })
     } else {
         None
     };
-    job.free();
+    drop(record);
     match (error, output) {
         (Some(e), _) => Err(e),
         (None, Some(out)) => Ok(out),
@@ -100,7 +112,8 @@ unsafe fn collect<T: Task>(job: JobRef, error: Option<Error>) -> Result<T::Outpu
 /// # Safety
 /// `job` must be a root that the calling thread executed and is done with.
 pub(crate) unsafe fn finish(job: JobRef, state: u8, sched: &Scheduler) {
-    let root = Arc::from_raw(job.header().link.get().root);
+    // SAFETY: a root's link holds the reference `submit` made for the record.
+    let root = unsafe { Arc::from_raw(job.header().link.get().root) };
     job.header().state.store(state, Ordering::Release);
     let error = root.error.lock().take();
     let deliver = root.deliver.lock().take();

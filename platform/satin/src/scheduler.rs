@@ -1,5 +1,6 @@
 //! State shared by the workers of one runtime: their stealers, the injector for new roots,
-//! the sleep bookkeeping, the abort generation and the counters.
+//! the sleep bookkeeping, the signal words (publish requests and abort generations) and the
+//! counters.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -25,20 +26,69 @@ const PARK_IDLE: Duration = Duration::from_millis(100);
 /// What other threads may see of one worker.
 pub(crate) struct WorkerShared {
     pub(crate) stealer: Stealer<JobRef>,
-    /// Set by thieves that found the public deque empty; the owner then publishes private jobs.
-    pub(crate) publish_request: CachePadded<AtomicBool>,
+    /// The worker's signal word: the publish request, which thieves that found the public
+    /// deque empty raise so that the owner publishes its private jobs, and the abort
+    /// generation (see [`Signal`]).
+    pub(crate) publish_request: Signal,
     /// True while the worker is parked (or about to park).
     pub(crate) sleeping: CachePadded<AtomicBool>,
     pub(crate) thread: OnceLock<Thread>,
     pub(crate) counters: CachePadded<WorkerCounters>,
 }
 
-/// Bumped by every abort and every failing run, in any runtime of the process. A running task
-/// compares it with the value at which it last found itself not aborted, so that the check on
-/// every spawn and sync is one load from a fixed address; only after a bump does a task walk up
-/// its ancestors to see whether the abort concerns it. Sharing it between runtimes costs an
-/// unrelated runtime one such walk per task that is running at an abort, and nothing else.
-pub(crate) static ABORT_GEN: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
+/// What other threads tell a worker, in one word that its tasks compare with the value they
+/// last saw on every spawn and sync, so that both checks cost one load and one comparison:
+///
+/// - bit 0, the publish request: raised by a thief that found the worker's public deque
+///   empty; the worker then publishes its private jobs and lowers it.
+/// - the other bits, the abort generation: bumped (by 2) by every abort and every failing run
+///   of the runtime. A task compares it with the generation at which it last found itself not
+///   aborted; only after a bump does it walk up its ancestors to see whether the abort
+///   concerns it.
+///
+/// `load` and `store` concern the publish request, as for the flag it once was.
+pub(crate) struct Signal(CachePadded<AtomicU64>);
+
+/// The publish request's bit of a [`Signal`].
+pub(crate) const PUBLISH: u64 = 1;
+/// One step of the abort generation in a [`Signal`].
+const ABORT_STEP: u64 = 2;
+
+impl Signal {
+    fn new() -> Self {
+        Signal(CachePadded::new(AtomicU64::new(0)))
+    }
+
+    /// The whole word.
+    #[inline(always)]
+    pub(crate) fn word(&self) -> &AtomicU64 {
+        &self.0
+    }
+
+    /// True while the publish request is raised.
+    #[inline(always)]
+    pub(crate) fn load(&self, order: Ordering) -> bool {
+        self.0.load(order) & PUBLISH != 0
+    }
+
+    /// Raises (`true`) or lowers the publish request, leaving the generation alone.
+    pub(crate) fn store(&self, raised: bool, order: Ordering) {
+        // Read-modify-write, so that a concurrent bump of the generation is never lost; the
+        // load first keeps thieves that ask again from writing the worker's line.
+        if raised {
+            if self.0.load(Ordering::Relaxed) & PUBLISH == 0 {
+                self.0.fetch_or(PUBLISH, order);
+            }
+        } else {
+            self.0.fetch_and(!PUBLISH, order);
+        }
+    }
+
+    /// Starts a new abort generation.
+    fn bump_abort(&self) {
+        self.0.fetch_add(ABORT_STEP, Ordering::AcqRel);
+    }
+}
 
 pub(crate) struct Scheduler {
     pub(crate) workers: Box<[WorkerShared]>,
@@ -60,6 +110,8 @@ pub(crate) struct Scheduler {
     /// Told after every abort; see `Remote::set_abort_hook`.
     pub(crate) abort_hook: RwLock<Option<AbortHook>>,
     pub(crate) abort_hook_set: AtomicBool,
+    /// Results kept for spawns to reuse; see `remote::ResultTable`.
+    pub(crate) results: crate::remote::ResultTable,
 }
 
 /// See `Remote::set_idle_hook`.
@@ -79,7 +131,7 @@ impl Scheduler {
             .iter()
             .map(|p| WorkerShared {
                 stealer: p.stealer(),
-                publish_request: CachePadded::new(AtomicBool::new(false)),
+                publish_request: Signal::new(),
                 sleeping: CachePadded::new(AtomicBool::new(false)),
                 thread: OnceLock::new(),
                 counters: CachePadded::new(WorkerCounters::default()),
@@ -99,6 +151,7 @@ impl Scheduler {
             idle_hook_set: AtomicBool::new(false),
             abort_hook: RwLock::new(None),
             abort_hook_set: AtomicBool::new(false),
+            results: Default::default(),
         });
         let mut handles = Vec::with_capacity(threads);
         for (index, public) in publics.into_iter().enumerate() {
@@ -121,6 +174,7 @@ impl Scheduler {
                 }
             }
         }
+        handles.extend(crate::trace::start_sampler(&sched));
         tracing::debug!(threads, "satin runtime started");
         Ok((sched, handles))
     }
@@ -132,6 +186,10 @@ impl Scheduler {
             if let Some(t) = w.thread.get() {
                 t.unpark();
             }
+        }
+        // The trace's sampling thread, if there is one, records its last interval at once.
+        for h in &handles {
+            h.thread().unpark();
         }
         for h in handles {
             let _ = h.join();
@@ -210,9 +268,16 @@ impl Scheduler {
         !self.injector.is_empty() || self.workers.iter().any(|w| !w.stealer.is_empty())
     }
 
-    /// Marks every run as cancelled for frames that compare generations.
+    /// Tells every worker's tasks to look whether they have been cancelled: starts a new
+    /// abort generation. Called after the abort is recorded (a frame's epoch, a run's kill
+    /// flag), so that a task that sees the new generation also sees what changed.
     pub(crate) fn bump_abort_gen(&self) {
-        ABORT_GEN.fetch_add(1, Ordering::AcqRel);
+        if crate::trace::enabled() {
+            crate::trace::aborted();
+        }
+        for w in self.workers.iter() {
+            w.publish_request.bump_abort();
+        }
         if self.abort_hook_set.load(Ordering::Acquire) {
             self.call_abort_hook();
         }

@@ -46,6 +46,23 @@ pub struct Stats {
     pub jobs_sent: u64,
     /// Bytes of tasks and outputs that passed through the [`remote`](crate::remote) hooks.
     pub bytes_moved: u64,
+    /// Jobs this process gave to another that died (or left without finishing them), run
+    /// again here.
+    pub jobs_reexecuted: u64,
+    /// Results computed elsewhere for a process that died (orphans), used here instead of
+    /// computing their jobs again (see [`remote`](crate::remote#reusing-results)).
+    pub orphan_results_reused: u64,
+    /// Results of jobs this process had given away that came back from a process that was
+    /// leaving the pool.
+    pub results_salvaged: u64,
+    /// Jobs this process had given away that a leaving process handed back unstarted.
+    pub jobs_returned: u64,
+    /// Processes that joined the pool during runs, as seen by this one.
+    pub nodes_joined: u64,
+    /// Processes that left the pool during runs, as seen by this one.
+    pub nodes_left: u64,
+    /// Processes that died during runs, as seen by this one.
+    pub nodes_died: u64,
 }
 
 impl Stats {
@@ -78,6 +95,17 @@ impl Stats {
                 .saturating_sub(earlier.cancels_received),
             jobs_sent: self.jobs_sent.saturating_sub(earlier.jobs_sent),
             bytes_moved: self.bytes_moved.saturating_sub(earlier.bytes_moved),
+            jobs_reexecuted: self.jobs_reexecuted.saturating_sub(earlier.jobs_reexecuted),
+            orphan_results_reused: self
+                .orphan_results_reused
+                .saturating_sub(earlier.orphan_results_reused),
+            results_salvaged: self
+                .results_salvaged
+                .saturating_sub(earlier.results_salvaged),
+            jobs_returned: self.jobs_returned.saturating_sub(earlier.jobs_returned),
+            nodes_joined: self.nodes_joined.saturating_sub(earlier.nodes_joined),
+            nodes_left: self.nodes_left.saturating_sub(earlier.nodes_left),
+            nodes_died: self.nodes_died.saturating_sub(earlier.nodes_died),
         }
     }
 }
@@ -117,6 +145,21 @@ impl fmt::Display for Stats {
             self.cancels_sent, self.cancels_received
         )?;
         writeln!(f, "  bytes moved           {}", self.bytes_moved)?;
+        writeln!(
+            f,
+            "  nodes                 {} joined, {} left, {} died",
+            self.nodes_joined, self.nodes_left, self.nodes_died
+        )?;
+        writeln!(
+            f,
+            "  recovery              {} jobs re-executed, {} orphan results reused",
+            self.jobs_reexecuted, self.orphan_results_reused
+        )?;
+        writeln!(
+            f,
+            "  leavers               {} results salvaged, {} jobs handed back",
+            self.results_salvaged, self.jobs_returned
+        )?;
         write!(
             f,
             "  idle time             {:.3} s",
@@ -196,6 +239,13 @@ pub(crate) struct SharedCounters {
     pub(crate) cancels_received: AtomicU64,
     pub(crate) jobs_sent: AtomicU64,
     pub(crate) bytes_moved: AtomicU64,
+    pub(crate) jobs_reexecuted: AtomicU64,
+    pub(crate) results_reused: AtomicU64,
+    pub(crate) results_salvaged: AtomicU64,
+    pub(crate) jobs_returned: AtomicU64,
+    pub(crate) nodes_joined: AtomicU64,
+    pub(crate) nodes_left: AtomicU64,
+    pub(crate) nodes_died: AtomicU64,
 }
 
 impl WorkerCounters {
@@ -225,5 +275,12 @@ impl SharedCounters {
         s.cancels_received += self.cancels_received.load(Relaxed);
         s.jobs_sent += self.jobs_sent.load(Relaxed);
         s.bytes_moved += self.bytes_moved.load(Relaxed);
+        s.jobs_reexecuted += self.jobs_reexecuted.load(Relaxed);
+        s.orphan_results_reused += self.results_reused.load(Relaxed);
+        s.results_salvaged += self.results_salvaged.load(Relaxed);
+        s.jobs_returned += self.jobs_returned.load(Relaxed);
+        s.nodes_joined += self.nodes_joined.load(Relaxed);
+        s.nodes_left += self.nodes_left.load(Relaxed);
+        s.nodes_died += self.nodes_died.load(Relaxed);
     }
 }

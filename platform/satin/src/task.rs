@@ -16,5 +16,8 @@ pub trait Task: Serialize + DeserializeOwned + Send + 'static {
 
     /// Computes the output. Children spawned with [`Context::spawn`] and not yet synced when this
     /// returns are synced implicitly before the output is delivered.
-    fn run(self, cx: &mut Context) -> Self::Output;
+    ///
+    /// The context's lifetime is this run: handles to the children cannot outlive it. An
+    /// implementation may leave it elided, `cx: &mut satin::Context`.
+    fn run(self, cx: &mut Context<'_>) -> Self::Output;
 }

@@ -3,10 +3,10 @@
 
 use std::cell::{Cell, UnsafeCell};
 use std::hint;
-use std::mem::ManuallyDrop;
+use std::mem::{align_of, size_of};
 use std::panic::{self, AssertUnwindSafe};
-use std::ptr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Instant;
@@ -15,14 +15,14 @@ use crossbeam_deque::{Steal, Worker as Public};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::context::{Context, UnwindGuard};
+use crate::arena::{self, Arena};
+use crate::context::{panic_message, Context, RecordGuard};
 use crate::deque::Deque;
-use crate::job::{Job, JobHeader, JobRef, DONE, ORPHANED, PENDING};
-use crate::recycle::Recycler;
+use crate::job::{Frame, Job, JobRef, DONE, PENDING};
 use crate::root;
-use crate::scheduler::{Scheduler, WorkerShared, ABORT_GEN};
+use crate::scheduler::{Scheduler, WorkerShared, PUBLISH};
 use crate::stats::{add, bump, LocalCounters, WorkerCounters};
-use crate::Task;
+use crate::{Error, Task};
 
 /// Who runs a job, which decides how its completion is published.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -33,8 +33,6 @@ pub(crate) enum Mode {
     Stolen,
     /// A root: its completion is delivered to whoever submitted it.
     Root,
-    /// Run by `Context::call`, with a frame header on the caller's stack and no record.
-    Called,
 }
 
 /// Rounds of pure spinning before yielding, then rounds of yielding before parking.
@@ -48,13 +46,18 @@ thread_local! {
 pub(crate) struct Worker {
     // Fields of the spawn and sync paths first, reachable from the context in one step.
     deque: Deque,
-    recycler: UnsafeCell<Recycler>,
+    /// Where this worker's spawns put their records.
+    pub(crate) arena: Arena,
     pub(crate) local: LocalCounters,
-    /// This worker's publish-request flag in `sched.workers`.
-    publish_request: *const AtomicBool,
+    /// This worker's signal word in `sched.workers` (see [`Signal`](crate::scheduler::Signal)).
+    signal: *const AtomicU64,
     /// The scheduler's [`Inlining`](crate::Inlining) thresholds, at hand for every spawn.
-    inline_depth: u16,
+    inline_depth: u32,
     inline_queued: u32,
+    /// Records of children whose handles were dropped before the child finished, newest
+    /// last: the frame that spawned them drops their outputs when it ends. Frames nest, so a
+    /// frame's are the last ones.
+    orphans: UnsafeCell<Vec<JobRef>>,
     pub(crate) index: usize,
     pub(crate) sched: Arc<Scheduler>,
     rng: UnsafeCell<SmallRng>,
@@ -63,14 +66,19 @@ pub(crate) struct Worker {
 impl Worker {
     pub(crate) fn new(index: usize, sched: Arc<Scheduler>, public: Public<JobRef>) -> Self {
         // The pointer stays valid as long as `sched`, which the worker owns a reference to.
-        let publish_request: *const AtomicBool = &*sched.workers[index].publish_request;
+        let signal: *const AtomicU64 = sched.workers[index].publish_request.word();
         Worker {
             deque: Deque::new(public),
-            recycler: UnsafeCell::new(Recycler::new()),
+            arena: Arena::new(),
             local: LocalCounters::default(),
-            publish_request,
-            inline_depth: sched.inlining.min_depth,
+            signal,
+            // `Inlining::OFF` never inlines, however deep a frame.
+            inline_depth: match sched.inlining.min_depth {
+                u16::MAX => u32::MAX,
+                d => u32::from(d),
+            },
             inline_queued: sched.inlining.min_queued,
+            orphans: UnsafeCell::new(Vec::new()),
             index,
             sched,
             rng: UnsafeCell::new(SmallRng::seed_from_u64(0x5a71_9e37 ^ index as u64)),
@@ -100,18 +108,8 @@ impl Worker {
         self.local.flush_into(self.counters());
     }
 
-    #[inline(always)]
-    #[allow(clippy::mut_from_ref)]
-    pub(crate) fn recycler(&self) -> &mut Recycler {
-        // SAFETY: only this thread uses the recycler, and no caller keeps the reference across
-        // a call that could reach the recycler again.
-        unsafe { &mut *self.recycler.get() }
-    }
-
     pub(crate) fn main_loop(self) {
         CURRENT.with(|c| c.set(&self));
-        // SAFETY: `self` lives until the end of this function, after `uninstall`.
-        unsafe { (*self.recycler.get()).install() };
         tracing::trace!(worker = self.index, "worker started");
 
         let mut idle = Idle::new();
@@ -124,65 +122,121 @@ impl Worker {
             if self.sched.shutdown.load(Ordering::Acquire) {
                 break;
             }
+            if idle.rounds == SPIN_ROUNDS + YIELD_ROUNDS {
+                // About to sleep with no frame on this stack: nothing is in the arena.
+                self.arena.trim();
+            }
             idle.step(&self, || self.sched.shutdown.load(Ordering::SeqCst));
         }
         idle.reset(self.counters());
         self.flush_counters();
 
-        Recycler::uninstall();
         CURRENT.with(|c| c.set(ptr::null()));
         tracing::trace!(worker = self.index, "worker stopped");
     }
 
-    /// The link a job about to be spawned must be created with.
+    /// The room a record of `T` takes in the arena, aligned as the arena aligns.
     #[inline(always)]
-    pub(crate) fn link_for_push(&self) -> crate::job::Link {
-        self.deque.link_for_push()
+    pub(crate) const fn room_for<T: Task>() -> usize {
+        match arena::footprint(size_of::<Job<T>>(), align_of::<Job<T>>()) {
+            Some(size) => size,
+            // Aligned more strictly than the arena aligns: room to align it within.
+            None => {
+                (size_of::<Job<T>>() + align_of::<Job<T>>()).div_ceil(arena::ALIGN) * arena::ALIGN
+            }
+        }
     }
 
-    /// Puts a freshly spawned job, created with [`link_for_push`](Worker::link_for_push), on
-    /// the deque.
+    /// Writes a record of `task`, a child of `parent` spawned at its epoch `spawn_epoch`, in
+    /// `room`, fresh arena memory of [`room_for::<T>`](Worker::room_for), and pushes it on the
+    /// deque.
+    ///
+    /// # Safety
+    /// `room` must be as said, and stay allocated until `parent`'s task ends.
     #[inline(always)]
-    pub(crate) fn push(&self, job: JobRef) {
+    pub(crate) unsafe fn push_new<T: Task>(
+        &self,
+        room: NonNull<u8>,
+        task: T,
+        parent: &Frame,
+        spawn_epoch: u32,
+    ) -> JobRef {
+        let record = match arena::footprint(size_of::<Job<T>>(), align_of::<Job<T>>()) {
+            Some(_) => room.cast::<Job<T>>(),
+            None => {
+                let offset = room.as_ptr().align_offset(align_of::<Job<T>>());
+                // SAFETY: the room holds the record at the aligned offset.
+                unsafe { room.add(offset) }.cast::<Job<T>>()
+            }
+        };
+        // SAFETY: the memory is large and aligned enough for a Job<T> and not in use.
+        unsafe {
+            Job::write(
+                record.as_ptr(),
+                task,
+                parent,
+                spawn_epoch,
+                self.deque.link_for_push(),
+            )
+        };
+        // SAFETY: just written.
+        let job = unsafe { JobRef::from_ptr(record.as_ptr().cast()) };
         self.deque.push(job);
-        // Sleeping workers raise every publish request before they park, and publishing wakes
-        // one, so this single check also covers waking sleepers.
-        self.serve_publish_request();
+        job
     }
 
     /// Frames at least this deep may run spawned children at once (see
     /// [`Inlining`](crate::Inlining)).
     #[inline(always)]
-    pub(crate) fn inline_depth(&self) -> u16 {
+    pub(crate) fn inline_depth(&self) -> u32 {
         self.inline_depth
     }
 
-    /// True if enough jobs wait unpublished here that a spawn deep in the tree may run its
-    /// child at once. Serves a pending publish request first, so that a thief's request turns
-    /// the following spawns back into queued ones.
+    /// Spawns deep enough may run their child at once while at least this many jobs wait
+    /// unpublished here (see [`Inlining`](crate::Inlining)).
     #[inline(always)]
-    pub(crate) fn has_queued_work(&self) -> bool {
-        self.serve_publish_request();
-        self.deque.private_len() >= self.inline_queued
+    pub(crate) fn inline_queued(&self) -> u32 {
+        self.inline_queued
+    }
+
+    /// Number of jobs waiting unpublished on this worker's deque.
+    #[inline(always)]
+    pub(crate) fn private_len(&self) -> u32 {
+        self.deque.private_len()
     }
 
     /// Pops the newest job if it is a child of `frame`.
     #[inline(always)]
-    pub(crate) fn pop_child(&self, frame: &JobHeader) -> Option<JobRef> {
-        self.serve_publish_request();
+    pub(crate) fn pop_child(&self, frame: &Frame) -> Option<JobRef> {
         self.deque.pop_child(frame)
     }
 
+    /// [`pop_child`](Worker::pop_child) for a sync, which looks in the public part only when
+    /// its frame counts children away.
     #[inline(always)]
-    fn serve_publish_request(&self) {
+    pub(crate) fn pop_child_in_sync(&self, frame: &Frame) -> Option<JobRef> {
+        self.deque.pop_private_child(frame)
+    }
+
+    /// The worker's signal word (see [`Signal`](crate::scheduler::Signal)).
+    #[inline(always)]
+    pub(crate) fn signal(&self) -> u64 {
         // SAFETY: points into the scheduler, which `self.sched` keeps alive.
-        if unsafe { (*self.publish_request).load(Ordering::Relaxed) } {
+        unsafe { (*self.signal).load(Ordering::Acquire) }
+    }
+
+    /// Serves a publish request, if one is raised.
+    #[inline(always)]
+    pub(crate) fn serve_publish_request(&self) {
+        if self.signal() & PUBLISH != 0 {
             self.publish();
         }
     }
 
+    /// Publishes the private jobs for thieves and lowers the publish request.
     #[cold]
-    fn publish(&self) {
+    #[inline(never)]
+    pub(crate) fn publish(&self) {
         // With nothing to publish the request stays up, so the next spawn is published at once.
         if self.deque.publish() > 0 {
             self.shared()
@@ -194,66 +248,82 @@ impl Worker {
         }
     }
 
-    /// Runs a child popped from this worker's deque by its parent's frame, which has checked
-    /// that it was not aborted as of generation `seen_gen`.
+    /// Runs a child popped from this worker's deque by its parent's `frame`, in `cx`, from
+    /// [`Context::child_of`] of that frame.
     #[inline(always)]
-    pub(crate) fn run_child(&self, job: JobRef, seen_gen: u64) {
-        let h = job.header();
-        let gen = ABORT_GEN.load(Ordering::Acquire);
-        // `Context::abort` drops the frame's children from this deque at once, so a child
-        // popped here can only be aborted from further up, which shows in the generation.
-        if gen == seen_gen {
-            // SAFETY: the job was just taken off the deque, so this thread is its only executor.
-            unsafe { (h.vtable.run_inline)(job, self, seen_gen) }
+    pub(crate) fn run_child(&self, job: JobRef, frame: &Frame, cx: &mut Context<'_>) {
+        if self.signal() == cx.seen() {
+            // SAFETY: popped by its parent's frame, which was found not aborted at the
+            // generation that is still current.
+            unsafe { self.run_popped(job, cx) }
         } else {
-            self.run_checked(job, Mode::Inline, gen);
+            self.run_child_checked(job, frame, cx);
         }
     }
 
-    /// Runs a child popped by its parent's frame right after that frame found itself not
-    /// aborted at generation `seen_gen`, with nothing run in between: no check is needed.
+    /// [`run_child`](Worker::run_child) after the signal word changed: serves a publish
+    /// request, and drops the child instead if an abort cancelled its parent. `Context::abort`
+    /// drops the frame's children from this deque at once, so a child popped here can only be
+    /// aborted from further up, which it shares with its parent.
+    #[cold]
+    #[inline(never)]
+    fn run_child_checked(&self, job: JobRef, frame: &Frame, cx: &mut Context<'_>) {
+        let word = self.signal();
+        if word & PUBLISH != 0 {
+            self.publish();
+        }
+        let gen = word & !PUBLISH;
+        if gen != cx.seen() {
+            if frame.is_aborted() {
+                self.discard(job, Mode::Inline);
+                return;
+            }
+            cx.set_seen(gen);
+        }
+        // SAFETY: as checked just now.
+        unsafe { self.run_popped(job, cx) }
+    }
+
+    /// Runs a child popped by its parent's frame, in `cx`.
+    ///
+    /// # Safety
+    /// `job` must have been popped from this worker's deque by its parent's frame, which must
+    /// not be aborted at the generation `cx` holds, and `cx` must come from
+    /// [`Context::child_of`] of that frame.
     #[inline(always)]
-    pub(crate) fn run_child_fresh(&self, job: JobRef, seen_gen: u64) {
+    pub(crate) unsafe fn run_popped(&self, job: JobRef, cx: &mut Context<'_>) {
         // SAFETY: the job was just taken off the deque, so this thread is its only executor.
-        unsafe { (job.header().vtable.run_inline)(job, self, seen_gen) }
+        unsafe { (job.header().vtable.run_inline)(job, cx) };
+        // The child's frame, if it wrote one, is ended here rather than in `run_inline`, which
+        // keeps the executor of every job small.
+        if cx.has_frame() {
+            cx.end_child();
+        }
     }
 
     /// Runs a job taken from the injector, from another worker, or from an outer frame.
     pub(crate) fn run_taken(&self, job: JobRef) {
-        let gen = ABORT_GEN.load(Ordering::Acquire);
-        if gen == 0 {
-            // SAFETY: taking the job off a deque made this thread its only executor.
-            unsafe { (job.header().vtable.run_taken)(job, self, gen) }
-        } else {
+        let gen = self.signal() & !PUBLISH;
+        // Generation 0: nothing of this runtime was ever aborted.
+        if gen != 0 && job.is_aborted() {
             let mode = if job.header().parent.is_null() {
                 Mode::Root
             } else {
                 Mode::Stolen
             };
-            self.run_checked(job, mode, gen);
-        }
-    }
-
-    #[cold]
-    fn run_checked(&self, job: JobRef, mode: Mode, gen: u64) {
-        if job.is_aborted() {
             self.discard(job, mode);
             return;
         }
-        let vt = job.header().vtable;
-        // SAFETY: as in the callers, this thread is the job's only executor.
-        unsafe {
-            match mode {
-                Mode::Inline => (vt.run_inline)(job, self, gen),
-                _ => (vt.run_taken)(job, self, gen),
-            }
-        }
+        // SAFETY: taking the job off a deque made this thread its only executor.
+        unsafe { (job.header().vtable.run_taken)(job, self, gen) }
     }
 
     /// Drops a job that will never run and reports it finished as aborted.
     pub(crate) fn discard(&self, job: JobRef, mode: Mode) {
         // SAFETY: the job never ran, so its slot still holds the task.
-        unsafe { (job.header().vtable.discard)(job) };
+        if let Err(payload) = unsafe { discard_task(job) } {
+            fail_for_panic(job, &self.sched, "dropping it unrun", payload);
+        }
         bump(&self.local.discarded);
         // SAFETY: the job is finished and this thread is its executor.
         unsafe { self.finish(job, crate::job::ABORTED, mode) };
@@ -266,24 +336,51 @@ impl Worker {
     #[inline(always)]
     pub(crate) unsafe fn finish(&self, job: JobRef, state: u8, mode: Mode) {
         match mode {
-            Mode::Inline => {
-                let h = job.header();
-                // The handle lives on this thread too, so nobody races with this load.
-                if h.state.load(Ordering::Relaxed) == ORPHANED {
-                    free_unclaimed(job, state);
-                } else {
-                    h.state.store(state, Ordering::Release);
-                }
-            }
-            Mode::Stolen => finish_elsewhere(job, state, &self.sched),
-            Mode::Root => root::finish(job, state, &self.sched),
-            Mode::Called => job.header().state.store(state, Ordering::Relaxed),
+            // SAFETY: as the caller vouches.
+            Mode::Inline => unsafe { finish_inline(job, state) },
+            // SAFETY: as the caller vouches.
+            Mode::Stolen => unsafe { finish_elsewhere(job, state, &self.sched) },
+            // SAFETY: as the caller vouches.
+            Mode::Root => unsafe { root::finish(job, state, &self.sched) },
+        }
+    }
+
+    /// Notes that the handle of `job`, a child spawned on this thread that has not finished,
+    /// was dropped: its frame drops the output when it ends (see `drop_orphans_of`).
+    pub(crate) fn orphan(&self, job: JobRef) {
+        // SAFETY: only this thread uses the list, and no reference to it outlives a call.
+        unsafe { (*self.orphans.get()).push(job) };
+    }
+
+    /// True if some frame on this thread has children whose handles were dropped early.
+    #[inline(always)]
+    pub(crate) fn has_orphans(&self) -> bool {
+        // SAFETY: as in `orphan`.
+        unsafe { !(*self.orphans.get()).is_empty() }
+    }
+
+    /// Drops the outputs of the children of `frame`, which are all finished, whose handles
+    /// were dropped before they finished.
+    #[cold]
+    pub(crate) fn drop_orphans_of(&self, frame: &Frame) {
+        loop {
+            // SAFETY: as in `orphan`; the borrow ends before the output's `Drop` (user code)
+            // runs.
+            let job = match unsafe { (*self.orphans.get()).last() } {
+                Some(&job) if ptr::eq(job.header().parent, frame) => job,
+                _ => return,
+            };
+            // SAFETY: as above.
+            unsafe { (*self.orphans.get()).pop() };
+            let state = job.header().state.load(Ordering::Acquire);
+            // SAFETY: the job is finished (its frame is ending), and its handle is gone.
+            unsafe { drop_unclaimed(job, state, &self.sched) };
         }
     }
 
     /// True if the newest job of the private stack is a child of `frame`.
     #[inline(always)]
-    pub(crate) fn has_private_child(&self, frame: &JobHeader) -> bool {
+    pub(crate) fn has_private_child(&self, frame: &Frame) -> bool {
         self.deque.has_private_child(frame)
     }
 
@@ -291,7 +388,7 @@ impl Worker {
     /// children) has finished, running other work meanwhile, and resets the count. The frame
     /// must have no child left on the private stack.
     #[cold]
-    pub(crate) fn sync_away(&self, frame: &JobHeader) {
+    pub(crate) fn sync_away(&self, frame: &Frame) {
         let done = || frame.away.get() == frame.stolen_done.load(Ordering::SeqCst);
         if !done() {
             let mut idle = Idle::new();
@@ -313,11 +410,13 @@ impl Worker {
 
     /// Waits until `job`, a child spawned on this thread, is finished; returns its state.
     pub(crate) fn wait_for(&self, job: JobRef) -> u8 {
-        // SAFETY: the parent is alive: its task holds the handle that asked.
-        let frame = unsafe { &*job.header().parent };
+        let frame = job
+            .parent()
+            .expect("a handle belongs to a child, which has a parent");
         let state = || job.header().state.load(Ordering::Acquire);
         let mut idle = Idle::new();
         loop {
+            self.serve_publish_request();
             let s = state();
             if s != PENDING {
                 idle.reset(self.counters());
@@ -325,8 +424,10 @@ impl Worker {
             }
             if let Some(child) = self.pop_child(frame) {
                 idle.reset(self.counters());
-                // No generation was verified here, so the check walks ancestors if any abort happened.
-                self.run_child(child, u64::MAX);
+                // No generation was verified here (`u64::MAX` is none), so the check walks
+                // ancestors.
+                let mut cx = Context::child_of(self, frame, u64::MAX);
+                self.run_child(child, frame, &mut cx);
             } else if let Some(job) = self.find_help() {
                 idle.reset(self.counters());
                 self.run_taken(job);
@@ -393,6 +494,9 @@ impl Worker {
                 match victim.stealer.steal() {
                     Steal::Success(job) => {
                         bump(&counters.steals);
+                        if crate::trace::enabled() {
+                            crate::trace::stole_locally(self.index, v);
+                        }
                         job.header().owner.set(v as u32);
                         return Some(job);
                     }
@@ -432,93 +536,142 @@ impl Worker {
 /// The caller must be the job's executor and be done with its task and output slot.
 pub(crate) unsafe fn finish_elsewhere(job: JobRef, state: u8, sched: &Scheduler) {
     let h = job.header();
-    // Read before the swap: once it is published the owner may free the record.
-    let parent = &*h.parent;
-    let owner = h.owner.get() as usize;
-    if h.state.swap(state, Ordering::AcqRel) == ORPHANED {
-        free_unclaimed(job, state);
-    }
+    let parent = job.parent().expect("a job finished elsewhere has a parent");
+    // SAFETY: whoever took the job from its owner's deque noted the owner.
+    let owner = unsafe { h.owner.get() } as usize;
+    // Should the handle be gone already, the parent's frame drops the output when it ends.
+    h.state.store(state, Ordering::Release);
+    // From here on the parent's sync may return and its task end, releasing the record and
+    // the frame: neither is touched again.
     parent.stolen_done.fetch_add(1, Ordering::SeqCst);
     sched.wake_worker(owner);
 }
 
-/// Frees a finished job whose handle was dropped unread.
-unsafe fn free_unclaimed(job: JobRef, state: u8) {
-    if state == DONE {
-        (job.header().vtable.drop_output)(job);
+/// Drops the output, if any, of a finished job whose handle was dropped unread. The output's
+/// `Drop` is user code; should it panic, the run fails with that panic, naming the task.
+///
+/// # Safety
+/// The job must be finished with `state`, its handle gone, and the caller its executor.
+unsafe fn drop_unclaimed(job: JobRef, state: u8, sched: &Scheduler) {
+    if state != DONE {
+        return;
     }
-    job.free();
+    let drop_output = job.header().vtable.drop_output;
+    // SAFETY: the output is in the slot and nothing else will use it.
+    let dropped = panic::catch_unwind(AssertUnwindSafe(|| unsafe { drop_output(job) }));
+    if let Err(payload) = dropped {
+        let _ = fail_for_panic(job, sched, "dropping its unread output", payload);
+    }
+}
+
+/// Drops the task of a job that will not run here, and returns the panic payload if the
+/// task's `Drop` (user code) panicked.
+///
+/// # Safety
+/// The job's slot must hold its task, which nothing uses afterwards.
+pub(crate) unsafe fn discard_task(job: JobRef) -> Result<(), Box<dyn std::any::Any + Send>> {
+    let discard = job.header().vtable.discard;
+    // SAFETY: as the caller vouches.
+    panic::catch_unwind(AssertUnwindSafe(|| unsafe { discard(job) }))
+}
+
+/// Fails the run of `job` because user code of its task type panicked outside the task's
+/// `run` (in a `Drop`, `Serialize` or `Deserialize`) while the runtime was `doing` something;
+/// returns the error the run fails with.
+pub(crate) fn fail_for_panic(
+    job: JobRef,
+    sched: &Scheduler,
+    doing: &str,
+    payload: Box<dyn std::any::Any + Send>,
+) -> Error {
+    let error = Error::TaskPanicked {
+        task: job.task_name(),
+        message: format!("{doing}: {}", panic_message(&*payload)),
+    };
+    // A payload whose destructor panics would end the thread; contain it.
+    let _ = panic::catch_unwind(AssertUnwindSafe(move || drop(payload)));
+    tracing::debug!(%error, "user code panicked outside a task; cancelling the run");
+    job.root_state().fail(sched, error.clone());
+    error
 }
 
 /// Runs a child popped by the frame that spawned it: `run_inline` of `Job<T>`'s vtable.
 ///
 /// # Safety
-/// `job` must be a pending `Job<T>` whose only executor is the calling thread on `worker`.
-pub(crate) unsafe fn run_inline<T: Task>(job: JobRef, worker: &Worker, seen_gen: u64) {
-    execute::<T>(job, worker, Mode::Inline, seen_gen)
+/// `job` must be a pending `Job<T>` popped by its parent on this thread, which makes the
+/// calling thread its only executor; `cx` must come from [`Context::child_of`] of that
+/// parent, and the caller must end the frame the task may leave in it (as
+/// [`Worker::run_popped`] does).
+pub(crate) unsafe fn run_inline<T: Task>(job: JobRef, cx: &mut Context<'_>) {
+    // SAFETY: as the caller vouches; the job is pending, so it holds the task, which its only
+    // executor moves out once.
+    let task = unsafe { Job::<T>::task_ptr(job).read() };
+    bump(&cx.worker().local.executed);
+    // A panic here unwinds on into the parent's frame, which runs on this thread too; the
+    // guard finishes this job on the way.
+    let guard = RecordGuard::<T>::new(cx, job);
+    let output = task.run(cx);
+    std::mem::forget(guard);
+    // SAFETY: a record of `T`, which holds no output yet.
+    unsafe { Job::<T>::output_ptr(job).write(output) };
+    // Finished before its frame, if it wrote one, is ended by the caller (see `run_popped`):
+    // only this thread looks at the record until the parent's sync returns, and nothing is
+    // kept live across the task's run but the record.
+    // SAFETY: this thread executed the job and is done with its slot.
+    unsafe { finish_inline(job, DONE) };
 }
 
-/// Runs a stolen job or a root: `run_taken` of `Job<T>`'s vtable.
+/// Publishes the final state of a job popped and run by its parent's frame. Should the
+/// handle be gone already, the parent's frame drops the output when it ends.
 ///
 /// # Safety
-/// As for [`run_inline`].
+/// This thread must be the job's executor, and be done with its task and output.
+#[inline(always)]
+pub(crate) unsafe fn finish_inline(job: JobRef, state: u8) {
+    job.header().state.store(state, Ordering::Release);
+}
+
+/// Runs a stolen job or a root, catching a panic of its task: `run_taken` of `Job<T>`'s
+/// vtable.
+///
+/// # Safety
+/// `job` must be a pending `Job<T>` taken off a deque or the injector by the calling thread,
+/// which makes that thread its only executor.
 pub(crate) unsafe fn run_taken<T: Task>(job: JobRef, worker: &Worker, seen_gen: u64) {
     let mode = if job.header().parent.is_null() {
         Mode::Root
     } else {
         Mode::Stolen
     };
-    execute::<T>(job, worker, mode, seen_gen)
-}
-
-/// Runs a job of type `T` and publishes its completion. Inlined into one entry point per mode
-/// so that the mode is a constant there and costs no branch.
-///
-/// # Safety
-/// As for [`run_inline`].
-#[inline(always)]
-unsafe fn execute<T: Task>(job: JobRef, worker: &Worker, mode: Mode, seen_gen: u64) {
-    let slot = Job::<T>::slot(job);
-    let task = ManuallyDrop::take(&mut (*slot).task);
-    if mode != Mode::Inline {
-        // Taken from elsewhere: a large piece, whose top levels thieves should be able to split.
-        job.header().depth.set(0);
-    }
+    // SAFETY: the caller vouches for the type; the job is pending, so it holds the task,
+    // which its only executor moves out once.
+    let task = unsafe { Job::<T>::task_ptr(job).read() };
     bump(&worker.local.executed);
-    let mut cx = Context::new(worker, job, seen_gen);
-    let state = if mode == Mode::Inline {
-        // A panic here unwinds on into the parent's frame, which runs on this thread too;
-        // the guard finishes this job on the way.
-        let guard = UnwindGuard::<T, false>::new(&cx);
+    let mut cx = Context::for_taken(worker, job, seen_gen);
+    let result = panic::catch_unwind(AssertUnwindSafe(|| {
         let output = task.run(&mut cx);
-        cx.implicit_sync();
-        std::mem::forget(guard);
-        (*slot).output = ManuallyDrop::new(output);
-        DONE
-    } else {
-        let result = panic::catch_unwind(AssertUnwindSafe(|| {
-            let output = task.run(&mut cx);
-            cx.implicit_sync();
-            output
-        }));
-        match result {
-            Ok(output) => {
-                (*slot).output = ManuallyDrop::new(output);
-                DONE
-            }
-            Err(payload) => cx.recover(payload, std::any::type_name::<T>()),
+        cx.end();
+        output
+    }));
+    let state = match result {
+        Ok(output) => {
+            // SAFETY: a record of `T`, which holds no output yet.
+            unsafe { Job::<T>::output_ptr(job).write(output) };
+            DONE
         }
+        Err(payload) => cx.recover(payload, std::any::type_name::<T>()),
     };
-    if matches!(mode, Mode::Stolen | Mode::Root) {
-        worker.flush_counters();
-    }
-    worker.finish(job, state, mode);
+    worker.flush_counters();
+    // SAFETY: this thread executed the job and is done with its slot.
+    unsafe { worker.finish(job, state, mode) };
 }
 
 /// Backoff of a worker that found nothing to do: spin, then yield, then park.
 struct Idle {
     rounds: u32,
     since: Option<Instant>,
+    /// The traced idle period, from the end of the spinning on.
+    span: Option<tracing::span::EnteredSpan>,
 }
 
 impl Idle {
@@ -526,6 +679,7 @@ impl Idle {
         Idle {
             rounds: 0,
             since: None,
+            span: None,
         }
     }
 
@@ -541,6 +695,9 @@ impl Idle {
             // Account as we go, so an idle stretch shows up in statistics read meanwhile.
             self.flush(worker.counters());
             worker.flush_counters();
+            if self.rounds == SPIN_ROUNDS {
+                self.span = crate::trace::idle(worker.index);
+            }
             // Local stealing has failed for a while: let a distributed layer look elsewhere,
             // once when the worker starts yielding and again before every sleep.
             if self.rounds == SPIN_ROUNDS || self.rounds >= SPIN_ROUNDS + YIELD_ROUNDS {
@@ -567,5 +724,6 @@ impl Idle {
         self.flush(counters);
         self.since = None;
         self.rounds = 0;
+        self.span = None;
     }
 }

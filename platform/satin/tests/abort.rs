@@ -73,8 +73,12 @@ impl Task for FirstOf {
             .map(|_| cx.spawn(CountedWork(self.depth)))
             .collect();
         let (index, value) = cx.next_completed(&mut handles).expect("a child finishes");
-        ABORTED.store(true, Ordering::SeqCst);
         cx.abort();
+        // Raised once the abort is in force: a job counted after this began after the
+        // abort (raising it before would count the jobs of a worker that runs while this
+        // one is preempted between the two lines, which on an oversubscribed machine is
+        // a whole time slice of them).
+        ABORTED.store(true, Ordering::SeqCst);
         // Everything left was cancelled: there is nothing more to take.
         assert!(cx.next_completed(&mut handles).is_none());
         cx.sync();

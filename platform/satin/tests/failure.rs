@@ -207,3 +207,129 @@ fn a_panic_inside_a_called_task_names_it() {
         }
     }
 }
+
+/// An output whose `Drop` panics (outside of unwinding, where a panic would abort the process).
+#[derive(Serialize, Deserialize)]
+struct Grenade;
+
+impl Drop for Grenade {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!("a Grenade went off in Drop");
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct Lob;
+
+impl Task for Lob {
+    type Output = Grenade;
+    fn run(self, _cx: &mut Context) -> Grenade {
+        Grenade
+    }
+}
+satin::register!(Lob);
+
+/// Drops the handles of its children unread, so the runtime drops their outputs, on whichever
+/// thread finishes each child.
+#[derive(Serialize, Deserialize)]
+struct IgnoreLobs(u32);
+
+impl Task for IgnoreLobs {
+    type Output = ();
+    fn run(self, cx: &mut Context) {
+        for _ in 0..self.0 {
+            drop(cx.spawn(Lob));
+        }
+        cx.sync();
+    }
+}
+satin::register!(IgnoreLobs);
+
+#[test]
+fn an_unread_output_whose_drop_panics_fails_the_run() {
+    for threads in THREADS {
+        let result = bounded("unread output", move || {
+            let rt = Runtime::local().threads(threads);
+            (
+                rt.run(IgnoreLobs(64)),
+                rt.run(Faulty {
+                    depth: 4,
+                    path: u32::MAX,
+                    here: 0,
+                }),
+            )
+        });
+        match result.0 {
+            Err(Error::TaskPanicked { task, message }) => {
+                assert!(task.ends_with("::Lob"), "task {task}");
+                assert!(message.contains("a Grenade went off in Drop"), "{message}");
+            }
+            other => panic!("{threads} threads: expected a panic error, got {other:?}"),
+        }
+        // Every worker survived.
+        assert_eq!(result.1.unwrap(), 16, "{threads} threads");
+    }
+}
+
+/// A task whose `Drop` panics; it never drops itself when it runs.
+#[derive(Serialize, Deserialize)]
+struct Fragile;
+
+impl Drop for Fragile {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!("a Fragile task was dropped");
+        }
+    }
+}
+
+impl Task for Fragile {
+    type Output = u64;
+    fn run(self, _cx: &mut Context) -> u64 {
+        std::mem::forget(self);
+        1
+    }
+}
+satin::register!(Fragile);
+
+/// Aborts its `Fragile` children, which the runtime then drops unrun.
+#[derive(Serialize, Deserialize)]
+struct AbortFragile(u32);
+
+impl Task for AbortFragile {
+    type Output = ();
+    fn run(self, cx: &mut Context) {
+        let handles: Vec<_> = (0..self.0).map(|_| cx.spawn(Fragile)).collect();
+        cx.abort();
+        cx.sync();
+        drop(handles);
+    }
+}
+satin::register!(AbortFragile);
+
+#[test]
+fn a_task_whose_drop_panics_when_it_is_cancelled_fails_the_run() {
+    for threads in THREADS {
+        let result = bounded("cancelled task", move || {
+            let rt = Runtime::local().threads(threads);
+            (
+                rt.run(AbortFragile(64)),
+                rt.run(Faulty {
+                    depth: 4,
+                    path: u32::MAX,
+                    here: 0,
+                }),
+            )
+        });
+        match result.0 {
+            Err(Error::TaskPanicked { task, message }) => {
+                assert!(task.ends_with("::Fragile"), "task {task}");
+                assert!(message.contains("a Fragile task was dropped"), "{message}");
+            }
+            other => panic!("{threads} threads: expected a panic error, got {other:?}"),
+        }
+        assert_eq!(result.1.unwrap(), 16, "{threads} threads");
+    }
+}

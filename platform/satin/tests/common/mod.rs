@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod processes;
 pub mod tasks;
 
 use std::sync::mpsc;

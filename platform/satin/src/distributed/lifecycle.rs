@@ -1,0 +1,370 @@
+//! Runs: starting one, ending it (the master announces the end and collects confirmations),
+//! failing it, nodes that join a running pool, and leaving the pool.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ipl::Lane;
+
+use super::node::{died, left, Node};
+use super::proto;
+use super::stealing::WAIT_SLICE;
+use crate::remote::{Event, LocalRoot};
+use crate::{Error, Task};
+
+/// How long the master waits for the other nodes to confirm the end of a run.
+const ACK_PATIENCE: Duration = Duration::from_secs(10);
+/// How long a leaving node waits for the jobs it runs for others to finish before it leaves
+/// anyway (their owners then run them again), unless `SATIN_LEAVE_PATIENCE` says otherwise.
+const LEAVE_PATIENCE: Duration = Duration::from_secs(60);
+
+#[derive(Default)]
+pub(crate) struct RunState {
+    /// The current run, or the last one.
+    pub(crate) epoch: u64,
+    pub(crate) active: bool,
+    /// Why the current run fails, as detected on this node.
+    pub(crate) failure: Option<Error>,
+    /// The root of the current run, on the master.
+    pub(crate) root: Option<Arc<LocalRoot>>,
+    /// The latest end of a run announced by the master: its epoch, and its error if it failed.
+    pub(crate) done: Option<(u64, Option<String>)>,
+    /// Nodes that confirmed the end of the current run (on the master).
+    pub(crate) acks: HashSet<u32>,
+    /// On a node that joined a running pool: the master's run it joins (from `WELCOME`).
+    pub(crate) welcome: Option<(u64, bool)>,
+    /// When this node's part in the current run began.
+    pub(crate) started: Option<Instant>,
+}
+
+impl Node {
+    /// Runs `task` as the next run of the pool: on the master as the root, elsewhere by
+    /// serving steals until the master announces the end. Every node calls it once per run.
+    pub(crate) fn run<T: Task>(self: &Arc<Self>, task: T) -> Result<Option<T::Output>, Error> {
+        if self.left.load(Ordering::Acquire) {
+            return Err(Error::Left {
+                node: self.me.to_string(),
+            });
+        }
+        let epoch = self.begin()?;
+        let weak = Arc::downgrade(self);
+        self.remote.set_idle_hook(move |_worker| {
+            if let Some(node) = weak.upgrade() {
+                node.on_idle();
+            }
+        });
+        let result = if self.is_master() {
+            self.run_master(epoch, task).map(Some)
+        } else {
+            // Every node is handed the root; only the master runs it.
+            drop(task);
+            self.run_other(epoch).map(|()| None)
+        };
+        self.remote.clear_idle_hook();
+        result
+    }
+
+    /// Starts a run: fails at once if the master is gone. Other members that are gone are
+    /// simply not asked for work.
+    fn begin(&self) -> Result<u64, Error> {
+        let pool = self.ibis.pool();
+        pool.check_alive(&[])
+            .map_err(|e| super::node::ipl_error(&self.me, "checking the pool", e))?;
+        if !pool.is_alive(&self.master) {
+            return Err(if pool.dead().contains(&self.master) {
+                died(&self.master)
+            } else {
+                left(&self.master)
+            });
+        }
+        self.stealing.reset();
+        self.early_cancels.lock().clear();
+        let mut st = self.run.lock();
+        if let Some((epoch, active)) = st.welcome.take() {
+            // Joined a running pool: take part in the master's current run, or its next.
+            st.epoch = if active { epoch - 1 } else { epoch };
+        }
+        st.epoch += 1;
+        st.active = true;
+        st.failure = None;
+        st.root = None;
+        st.acks.clear();
+        st.started = Some(Instant::now());
+        self.epoch.store(st.epoch, Ordering::Release);
+        self.active.store(true, Ordering::Release);
+        tracing::debug!(node = %self.me, epoch = st.epoch, "run started");
+        Ok(st.epoch)
+    }
+
+    /// Ends this node's part in the current run and cancels what still runs here for others.
+    fn end(&self) {
+        {
+            let mut st = self.run.lock();
+            st.active = false;
+            st.root = None;
+            self.active.store(false, Ordering::Release);
+        }
+        self.cancel_running();
+        self.end_recovery();
+    }
+
+    /// Aborts every job received from other nodes that still runs here.
+    pub(crate) fn cancel_running(&self) {
+        for r in self.running.lock().values_mut() {
+            r.cancelled = true;
+            if let Some(root) = &r.root {
+                root.abort();
+            }
+        }
+    }
+
+    fn run_master<T: Task>(&self, epoch: u64, task: T) -> Result<T::Output, Error> {
+        let (done, result) = crossbeam_channel::bounded(1);
+        let root = Arc::new(self.remote.start(task, move |r| {
+            let _ = done.send(r);
+        }));
+        let failed = {
+            let mut st = self.run.lock();
+            st.root = Some(Arc::clone(&root));
+            st.failure.clone()
+        };
+        if let Some(e) = failed {
+            root.fail(e);
+        }
+        let result = result.recv().unwrap_or_else(|_| Err(Error::ShutDown));
+        self.end();
+        let failure = result.as_ref().err().map(|e| e.to_string());
+        self.broadcast(Lane::Control, "announcing the end of the run", |l| {
+            proto::done(l, epoch, failure.as_deref())
+        });
+        tracing::debug!(node = %self.me, epoch, ok = result.is_ok(), "run ended");
+        result
+    }
+
+    /// On the master, waits until every node that is still there has confirmed the end of the
+    /// last run (at most `ACK_PATIENCE`), so that this process cannot end before the others
+    /// know. Called when the runtime is dropped rather than at the end of every run, which
+    /// would add a round trip to the farthest node to each run.
+    pub(crate) fn wait_for_acks(&self) {
+        if !self.is_master() {
+            return;
+        }
+        let deadline = Instant::now() + ACK_PATIENCE;
+        let mut st = self.run.lock();
+        if st.epoch == 0 || st.active {
+            return;
+        }
+        loop {
+            let missing = self
+                .members
+                .read()
+                .others
+                .iter()
+                .copied()
+                .find(|r| !st.acks.contains(r));
+            let Some(rank) = missing else { break };
+            if Instant::now() >= deadline {
+                tracing::warn!(node = %self.me, "{} did not confirm the end of the run", self.name_of(rank));
+                break;
+            }
+            self.changed.wait_for(&mut st, WAIT_SLICE);
+        }
+    }
+
+    fn run_other(&self, epoch: u64) -> Result<(), Error> {
+        let outcome = {
+            let mut st = self.run.lock();
+            loop {
+                if let Some(e) = st.failure.clone() {
+                    break Err(e);
+                }
+                if let Some((e, failure)) = &st.done {
+                    if *e >= epoch {
+                        break match failure {
+                            None => Ok(()),
+                            Some(why) => Err(Error::RunFailed {
+                                master: self.master.to_string(),
+                                reason: why.clone(),
+                            }),
+                        };
+                    }
+                }
+                if self.leaving.load(Ordering::Acquire) && self.may_leave() {
+                    break Ok(());
+                }
+                self.changed.wait_for(&mut st, Duration::from_millis(20));
+            }
+        };
+        self.end();
+        if self.leaving.load(Ordering::Acquire) {
+            self.complete_leave();
+        }
+        tracing::debug!(node = %self.me, epoch, ok = outcome.is_ok(), "run ended");
+        outcome
+    }
+
+    /// Makes the current run (or run `epoch`, if given) fail with `error` on this node.
+    pub(crate) fn fail_run(&self, epoch: Option<u64>, error: Error) {
+        let root = {
+            let mut st = self.run.lock();
+            if !st.active || epoch.is_some_and(|e| e != st.epoch) || st.failure.is_some() {
+                return;
+            }
+            tracing::warn!(node = %self.me, epoch = st.epoch, "the run fails: {error}");
+            st.failure = Some(error.clone());
+            st.root.clone()
+        };
+        if let Some(root) = root {
+            root.fail(error);
+        }
+        self.cancel_running();
+        self.changed.notify_all();
+    }
+
+    /// The master announces the end of run `epoch`.
+    pub(crate) fn on_done(&self, master: u32, epoch: u64, failure: Option<String>) {
+        let _ = self.send(
+            master,
+            Lane::Control,
+            "confirming the end of the run",
+            |l| proto::done_ack(l, epoch),
+        );
+        let mut st = self.run.lock();
+        if st.done.as_ref().map_or(true, |(e, _)| *e < epoch) {
+            st.done = Some((epoch, failure));
+        }
+        self.changed.notify_all();
+    }
+
+    pub(crate) fn on_done_ack(&self, from: u32, epoch: u64) {
+        let mut st = self.run.lock();
+        if st.epoch == epoch {
+            st.acks.insert(from);
+            self.changed.notify_all();
+        }
+    }
+
+    // ---------------------------------------------------------------- joining
+
+    /// On the master: a node that joined the pool asks which run is on.
+    pub(crate) fn on_hello(&self, from: u32) {
+        if !self.is_master() {
+            return;
+        }
+        let (epoch, active) = {
+            let st = self.run.lock();
+            (st.epoch, st.active)
+        };
+        tracing::debug!(node = %self.me, from, epoch, active, "a node joined the run");
+        let _ = self.send(from, Lane::Control, "welcoming a node", |l| {
+            proto::welcome(l, epoch, active)
+        });
+    }
+
+    /// On a node that joined a running pool: the master says which run is on.
+    pub(crate) fn on_welcome(&self, epoch: u64, active: bool) {
+        let mut st = self.run.lock();
+        st.welcome = Some((epoch, active));
+        self.changed.notify_all();
+    }
+
+    /// On a node that joined a running pool: asks the master which run is on and waits for
+    /// the answer (at most `patience`).
+    pub(crate) fn greet_master(&self, patience: Duration) -> Result<(), Error> {
+        let master = self.master.rank();
+        self.send(master, Lane::Control, "greeting the master", proto::hello)
+            .map_err(|e| e.into_error(&self.me, "greeting the master"))?;
+        let deadline = Instant::now() + patience;
+        let mut st = self.run.lock();
+        while st.welcome.is_none() {
+            if !self.ibis.pool().is_alive(&self.master) {
+                return Err(died(&self.master));
+            }
+            if self.changed.wait_until(&mut st, deadline).timed_out() {
+                return Err(Error::Pool {
+                    node: self.me.to_string(),
+                    what: "joining the running pool".into(),
+                    source: Arc::new(ipl::Error::Timeout {
+                        what: format!("the master {} to answer", self.master),
+                        waited: patience,
+                    }),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- leaving
+
+    /// Asks this node to leave the pool: it stops asking for work, hands back jobs that
+    /// reach it from now on, finishes the jobs it runs for others (which may steal from it
+    /// meanwhile) and sends their results home; then its `run` returns and it leaves.
+    pub(crate) fn leave(&self) -> Result<(), Error> {
+        if self.is_master() {
+            return Err(Error::Config(format!(
+                "{} is the master: it runs the root of every run and cannot leave the pool",
+                self.me
+            )));
+        }
+        if self.leaving.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        *self.leave_requested_at.lock() = Some(Instant::now());
+        tracing::info!(node = %self.me, "leaving the pool");
+        let epoch = self.epoch.load(Ordering::Acquire);
+        self.broadcast(Lane::Control, "announcing the leave", |l| {
+            proto::leaving(l, epoch)
+        });
+        let idle = !self.run.lock().active;
+        if idle {
+            self.complete_leave();
+        }
+        self.changed.notify_all();
+        Ok(())
+    }
+
+    /// True once nothing runs here for other nodes (or the leave patience is over).
+    fn may_leave(&self) -> bool {
+        if self.running.lock().is_empty() {
+            return true;
+        }
+        let patience = std::env::var("SATIN_LEAVE_PATIENCE")
+            .ok()
+            .and_then(|v| ipl::config::parse_duration("SATIN_LEAVE_PATIENCE", &v).ok())
+            .unwrap_or(LEAVE_PATIENCE);
+        let since = *self.leave_requested_at.lock();
+        if since.is_some_and(|t| t.elapsed() >= patience) {
+            tracing::warn!(node = %self.me, "leaving with jobs unfinished after {patience:?}: their owners run them again");
+            return true;
+        }
+        false
+    }
+
+    /// Leaves the pool: from now on this node takes part in no run.
+    fn complete_leave(&self) {
+        if self.left.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.remote.clear_idle_hook();
+        self.close_mesh();
+        if let Err(e) = self.ibis.clone().end() {
+            tracing::warn!(node = %self.me, "leaving the pool: {e}");
+        }
+        tracing::info!(node = %self.me, "left the pool");
+    }
+
+    /// How long this node's part in the current run has lasted.
+    pub(crate) fn run_so_far(&self) -> Duration {
+        self.run
+            .lock()
+            .started
+            .map_or(Duration::ZERO, |t| t.elapsed())
+    }
+
+    /// Counts a member that joined.
+    pub(crate) fn note_joined(&self) {
+        self.remote.note(Event::NodeJoined);
+    }
+}

@@ -1,0 +1,362 @@
+//! One node of a distributed run: what it knows and holds, and how it reaches the others.
+//!
+//! The work on a node is done by these threads, each in the module named:
+//! * the mesh's **upcall threads** (`messages`), one per port, handle incoming messages in
+//!   order: they answer steal requests with the oldest local job, start jobs they receive,
+//!   complete jobs whose results come back, cancel jobs their owner no longer needs, and take
+//!   note of joins, orphans and the end of a run;
+//! * **idle workers** (`stealing`, through the runtime's idle hook) send steal requests;
+//! * any thread that **aborts** a frame or a run tells the thieves of jobs this node gave away
+//!   and no longer needs to cancel them (`messages`, through the runtime's abort hook);
+//! * the **watcher** (`failures`) follows the pool: members that join, leave or die, the
+//!   recovery after a death (`results`: orphans kept, jobs run again), and unwanted jobs;
+//! * the thread that calls `run` (`lifecycle`) starts and ends runs, and leaves the pool.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use ipl::{Ibis, Lane, Link, Mesh, MeshError, NodeId};
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use super::lifecycle::RunState;
+use super::proto::JobKey;
+use super::results::Recovery;
+use super::stealing::Stealing;
+use super::Steal;
+use crate::remote::{Remote, RemoteJob, RemoteRoot};
+use crate::Error;
+
+/// How long an incoming message waits for this node's mesh to be set up.
+const SETUP_PATIENCE: Duration = Duration::from_secs(120);
+
+/// Turns an error of the port library into the runtime's, naming the node that failed when it
+/// is a peer that is gone.
+pub(crate) fn ipl_error(me: &NodeId, what: &str, e: ipl::Error) -> Error {
+    match e {
+        ipl::Error::NodeDied(n) => died(&n),
+        ipl::Error::NodeLeft(n) => left(&n),
+        e => Error::Pool {
+            node: me.to_string(),
+            what: what.to_string(),
+            source: Arc::new(e),
+        },
+    }
+}
+
+pub(crate) fn mesh_error(me: &NodeId, what: &str, e: MeshError) -> Error {
+    match e {
+        MeshError::Departed { peer, .. } if peer.died => died(&peer.node),
+        MeshError::Departed { peer, .. } => left(&peer.node),
+        other => Error::Pool {
+            node: me.to_string(),
+            what: what.to_string(),
+            source: Arc::new(ipl::Error::Registry(other.to_string())),
+        },
+    }
+}
+
+pub(crate) fn died(n: &NodeId) -> Error {
+    Error::NodeFailed {
+        node: n.to_string(),
+        reason: "it died (its process ended or stopped sending heartbeats)".into(),
+    }
+}
+
+pub(crate) fn left(n: &NodeId) -> Error {
+    Error::NodeFailed {
+        node: n.to_string(),
+        reason: "it left the pool before the run ended".into(),
+    }
+}
+
+/// The members of the run as this node sees them, by rank, and whom to steal from.
+#[derive(Default)]
+pub(crate) struct Members {
+    /// Live members, this node included.
+    pub(crate) live: BTreeMap<u32, NodeId>,
+    /// Members that are gone: true if they died, false if they left.
+    pub(crate) gone: HashMap<u32, bool>,
+    /// Members that announced that they are leaving.
+    pub(crate) leaving: HashSet<u32>,
+    /// Victims of random stealing: every other live member.
+    pub(crate) others: Vec<u32>,
+    /// Other live members of this node's location, and live members of other locations.
+    pub(crate) near: Vec<u32>,
+    pub(crate) far: Vec<u32>,
+}
+
+impl Members {
+    /// Adds `n` if it is not known yet; true if it was added.
+    pub(crate) fn add(&mut self, n: NodeId, me: &NodeId) -> bool {
+        let rank = n.rank();
+        if self.live.contains_key(&rank) || self.gone.contains_key(&rank) {
+            return false;
+        }
+        self.live.insert(rank, n);
+        self.victims(me);
+        true
+    }
+
+    /// Marks member `rank` gone; returns it if it was live.
+    pub(crate) fn remove(&mut self, rank: u32, died: bool, me: &NodeId) -> Option<NodeId> {
+        let n = self.live.remove(&rank)?;
+        self.gone.insert(rank, died);
+        self.leaving.remove(&rank);
+        self.victims(me);
+        Some(n)
+    }
+
+    fn victims(&mut self, me: &NodeId) {
+        self.others.clear();
+        self.near.clear();
+        self.far.clear();
+        for (&rank, n) in &self.live {
+            if rank == me.rank() {
+                continue;
+            }
+            self.others.push(rank);
+            if n.location() == me.location() {
+                self.near.push(rank);
+            } else {
+                self.far.push(rank);
+            }
+        }
+    }
+}
+
+/// A job of this node that runs elsewhere.
+pub(crate) struct Given {
+    pub(crate) job: RemoteJob,
+    pub(crate) thief: u32,
+    pub(crate) epoch: u64,
+}
+
+/// A job of another node that runs here.
+pub(crate) struct Running {
+    /// None until `submit` returned.
+    pub(crate) root: Option<RemoteRoot>,
+    /// The owner cancelled it (or the run ended): its result is not sent.
+    pub(crate) cancelled: bool,
+    /// The job, kept in case its owner dies and its result must be kept for whoever runs the
+    /// owner's work again.
+    pub(crate) key: JobKey,
+    /// Its owner is gone: the result is announced to every node instead of sent home.
+    pub(crate) orphan: bool,
+}
+
+/// A message that could not be sent.
+#[derive(Debug)]
+pub(crate) struct Unsent {
+    /// The receiver is gone (it died or left).
+    pub(crate) gone: bool,
+    pub(crate) error: MeshError,
+}
+
+impl Unsent {
+    /// The runtime's error for this failure while doing `what`.
+    pub(crate) fn into_error(self, me: &NodeId, what: &str) -> Error {
+        mesh_error(me, what, self.error)
+    }
+}
+
+/// Send failures to members that the pool has not reported gone; the watcher decides.
+#[derive(Default)]
+pub(crate) struct Suspects {
+    pub(crate) ranks: Vec<u32>,
+}
+
+pub(crate) struct Node {
+    pub(crate) ibis: Ibis,
+    pub(crate) me: NodeId,
+    pub(crate) master: NodeId,
+    pub(crate) policy: Steal,
+    pub(crate) remote: Remote,
+    mesh: OnceLock<Mesh>,
+    mesh_lock: Mutex<()>,
+    mesh_ready: Condvar,
+    pub(crate) members: RwLock<Members>,
+    pub(crate) run: Mutex<RunState>,
+    pub(crate) changed: Condvar,
+    /// Mirrors of `run.active` and `run.epoch` for the fast paths.
+    pub(crate) active: AtomicBool,
+    pub(crate) epoch: AtomicU64,
+    pub(crate) given: Mutex<HashMap<u64, Given>>,
+    pub(crate) given_count: Arc<AtomicUsize>,
+    pub(crate) running: Mutex<HashMap<(u32, u64), Running>>,
+    /// Cancellations that arrived before their job (they travel on different connections).
+    pub(crate) early_cancels: Mutex<HashSet<(u32, u64)>>,
+    pub(crate) stealing: Stealing,
+    pub(crate) recovery: Mutex<Recovery>,
+    pub(crate) suspects: Mutex<Suspects>,
+    /// Set once this node has been asked to leave the pool.
+    pub(crate) leaving: AtomicBool,
+    /// Set once this node has left: it takes part in no further run.
+    pub(crate) left: AtomicBool,
+    pub(crate) leave_requested_at: Mutex<Option<Instant>>,
+}
+
+impl Node {
+    pub(crate) fn new(
+        ibis: &Ibis,
+        master: NodeId,
+        members: Members,
+        remote: Remote,
+        policy: Steal,
+    ) -> Node {
+        Node {
+            ibis: ibis.clone(),
+            me: ibis.id(),
+            master,
+            policy,
+            remote,
+            mesh: OnceLock::new(),
+            mesh_lock: Mutex::new(()),
+            mesh_ready: Condvar::new(),
+            members: RwLock::new(members),
+            run: Mutex::new(RunState::default()),
+            changed: Condvar::new(),
+            active: AtomicBool::new(false),
+            epoch: AtomicU64::new(0),
+            given: Mutex::new(HashMap::new()),
+            given_count: Arc::new(AtomicUsize::new(0)),
+            running: Mutex::new(HashMap::new()),
+            early_cancels: Mutex::new(HashSet::new()),
+            stealing: Stealing::default(),
+            recovery: Mutex::new(Recovery::default()),
+            suspects: Mutex::new(Suspects::default()),
+            leaving: AtomicBool::new(false),
+            left: AtomicBool::new(false),
+            leave_requested_at: Mutex::new(None),
+        }
+    }
+
+    /// Stores the mesh once it is built and lets waiting messages go on.
+    pub(crate) fn set_mesh(&self, mesh: Mesh) {
+        let _ = self.mesh.set(mesh);
+        let _g = self.mesh_lock.lock();
+        self.mesh_ready.notify_all();
+    }
+
+    /// The mesh; waits while setup is still building it.
+    pub(crate) fn mesh(&self) -> Option<&Mesh> {
+        if let Some(m) = self.mesh.get() {
+            return Some(m);
+        }
+        let deadline = Instant::now() + SETUP_PATIENCE;
+        let mut g = self.mesh_lock.lock();
+        loop {
+            if let Some(m) = self.mesh.get() {
+                return Some(m);
+            }
+            if self.mesh_ready.wait_until(&mut g, deadline).timed_out() {
+                return None;
+            }
+        }
+    }
+
+    /// Gives up waiting for a mesh that will not come (setup failed).
+    pub(crate) fn mesh_failed(&self) {
+        let _g = self.mesh_lock.lock();
+        self.mesh_ready.notify_all();
+    }
+
+    /// Closes the mesh, stopping its upcall threads.
+    pub(crate) fn close_mesh(&self) {
+        if let Some(m) = self.mesh.get() {
+            m.close();
+        }
+    }
+
+    pub(crate) fn is_master(&self) -> bool {
+        self.master == self.me
+    }
+
+    /// The live member of rank `rank`.
+    pub(crate) fn node_of(&self, rank: u32) -> Option<NodeId> {
+        self.members.read().live.get(&rank).cloned()
+    }
+
+    /// A display name for member `rank`, live or not.
+    pub(crate) fn name_of(&self, rank: u32) -> String {
+        self.node_of(rank)
+            .map_or_else(|| format!("rank {rank}"), |n| n.to_string())
+    }
+
+    /// Whether member `rank` is of another location than this node.
+    pub(crate) fn is_far(&self, rank: u32) -> bool {
+        self.members.read().far.contains(&rank)
+    }
+
+    /// True while this node takes part in run `epoch`.
+    pub(crate) fn serving(&self, epoch: u64) -> bool {
+        self.active.load(Ordering::Acquire) && self.epoch.load(Ordering::Acquire) == epoch
+    }
+
+    /// Sends on `lane` to live member `to` with `write`. A failure is logged; one that the
+    /// pool does not explain by a departure makes the watcher treat `to` as gone.
+    pub(crate) fn send(
+        &self,
+        to: u32,
+        lane: Lane,
+        what: &str,
+        write: impl FnOnce(&Link) -> ipl::Result<u64>,
+    ) -> Result<(), Unsent> {
+        let gone = |error: MeshError| Unsent { gone: true, error };
+        let Some(node) = self.node_of(to) else {
+            return Err(gone(MeshError::Ipl {
+                mesh: super::proto::MESH.into(),
+                what: what.into(),
+                source: Box::new(ipl::Error::Closed(format!(
+                    "rank {to}, no longer a member,"
+                ))),
+            }));
+        };
+        let Some(mesh) = self.mesh() else {
+            return Err(Unsent {
+                gone: false,
+                error: MeshError::Ipl {
+                    mesh: super::proto::MESH.into(),
+                    what: what.into(),
+                    source: Box::new(ipl::Error::Closed("the mesh, never set up,".into())),
+                },
+            });
+        };
+        let sent = mesh
+            .link(&node, lane)
+            .and_then(|l| write(&l).map_err(|e| mesh.send_error(&node, what, e)));
+        let Err(error) = sent else {
+            return Ok(());
+        };
+        // Gone if the mesh says so, or the port library names it gone, or this node has
+        // already seen it go (the mesh no longer follows members it has dropped).
+        let departed = error.is_departure()
+            || matches!(&error, MeshError::Ipl { source, .. }
+                if matches!(**source, ipl::Error::NodeDied(_) | ipl::Error::NodeLeft(_)))
+            || !self.members.read().live.contains_key(&to);
+        if departed {
+            tracing::debug!(node = %self.me, to = %node, "{what} failed: {error}");
+        } else {
+            tracing::warn!(node = %self.me, to = %node, "{what} failed: {error}");
+            self.suspects.lock().ranks.push(to);
+        }
+        Err(Unsent {
+            gone: departed,
+            error,
+        })
+    }
+
+    /// Sends to every other live member; failures are handled as by [`send`](Node::send).
+    pub(crate) fn broadcast(
+        &self,
+        lane: Lane,
+        what: &str,
+        write: impl Fn(&Link) -> ipl::Result<u64>,
+    ) {
+        let others = self.members.read().others.clone();
+        for rank in others {
+            let _ = self.send(rank, lane, what, &write);
+        }
+    }
+}

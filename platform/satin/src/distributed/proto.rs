@@ -1,0 +1,328 @@
+//! The messages nodes of a distributed run exchange, and their encoding on `ipl` messages.
+//!
+//! Every node is a member of the mesh [`MESH`] (see `ipl::Mesh`): its control port carries
+//! small messages and its data port, which is always drained, carries jobs and results (the
+//! `REPLY`s that carry a job, `RESULT`s and `ORPHAN_RESULT`s). A message starts with its kind
+//! (a `u8`) and the run it belongs to (the epoch, a `u64`: runs of one pool are numbered from 1
+//! on every node, and a node that joins a running pool takes the master's numbering); the rest
+//! depends on the kind:
+//!
+//! | kind            | direction          | fields after the epoch                              |
+//! |-----------------|--------------------|-----------------------------------------------------|
+//! | `STEAL`         | thief to victim    | request id `u64`, wide-area `bool`                   |
+//! | `REPLY`         | victim to thief    | request id, wide-area, has-job `bool`, then job id `u64`, type name bytes, task bytes |
+//! | `RESULT`        | thief to owner     | job id, ok `bool`, output bytes or error text       |
+//! | `CANCEL`        | owner to thief     | job id                                               |
+//! | `DONE`          | master to all      | ok `bool`, then the error text if not                |
+//! | `DONE_ACK`      | all to master      | (nothing)                                            |
+//! | `FAILED`        | any to master      | error text                                           |
+//! | `HELLO`         | joiner to master   | (nothing)                                            |
+//! | `WELCOME`       | master to joiner   | run active `bool` (the epoch is the master's)        |
+//! | `ORPHANS`       | any to all         | dead node's rank `u32`, count `u32`, then per job: type name bytes, task bytes |
+//! | `ORPHAN_RESULT` | any to all         | type name bytes, task bytes, output bytes            |
+//! | `RETURNED`      | leaver to owner    | job id                                               |
+//! | `LEAVING`       | leaver to all      | (nothing)                                            |
+
+use ipl::{Link, ReadMessage};
+
+/// Name of the mesh every node of a distributed run belongs to.
+pub(crate) const MESH: &str = "satin";
+/// Name of the election the master wins, so that nodes joining later can find it.
+pub(crate) const MASTER_ELECTION: &str = "satin/master";
+/// Most jobs one `ORPHANS` message may list.
+const MAX_ORPHANS: u32 = 1 << 20;
+
+const STEAL: u8 = 1;
+const REPLY: u8 = 2;
+const RESULT: u8 = 3;
+const CANCEL: u8 = 4;
+const DONE: u8 = 5;
+const DONE_ACK: u8 = 6;
+const FAILED: u8 = 7;
+const HELLO: u8 = 8;
+const WELCOME: u8 = 9;
+const ORPHANS: u8 = 10;
+const ORPHAN_RESULT: u8 = 11;
+const RETURNED: u8 = 12;
+const LEAVING: u8 = 13;
+
+/// A job travelling from victim to thief.
+pub(crate) struct Shipped {
+    /// The owner's id of the job, for the result and cancellations.
+    pub(crate) id: u64,
+    /// Registered name of the task type.
+    pub(crate) type_name: String,
+    /// The serialized task.
+    pub(crate) task: Vec<u8>,
+}
+
+/// A job, by its registered type name and task bytes: how results are kept and found (see
+/// `satin::remote`).
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub(crate) struct JobKey {
+    pub(crate) type_name: String,
+    pub(crate) task: Vec<u8>,
+}
+
+/// A received message.
+pub(crate) enum Msg {
+    Steal {
+        req: u64,
+        wide: bool,
+    },
+    Reply {
+        req: u64,
+        wide: bool,
+        job: Option<Shipped>,
+    },
+    Result {
+        job: u64,
+        output: Result<Vec<u8>, String>,
+    },
+    Cancel {
+        job: u64,
+    },
+    Done {
+        failure: Option<String>,
+    },
+    DoneAck,
+    Failed {
+        reason: String,
+    },
+    Hello,
+    Welcome {
+        active: bool,
+    },
+    Orphans {
+        dead: u32,
+        jobs: Vec<JobKey>,
+    },
+    OrphanResult {
+        job: JobKey,
+        output: Vec<u8>,
+    },
+    Returned {
+        job: u64,
+    },
+    Leaving,
+}
+
+fn text(m: &mut ReadMessage) -> ipl::Result<String> {
+    Ok(String::from_utf8_lossy(&m.read_bytes()?).into_owned())
+}
+
+fn key(m: &mut ReadMessage) -> ipl::Result<JobKey> {
+    Ok(JobKey {
+        type_name: text(m)?,
+        task: m.read_bytes()?,
+    })
+}
+
+/// Reads one message; returns its epoch and contents.
+pub(crate) fn decode(m: &mut ReadMessage) -> ipl::Result<(u64, Msg)> {
+    let kind = m.read_u8()?;
+    let epoch = m.read_u64()?;
+    let msg = match kind {
+        STEAL => Msg::Steal {
+            req: m.read_u64()?,
+            wide: m.read_bool()?,
+        },
+        REPLY => {
+            let req = m.read_u64()?;
+            let wide = m.read_bool()?;
+            let job = if m.read_bool()? {
+                Some(Shipped {
+                    id: m.read_u64()?,
+                    type_name: text(m)?,
+                    task: m.read_bytes()?,
+                })
+            } else {
+                None
+            };
+            Msg::Reply { req, wide, job }
+        }
+        RESULT => {
+            let job = m.read_u64()?;
+            let output = if m.read_bool()? {
+                Ok(m.read_bytes()?)
+            } else {
+                Err(text(m)?)
+            };
+            Msg::Result { job, output }
+        }
+        CANCEL => Msg::Cancel { job: m.read_u64()? },
+        DONE => Msg::Done {
+            failure: if m.read_bool()? { None } else { Some(text(m)?) },
+        },
+        DONE_ACK => Msg::DoneAck,
+        FAILED => Msg::Failed { reason: text(m)? },
+        HELLO => Msg::Hello,
+        WELCOME => Msg::Welcome {
+            active: m.read_bool()?,
+        },
+        ORPHANS => {
+            let dead = m.read_u32()?;
+            let n = m.read_u32()?;
+            if n > MAX_ORPHANS {
+                return Err(ipl::Error::Decode {
+                    origin: m.origin().to_string(),
+                    reason: format!("{n} orphan jobs listed, more than {MAX_ORPHANS}"),
+                });
+            }
+            let mut jobs = Vec::new();
+            for _ in 0..n {
+                jobs.push(key(m)?);
+            }
+            Msg::Orphans { dead, jobs }
+        }
+        ORPHAN_RESULT => Msg::OrphanResult {
+            job: key(m)?,
+            output: m.read_bytes()?,
+        },
+        RETURNED => Msg::Returned { job: m.read_u64()? },
+        LEAVING => Msg::Leaving,
+        other => {
+            return Err(ipl::Error::Decode {
+                origin: m.origin().to_string(),
+                reason: format!("unknown satin message kind {other}"),
+            })
+        }
+    };
+    Ok((epoch, msg))
+}
+
+pub(crate) fn steal(l: &Link, epoch: u64, req: u64, wide: bool) -> ipl::Result<u64> {
+    let mut w = l.message();
+    w.write_u8(STEAL);
+    w.write_u64(epoch);
+    w.write_u64(req);
+    w.write_bool(wide);
+    w.finish()
+}
+
+/// A reply; `job` is (job id, registered type name, serialized task).
+pub(crate) fn reply(
+    l: &Link,
+    epoch: u64,
+    req: u64,
+    wide: bool,
+    job: Option<(u64, &str, &[u8])>,
+) -> ipl::Result<u64> {
+    let mut w = l.message();
+    w.write_u8(REPLY);
+    w.write_u64(epoch);
+    w.write_u64(req);
+    w.write_bool(wide);
+    w.write_bool(job.is_some());
+    if let Some((id, type_name, task)) = job {
+        w.write_u64(id);
+        w.write_bytes(type_name.as_bytes());
+        w.write_bytes(task);
+    }
+    w.finish()
+}
+
+pub(crate) fn result(
+    l: &Link,
+    epoch: u64,
+    job: u64,
+    output: Result<&[u8], &str>,
+) -> ipl::Result<u64> {
+    let mut w = l.message();
+    w.write_u8(RESULT);
+    w.write_u64(epoch);
+    w.write_u64(job);
+    w.write_bool(output.is_ok());
+    match output {
+        Ok(bytes) => w.write_bytes(bytes),
+        Err(why) => w.write_bytes(why.as_bytes()),
+    }
+    w.finish()
+}
+
+/// A message with no fields after the epoch.
+fn bare(l: &Link, kind: u8, epoch: u64) -> ipl::Result<u64> {
+    let mut w = l.message();
+    w.write_u8(kind);
+    w.write_u64(epoch);
+    w.finish()
+}
+
+/// A message whose only field is a job id.
+fn about_job(l: &Link, kind: u8, epoch: u64, job: u64) -> ipl::Result<u64> {
+    let mut w = l.message();
+    w.write_u8(kind);
+    w.write_u64(epoch);
+    w.write_u64(job);
+    w.finish()
+}
+
+pub(crate) fn cancel(l: &Link, epoch: u64, job: u64) -> ipl::Result<u64> {
+    about_job(l, CANCEL, epoch, job)
+}
+
+pub(crate) fn returned(l: &Link, epoch: u64, job: u64) -> ipl::Result<u64> {
+    about_job(l, RETURNED, epoch, job)
+}
+
+pub(crate) fn done(l: &Link, epoch: u64, failure: Option<&str>) -> ipl::Result<u64> {
+    let mut w = l.message();
+    w.write_u8(DONE);
+    w.write_u64(epoch);
+    w.write_bool(failure.is_none());
+    if let Some(why) = failure {
+        w.write_bytes(why.as_bytes());
+    }
+    w.finish()
+}
+
+pub(crate) fn done_ack(l: &Link, epoch: u64) -> ipl::Result<u64> {
+    bare(l, DONE_ACK, epoch)
+}
+
+pub(crate) fn failed(l: &Link, epoch: u64, reason: &str) -> ipl::Result<u64> {
+    let mut w = l.message();
+    w.write_u8(FAILED);
+    w.write_u64(epoch);
+    w.write_bytes(reason.as_bytes());
+    w.finish()
+}
+
+pub(crate) fn hello(l: &Link) -> ipl::Result<u64> {
+    bare(l, HELLO, 0)
+}
+
+pub(crate) fn welcome(l: &Link, epoch: u64, active: bool) -> ipl::Result<u64> {
+    let mut w = l.message();
+    w.write_u8(WELCOME);
+    w.write_u64(epoch);
+    w.write_bool(active);
+    w.finish()
+}
+
+pub(crate) fn orphans(l: &Link, epoch: u64, dead: u32, jobs: &[JobKey]) -> ipl::Result<u64> {
+    let mut w = l.message();
+    w.write_u8(ORPHANS);
+    w.write_u64(epoch);
+    w.write_u32(dead);
+    w.write_u32(jobs.len() as u32);
+    for j in jobs {
+        w.write_bytes(j.type_name.as_bytes());
+        w.write_bytes(&j.task);
+    }
+    w.finish()
+}
+
+pub(crate) fn orphan_result(l: &Link, epoch: u64, job: &JobKey, output: &[u8]) -> ipl::Result<u64> {
+    let mut w = l.message();
+    w.write_u8(ORPHAN_RESULT);
+    w.write_u64(epoch);
+    w.write_bytes(job.type_name.as_bytes());
+    w.write_bytes(&job.task);
+    w.write_bytes(output);
+    w.finish()
+}
+
+pub(crate) fn leaving(l: &Link, epoch: u64) -> ipl::Result<u64> {
+    bare(l, LEAVING, epoch)
+}

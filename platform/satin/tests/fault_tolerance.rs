@@ -1,0 +1,573 @@
+//! Crashes and changing pools on real processes over tcp: processes killed with SIGKILL at
+//! random moments (the master's result stays exact and nothing hangs), orphans of a killed
+//! process reused, a killed master ending the run everywhere, a process leaving on SIGTERM
+//! with nothing run again, and processes joining a running pool and taking work.
+//!
+//! The children are this test binary re-run with `SATIN_TEST_ROLE=member`; what they run is
+//! in `SATIN_TEST_TASK`. Kill moments are random: each test prints its seed, and
+//! `SATIN_TEST_SEED` repeats a run.
+
+mod common;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use common::processes::{role, secs, Processes};
+use common::tasks::queens;
+use common::{fib, queens_seq};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use satin::{Context, Runtime, Steal, Task};
+use serde::{Deserialize, Serialize};
+
+/// This process's rank, for tasks that say where they run.
+static RANK: AtomicU32 = AtomicU32::new(u32::MAX);
+
+/// Fibonacci spawning above a threshold, plain recursion below it.
+#[derive(Serialize, Deserialize)]
+struct FibT {
+    n: u32,
+    threshold: u32,
+}
+
+impl Task for FibT {
+    type Output = u64;
+    fn run(self, cx: &mut Context) -> u64 {
+        if self.n < self.threshold || self.n < 2 {
+            return fib(self.n);
+        }
+        let a = cx.spawn(FibT {
+            n: self.n - 1,
+            threshold: self.threshold,
+        });
+        let b = cx.spawn(FibT {
+            n: self.n - 2,
+            threshold: self.threshold,
+        });
+        cx.sync();
+        a.take() + b.take()
+    }
+}
+satin::register!(FibT);
+
+/// The orphan scenario's root: one middle job, which another process steals while the
+/// master's only worker holds for a while, so that the middle job's children spread from
+/// its thief to the third process.
+#[derive(Serialize, Deserialize)]
+struct OrphanRoot {
+    leaves: u32,
+    leaf_ms: u64,
+    hold_ms: u64,
+}
+
+impl Task for OrphanRoot {
+    type Output = u64;
+    fn run(self, cx: &mut Context) -> u64 {
+        let middle = cx.spawn(Middle {
+            leaves: self.leaves,
+            leaf_ms: self.leaf_ms,
+        });
+        cx.call(Hold(self.hold_ms));
+        cx.sync();
+        middle.take()
+    }
+}
+satin::register!(OrphanRoot);
+
+/// Keeps its worker busy for some milliseconds.
+#[derive(Serialize, Deserialize)]
+struct Hold(u64);
+
+impl Task for Hold {
+    type Output = ();
+    fn run(self, cx: &mut Context) {
+        wait_in_steps(cx, self.0);
+    }
+}
+satin::register!(Hold);
+
+#[derive(Serialize, Deserialize)]
+struct Nop;
+
+impl Task for Nop {
+    type Output = ();
+    fn run(self, _cx: &mut Context) {}
+}
+satin::register!(Nop);
+
+/// Sleeps `ms` in steps of 10 ms with a spawn between steps: a worker publishes its queued
+/// jobs for thieves at its spawns and syncs, so jobs queued behind a waiting task stay
+/// within reach, as they do behind a task that computes in steps.
+fn wait_in_steps(cx: &mut Context, ms: u64) {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(ms) {
+        std::thread::sleep(Duration::from_millis(10));
+        cx.spawn(Nop);
+        cx.sync();
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct Middle {
+    leaves: u32,
+    leaf_ms: u64,
+}
+
+impl Task for Middle {
+    type Output = u64;
+    fn run(self, cx: &mut Context) -> u64 {
+        println!("middle on {}", RANK.load(Ordering::Relaxed));
+        let leaves: Vec<_> = (0..self.leaves)
+            .map(|i| {
+                cx.spawn(Slow {
+                    i,
+                    ms: self.leaf_ms,
+                })
+            })
+            .collect();
+        cx.sync();
+        leaves.into_iter().map(|h| h.take()).sum()
+    }
+}
+satin::register!(Middle);
+
+/// A leaf that takes its time and says where it runs.
+#[derive(Serialize, Deserialize)]
+struct Slow {
+    i: u32,
+    ms: u64,
+}
+
+impl Task for Slow {
+    type Output = u64;
+    fn run(self, cx: &mut Context) -> u64 {
+        println!("slow {} on {}", self.i, RANK.load(Ordering::Relaxed));
+        wait_in_steps(cx, self.ms);
+        u64::from(self.i) * u64::from(self.i) + 1
+    }
+}
+satin::register!(Slow);
+
+/// A binary tree of `2^depth` leaves that each take `ms` milliseconds: work that keeps a
+/// pool busy for a known time however loaded the machine is.
+#[derive(Serialize, Deserialize)]
+struct Sleepy {
+    depth: u32,
+    ms: u64,
+}
+
+impl Task for Sleepy {
+    type Output = u64;
+    fn run(self, cx: &mut Context) -> u64 {
+        if self.depth == 0 {
+            wait_in_steps(cx, self.ms);
+            return 1;
+        }
+        let half = || Sleepy {
+            depth: self.depth - 1,
+            ms: self.ms,
+        };
+        let a = cx.spawn(half());
+        let b = cx.spawn(half());
+        cx.sync();
+        a.take() + b.take()
+    }
+}
+satin::register!(Sleepy);
+
+fn orphan_answer(leaves: u32) -> u64 {
+    (0..leaves).map(|i| u64::from(i) * u64::from(i) + 1).sum()
+}
+
+/// Entry point of the child processes; does nothing in a normal test run.
+#[test]
+fn member() {
+    if role().as_deref() != Some("member") {
+        return;
+    }
+    // The test harness has printed `test member ... ` without a line end.
+    println!();
+    common::log_from_env();
+    let ibis = ipl::Ibis::join(ipl::Config::from_env().expect("IPL_* environment")).expect("join");
+    let rank = ibis.id().rank();
+    RANK.store(rank, Ordering::Relaxed);
+    println!("ready {rank}");
+    let policy = match std::env::var("SATIN_TEST_STEAL").as_deref() {
+        Ok("cluster-aware") => Steal::ClusterAware,
+        _ => Steal::Random,
+    };
+    let rt = Runtime::in_pool(ibis).threads(1).steal(policy);
+    let task = std::env::var("SATIN_TEST_TASK").expect("SATIN_TEST_TASK");
+    let words: Vec<&str> = task.split_whitespace().collect();
+    let num = |i: usize| -> u32 { words[i].parse().expect("a number") };
+    let started = Instant::now();
+    let result = match words[0] {
+        "fib" => rt.run(FibT {
+            n: num(1),
+            threshold: num(2),
+        }),
+        "queens" => rt.run(queens(num(1), num(2))),
+        "sleepy" => rt.run(Sleepy {
+            depth: num(1),
+            ms: u64::from(num(2)),
+        }),
+        "orphans" => rt.run(OrphanRoot {
+            leaves: num(1),
+            leaf_ms: u64::from(num(2)),
+            hold_ms: u64::from(num(3)),
+        }),
+        other => panic!("unknown task {other}"),
+    };
+    match result {
+        Ok(Some(v)) => println!("result {rank} {v} {:.3}", started.elapsed().as_secs_f64()),
+        Ok(None) if rt.has_left() => println!("none {rank} left"),
+        Ok(None) => println!("none {rank}"),
+        Err(e) => println!("error {rank}: {e}"),
+    }
+    let s = rt.stats();
+    println!(
+        "stats {rank} reexecuted={} reused={} salvaged={} returned={} received={} sent={} joined={} left={} died={}",
+        s.jobs_reexecuted,
+        s.orphan_results_reused,
+        s.results_salvaged,
+        s.jobs_returned,
+        s.jobs_received,
+        s.jobs_sent,
+        s.nodes_joined,
+        s.nodes_left,
+        s.nodes_died
+    );
+}
+
+/// What a child's `stats` line says.
+#[derive(Debug, Default, Clone, Copy)]
+struct Counts {
+    reexecuted: u64,
+    reused: u64,
+    salvaged: u64,
+    returned: u64,
+    received: u64,
+    sent: u64,
+    joined: u64,
+    left: u64,
+    died: u64,
+}
+
+fn parse_stats(line: &str) -> Option<(u32, Counts)> {
+    let mut words = line.split_whitespace();
+    if words.next() != Some("stats") {
+        return None;
+    }
+    let rank = words.next()?.parse().ok()?;
+    let mut c = Counts::default();
+    for w in words {
+        let (k, v) = w.split_once('=')?;
+        let v: u64 = v.parse().ok()?;
+        match k {
+            "reexecuted" => c.reexecuted = v,
+            "reused" => c.reused = v,
+            "salvaged" => c.salvaged = v,
+            "returned" => c.returned = v,
+            "received" => c.received = v,
+            "sent" => c.sent = v,
+            "joined" => c.joined = v,
+            "left" => c.left = v,
+            "died" => c.died = v,
+            _ => {}
+        }
+    }
+    Some((rank, c))
+}
+
+/// The outcome of one pool run: the master's result and time, and every survivor's counts.
+#[derive(Debug, Default)]
+struct Outcome {
+    result: Option<u64>,
+    seconds: f64,
+    stats: Vec<(u32, Counts)>,
+}
+
+/// Reads lines until the master has printed its result and at least `expect` processes
+/// (the master among them) their statistics; fails the test on an `error` line.
+fn collect(p: &mut Processes, expect: usize, deadline: Instant) -> Outcome {
+    let mut out = Outcome::default();
+    while out.result.is_none()
+        || out.stats.len() < expect
+        || out.stats.iter().all(|(rank, _)| *rank != 0)
+    {
+        let (_, line) = p.next_line(deadline, "the results");
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["result", _, v, t] => {
+                out.result = Some(v.parse().unwrap());
+                out.seconds = t.parse().unwrap();
+            }
+            ["error", ..] => panic!("{line}; lines: {:#?}", p.seen),
+            _ => {
+                if let Some(s) = parse_stats(&line) {
+                    out.stats.push(s);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn seed() -> u64 {
+    let seed = std::env::var("SATIN_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("seed {seed} (SATIN_TEST_SEED={seed} repeats this run)");
+    seed
+}
+
+fn env(task: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("SATIN_TEST_ROLE", "member".to_string()),
+        ("SATIN_TEST_TASK", task.to_string()),
+    ]
+}
+
+/// Starts a closed pool of `size` members running `task`; waits until all are ready.
+fn start_pool(what: &str, size: u32, task: &str, deadline: Instant) -> Processes {
+    let mut p = Processes::new(what);
+    for rank in 0..size {
+        p.start("member", Some(size), Some(rank), &env(task));
+    }
+    let mut ready = 0;
+    p.until(deadline, "every member to be ready", |_, line| {
+        if line.starts_with("ready ") {
+            ready += 1;
+        }
+        (ready == size).then_some(())
+    });
+    p
+}
+
+/// One pool of `size` processes running `task` with the members of `victims` killed after the
+/// given delays; checks the master's result against `want` and that every survivor exits 0.
+fn run_with_kills(size: u32, task: &str, want: u64, victims: &[(u32, Duration)]) -> Outcome {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut p = start_pool("kill", size, task, deadline);
+    let start = Instant::now();
+    let mut kills: Vec<(u32, Duration)> = victims.to_vec();
+    kills.sort_by_key(|k| k.1);
+    for (rank, at) in &kills {
+        let wait = at.saturating_sub(start.elapsed());
+        // Lines that come meanwhile stay queued for `collect`.
+        std::thread::sleep(wait);
+        p.children[*rank as usize].signal(libc::SIGKILL);
+    }
+    let survivors = size as usize - kills.len();
+    let out = collect(&mut p, survivors, deadline);
+    assert_eq!(
+        out.result,
+        Some(want),
+        "{task} on {size} processes, killed {kills:?}: lines {:#?}",
+        p.seen
+    );
+    for rank in 0..size {
+        if kills.iter().all(|k| k.0 != rank) {
+            assert_eq!(p.children[rank as usize].wait_exit(deadline), 0);
+        }
+    }
+    out
+}
+
+/// A crash-free run to measure the run's length, then 20 runs with one non-master process of
+/// four killed at a random moment within it.
+fn kill_one_at_random_moments(task: &str, want: u64) {
+    let mut rng = StdRng::seed_from_u64(seed());
+    let clean = run_with_kills(4, task, want, &[]);
+    let length = Duration::from_secs_f64(clean.seconds.max(0.05));
+    eprintln!("{task}: crash-free {}", secs(length));
+    for round in 0..20 {
+        let rank = rng.gen_range(1..4);
+        let at = length.mul_f64(rng.gen_range(0.0..1.0));
+        let out = run_with_kills(4, task, want, &[(rank, at)]);
+        let redone: u64 = out.stats.iter().map(|s| s.1.reexecuted).sum();
+        eprintln!(
+            "{task}: round {round}: rank {rank} killed at {}: exact in {:.3} s, {redone} jobs run again",
+            secs(at),
+            out.seconds
+        );
+    }
+}
+
+#[test]
+fn killing_one_of_four_processes_at_random_moments_keeps_fib_exact() {
+    if role().is_some() {
+        return;
+    }
+    kill_one_at_random_moments("fib 38 20", fib(38));
+}
+
+#[test]
+fn killing_one_of_four_processes_at_random_moments_keeps_nqueens_exact() {
+    if role().is_some() {
+        return;
+    }
+    kill_one_at_random_moments("queens 11 3", queens_seq(11, 0, 0, 0));
+}
+
+#[test]
+fn two_of_five_processes_killed_at_different_moments_leave_the_result_exact() {
+    if role().is_some() {
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(seed());
+    let task = "fib 31 18";
+    let clean = run_with_kills(5, task, fib(31), &[]);
+    let length = Duration::from_secs_f64(clean.seconds.max(0.05));
+    let first = rng.gen_range(1..5);
+    let second = (first + rng.gen_range(1..4) - 1) % 4 + 1;
+    let kills = [
+        (first, length.mul_f64(rng.gen_range(0.1..0.4))),
+        (second, length.mul_f64(rng.gen_range(0.5..0.8))),
+    ];
+    let out = run_with_kills(5, task, fib(31), &kills);
+    let died: u64 = out.stats.iter().map(|s| s.1.died).max().unwrap_or(0);
+    eprintln!(
+        "killed {kills:?}: exact in {:.3} s (crash-free {:.3} s); {died} deaths seen",
+        out.seconds, clean.seconds
+    );
+}
+
+#[test]
+fn orphans_of_a_killed_process_are_reused_when_its_work_runs_again() {
+    if role().is_some() {
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (leaves, leaf_ms, hold_ms) = (6, 600, 1500);
+    let task = format!("orphans {leaves} {leaf_ms} {hold_ms}");
+    let mut p = start_pool("orphans", 3, &task, deadline);
+    // The middle job goes to one of the two others; a leaf of it then goes to the third.
+    let thief = p.until(deadline, "the middle job to be stolen", |_, line| {
+        line.strip_prefix("middle on ")
+            .map(|r| r.parse::<u32>().unwrap())
+    });
+    assert_ne!(thief, 0, "the master holds; the middle job must be stolen");
+    let other = 3 - thief;
+    p.until(deadline, "a leaf to reach the third process", |_, line| {
+        (line.starts_with("slow ") && line.ends_with(&format!(" on {other}"))).then_some(())
+    });
+    p.children[thief as usize].signal(libc::SIGKILL);
+    let out = collect(&mut p, 2, deadline);
+    assert_eq!(out.result, Some(orphan_answer(leaves)), "{:#?}", p.seen);
+    let total = |f: fn(&Counts) -> u64| out.stats.iter().map(|s| f(&s.1)).sum::<u64>();
+    assert!(
+        total(|c| c.reexecuted) >= 1,
+        "the middle job ran again: {:?}",
+        out.stats
+    );
+    assert!(
+        total(|c| c.reused) >= 1,
+        "the leaf that finished on {other} was reused: {:?}",
+        out.stats
+    );
+    eprintln!("orphans: {:?}", out.stats);
+    for slot in [0, other as usize] {
+        assert_eq!(p.children[slot].wait_exit(deadline), 0);
+    }
+}
+
+#[test]
+fn a_killed_master_ends_the_run_on_every_other_process_within_15_s_naming_it() {
+    if role().is_some() {
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut rng = StdRng::seed_from_u64(seed());
+    // Far more work than the test waits for.
+    let mut p = start_pool("master", 4, "fib 40 18", deadline);
+    std::thread::sleep(Duration::from_millis(rng.gen_range(100..400)));
+    p.children[0].signal(libc::SIGKILL);
+    let killed = Instant::now();
+    let mut ended = Vec::new();
+    while ended.len() < 3 {
+        let (slot, line) = p.next_line(killed + Duration::from_secs(15), "the others to end");
+        if let Some(text) = line.strip_prefix("error ") {
+            assert!(
+                text.contains("node0@") && text.contains("master"),
+                "slot {slot} ended without naming the master: {line}"
+            );
+            ended.push(slot);
+        } else {
+            assert!(
+                !line.starts_with("none") && !line.starts_with("result"),
+                "slot {slot}: {line}"
+            );
+        }
+    }
+    eprintln!(
+        "every other process ended {} after the kill",
+        secs(killed.elapsed())
+    );
+    for slot in 1..4 {
+        assert_eq!(p.children[slot].wait_exit(deadline), 0);
+    }
+}
+
+#[test]
+fn a_process_leaving_on_sigterm_mid_run_costs_no_recomputation() {
+    if role().is_some() {
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut rng = StdRng::seed_from_u64(seed());
+    let task = "fib 38 20";
+    let mut p = start_pool("leave", 3, task, deadline);
+    let leaver = rng.gen_range(1..3);
+    std::thread::sleep(Duration::from_millis(rng.gen_range(50..300)));
+    p.children[leaver].signal(libc::SIGTERM);
+    let out = collect(&mut p, 3, deadline);
+    assert_eq!(out.result, Some(fib(38)), "{:#?}", p.seen);
+    for (rank, c) in &out.stats {
+        assert_eq!(
+            c.reexecuted, 0,
+            "rank {rank} ran jobs again: {:?}",
+            out.stats
+        );
+    }
+    let gone = format!("none {leaver} left");
+    assert!(
+        p.seen.iter().any(|(_, l)| *l == gone),
+        "rank {leaver} did not leave the pool: {:#?}",
+        p.seen
+    );
+    for slot in 0..3 {
+        assert_eq!(p.children[slot].wait_exit(deadline), 0, "slot {slot}");
+    }
+    eprintln!("leave of rank {leaver}: {:?}", out.stats);
+}
+
+#[test]
+fn two_processes_joining_a_running_run_of_two_take_stolen_work() {
+    if role().is_some() {
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // 64 leaves of 50 ms: 1.6 s on two processes, so the joiners arrive while it runs.
+    let task = "sleepy 6 50";
+    let mut p = start_pool("join", 2, task, deadline);
+    for _ in 0..2 {
+        p.start("member", None, None, &env(task));
+    }
+    let out = collect(&mut p, 4, deadline);
+    assert_eq!(out.result, Some(64), "{:#?}", p.seen);
+    let joiners: Vec<&(u32, Counts)> = out.stats.iter().filter(|s| s.0 >= 2).collect();
+    assert_eq!(joiners.len(), 2, "{:?}", out.stats);
+    for (rank, c) in joiners {
+        assert!(
+            c.received >= 1,
+            "joiner {rank} ran no stolen job: {:?}",
+            out.stats
+        );
+    }
+    for slot in 0..4 {
+        assert_eq!(p.children[slot].wait_exit(deadline), 0, "slot {slot}");
+    }
+    eprintln!("join: {:?}", out.stats);
+}

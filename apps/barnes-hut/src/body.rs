@@ -73,6 +73,73 @@ pub fn position_checksum(bodies: &[Body]) -> f64 {
         .sum()
 }
 
+/// What a run did to its bodies, in quantities that runs building different trees share: the
+/// bodies that remain, their total mass, their centre of mass, and how far they moved.
+///
+/// Runs on different numbers of processes build other trees, so their forces differ within
+/// the method's approximation and their final positions differ slightly; the
+/// [`position_checksum`] then differs too. These figures let a run be checked against the
+/// sequential one within bounds its physics gives (the bench harness does so beyond one
+/// process): both the centre of mass and the displacement differ by at most the mass-weighted
+/// rms distance between the two runs' final positions.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RunSummary {
+    /// Bodies at the end.
+    pub bodies: usize,
+    /// Their total mass.
+    pub total_mass: f64,
+    /// Their centre of mass (summed in id order, so independent of storage order).
+    pub center_of_mass: Vec3,
+    /// The mass-weighted rms distance between each body's final and initial position:
+    /// `sqrt(sum m |p_end - p_start|^2 / sum m)` over the bodies present at both ends.
+    pub displacement_rms: f64,
+}
+
+impl RunSummary {
+    /// Summarizes a run from its initial positions (`(id, position)`, any order) and its
+    /// final bodies (any order).
+    pub fn of(start: &[(u64, Vec3)], end: &[Body]) -> RunSummary {
+        let mut start: Vec<(u64, Vec3)> = start.to_vec();
+        start.sort_unstable_by_key(|&(id, _)| id);
+        let mut end: Vec<&Body> = end.iter().collect();
+        end.sort_unstable_by_key(|b| b.id);
+        let total_mass = end.iter().fold(0.0, |m, b| m + b.mass);
+        let weighted = end.iter().fold(Vec3::ZERO, |acc, b| acc + b.pos * b.mass);
+        let center_of_mass = if total_mass > 0.0 {
+            weighted * (1.0 / total_mass)
+        } else {
+            Vec3::ZERO
+        };
+        // Both lists are in id order: walk them together.
+        let (mut moved, mut mass) = (0.0, 0.0);
+        let mut s = start.iter().peekable();
+        for b in &end {
+            while s.next_if(|&&(id, _)| id < b.id).is_some() {}
+            if let Some(&&(id, p)) = s.peek() {
+                if id == b.id {
+                    moved += b.mass * (b.pos - p).norm2();
+                    mass += b.mass;
+                }
+            }
+        }
+        RunSummary {
+            bodies: end.len(),
+            total_mass,
+            center_of_mass,
+            displacement_rms: if mass > 0.0 {
+                (moved / mass).sqrt()
+            } else {
+                0.0
+            },
+        }
+    }
+}
+
+/// The `(id, position)` pairs of `bodies`: what [`RunSummary::of`] needs of the start.
+pub fn positions(bodies: &[Body]) -> Vec<(u64, Vec3)> {
+    bodies.iter().map(|b| (b.id, b.pos)).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,6 +154,26 @@ mod tests {
         let mut moved = b;
         moved.pos.z += 1e-3;
         assert_ne!(position_checksum(&[a, moved]), c1);
+    }
+
+    #[test]
+    fn run_summary_measures_mass_centre_and_displacement() {
+        let start = [
+            Body::new(3, 1.0, Vec3::new(0.0, 0.0, 0.0), Vec3::ZERO),
+            Body::new(1, 3.0, Vec3::new(1.0, 0.0, 0.0), Vec3::ZERO),
+        ];
+        let mut end = start;
+        end[0].pos = Vec3::new(0.0, 2.0, 0.0);
+        let s = RunSummary::of(&positions(&start), &[end[1], end[0]]);
+        assert_eq!(s.bodies, 2);
+        assert_eq!(s.total_mass, 4.0);
+        assert_eq!(s.center_of_mass, Vec3::new(0.75, 0.5, 0.0));
+        // Only body 3 (mass 1 of 4) moved, by 2: sqrt(1 * 4 / 4).
+        assert_eq!(s.displacement_rms, 1.0);
+        // A body lost on the way shows in the count and the mass.
+        let lost = RunSummary::of(&positions(&start), &end[..1]);
+        assert_eq!((lost.bodies, lost.total_mass), (1, 1.0));
+        assert_eq!(lost.displacement_rms, 2.0);
     }
 
     #[test]

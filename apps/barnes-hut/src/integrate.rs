@@ -55,6 +55,13 @@ impl Default for SimParams {
     }
 }
 
+/// The most steps a run may take: ten million, days of work for even a few bodies, so that
+/// an absurd `tstop` is refused instead of running practically forever.
+pub const MAX_STEPS: usize = 10_000_000;
+
+/// The most threads the force phase may use.
+pub const MAX_THREADS: usize = 1024;
+
 impl SimParams {
     /// Number of steps of a run.
     pub fn steps(&self) -> usize {
@@ -78,8 +85,17 @@ impl SimParams {
         if !(self.tstop >= 0.0 && self.tstop.is_finite()) {
             return Err(ParamError::Tstop(self.tstop));
         }
+        if (self.tstop / self.dtime).round() > MAX_STEPS as f64 {
+            return Err(ParamError::Steps {
+                tstop: self.tstop,
+                dtime: self.dtime,
+            });
+        }
         if self.threads == 0 {
             return Err(ParamError::Threads);
+        }
+        if self.threads > MAX_THREADS {
+            return Err(ParamError::TooManyThreads(self.threads));
         }
         Ok(())
     }
@@ -103,17 +119,34 @@ pub enum ParamError {
     /// The end time was negative or not finite.
     #[error("the end time tstop must be zero or positive and finite, got {0}")]
     Tstop(f64),
+    /// `tstop / dtime` gives more than [`MAX_STEPS`] steps.
+    #[error(
+        "tstop {tstop:e} / dtime {dtime:e} gives more than {MAX_STEPS} steps (round(tstop / dtime))"
+    )]
+    Steps {
+        /// The end time.
+        tstop: f64,
+        /// The time step.
+        dtime: f64,
+    },
     /// Zero threads were asked for.
     #[error("at least one thread is needed")]
     Threads,
+    /// More than [`MAX_THREADS`] threads were asked for.
+    #[error("at most {MAX_THREADS} threads, got {0}")]
+    TooManyThreads(usize),
     /// The thread pool could not be started.
     #[error("could not start the thread pool: {0}")]
     Pool(String),
     /// The load-imbalance threshold of the parallel method was below 1 or not finite.
     #[error("the load-imbalance threshold must be at least 1 and finite, got {0}")]
     Imbalance(f64),
-    /// Fewer than two histogram bins were asked for the parallel median finder.
-    #[error("the median finder needs at least 2 histogram bins, got {0}")]
+    /// Fewer than two or more than [`MAX_BINS`](crate::parallel::MAX_BINS) histogram bins
+    /// were asked for the parallel median finder.
+    #[error(
+        "the median finder needs 2 to {max} histogram bins, got {0}",
+        max = crate::parallel::MAX_BINS
+    )]
     Bins(usize),
 }
 
@@ -353,6 +386,25 @@ mod tests {
             ..SimParams::default()
         };
         assert!(Simulation::new(Vec::new(), p).is_err());
+        // Absurd lengths and thread counts are refused, not run for ever.
+        let p = SimParams {
+            tstop: 1e300,
+            ..SimParams::default()
+        };
+        assert!(matches!(p.validate(), Err(ParamError::Steps { .. })));
+        let p = SimParams {
+            tstop: MAX_STEPS as f64 * 0.025,
+            ..SimParams::default()
+        };
+        assert_eq!(p.validate(), Ok(()));
+        let p = SimParams {
+            threads: MAX_THREADS + 1,
+            ..SimParams::default()
+        };
+        assert_eq!(
+            p.validate(),
+            Err(ParamError::TooManyThreads(MAX_THREADS + 1))
+        );
     }
 
     #[test]

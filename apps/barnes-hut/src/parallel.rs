@@ -69,6 +69,10 @@ pub struct ParallelParams {
     pub bins: usize,
 }
 
+/// The most histogram bins per round: every round all-reduces two histograms of this many
+/// 8-byte counters (1 MiB at the bound; `--bins 1000000000000` aborted on allocating them).
+pub const MAX_BINS: usize = 1 << 16;
+
 impl Default for ParallelParams {
     fn default() -> Self {
         ParallelParams {
@@ -86,7 +90,7 @@ impl ParallelParams {
         if !(self.imbalance_threshold >= 1.0 && self.imbalance_threshold.is_finite()) {
             return Err(ParamError::Imbalance(self.imbalance_threshold));
         }
-        if self.bins < 2 {
+        if !(2..=MAX_BINS).contains(&self.bins) {
             return Err(ParamError::Bins(self.bins));
         }
         Ok(())

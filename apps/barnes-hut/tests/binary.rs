@@ -83,6 +83,14 @@ fn check_parallel_line(v: &Value, nodes: u64) {
     let drift = v["energy_relative_drift"].as_f64().unwrap();
     assert!(drift.abs() < 1e-3, "energy drift {drift}");
     assert!(v["checksum"].as_f64().unwrap().is_finite());
+    // What the bench harness compares with the sequential run beyond one process.
+    assert_eq!(v["bodies"], 1500);
+    assert!(
+        (v["total_mass"].as_f64().unwrap() - 1.0).abs() < 1e-12,
+        "{v}"
+    );
+    assert_eq!(v["center_of_mass"].as_array().map(Vec::len), Some(3));
+    assert!(v["displacement_rms"].as_f64().unwrap() > 0.0);
 }
 
 #[test]
@@ -176,4 +184,119 @@ fn a_missing_input_file_fails_every_node_with_its_name() {
         err.contains("no-such-bodies.txt"),
         "the error names the file: {err}"
     );
+}
+
+/// This machine's physical memory in bytes.
+fn memory() -> u64 {
+    let text = std::fs::read_to_string("/proc/meminfo").expect("/proc/meminfo");
+    let kib: u64 = text
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .expect("MemTotal");
+    kib * 1024
+}
+
+/// Runs `cmd` and checks that it refused its arguments: status 2, no output, an error line
+/// containing `want`, no panic. Returns standard error.
+fn refused(cmd: &mut Command, want: &str) -> String {
+    let (status, out, err) = Reaped::start(cmd).output(Instant::now() + LIMIT);
+    assert_eq!(status.code(), Some(2), "{cmd:?}: {status}\n{err}");
+    assert!(out.is_empty(), "{cmd:?}: {out}");
+    let first = err.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("error: ") && first.contains(want),
+        "{cmd:?}: {err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+#[test]
+fn values_it_cannot_serve_are_refused_with_one_line_and_status_2() {
+    for mode in [&["--seq"][..], &[][..]] {
+        // 100,000 threads hung starting them; 1e300 / 0.025 steps ran for ever.
+        refused(
+            barnes_hut().args(mode).args(["--threads", "100000"]),
+            "at most 1024 threads",
+        );
+        refused(
+            barnes_hut().args(mode).args(["--threads", "0"]),
+            "at least one thread",
+        );
+        refused(barnes_hut().args(mode).args(["--tstop", "1e300"]), "steps");
+        refused(barnes_hut().args(mode).args(["--dtime", "0"]), "time step");
+        // Negative numbers are values out of range, also in the reference's spelling.
+        let err = refused(
+            barnes_hut().args(mode).args(["--theta", "-1"]),
+            "opening angle",
+        );
+        assert!(!err.contains("unexpected argument"), "{err}");
+        refused(barnes_hut().args(mode).args(["-tstop", "-1"]), "end time");
+        // 999,999,999 bodies aborted on allocation.
+        if 999_999_999u64 * 380 > memory() {
+            refused(
+                barnes_hut().args(mode).args(["-n", "999999999"]),
+                "more than this machine's",
+            );
+        }
+    }
+    refused(barnes_hut().args(["--bins", "1"]), "histogram bins");
+    // A trillion bins aborted on allocating the histograms.
+    refused(
+        barnes_hut()
+            .args(["--bins", "1000000000000"])
+            .env("IPL_POOL_SIZE", "2"),
+        "2 to 65536 histogram bins",
+    );
+    refused(barnes_hut().args(["--imbalance", "0.5"]), "load-imbalance");
+}
+
+#[test]
+fn an_unwritable_output_is_found_before_the_run() {
+    let dir = temp_path("out-dir");
+    std::fs::create_dir_all(&dir).unwrap();
+    // Runs that take minutes in a debug build: the refusal must come first.
+    let long = ["-n", "100000", "--tstop", "10"];
+    let started = Instant::now();
+    refused(
+        barnes_hut()
+            .arg("--seq")
+            .args(long)
+            .arg("--output")
+            .arg(dir.join("missing/bodies.txt")),
+        "--output",
+    );
+    refused(
+        barnes_hut().args(long).arg("--output").arg(&dir),
+        "it is a directory",
+    );
+    refused(
+        barnes_hut()
+            .args(long)
+            .arg("--output")
+            .arg(dir.join("missing/bodies.txt"))
+            .env("IPL_POOL_SIZE", "2"),
+        "--output",
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    // A good path gets the bodies, and nothing else is left beside it.
+    let out = dir.join("bodies.txt");
+    result_line(
+        barnes_hut()
+            .args(["--seq", "-n", "50", "--tstop", "0.05", "--output"])
+            .arg(&out),
+    );
+    assert_eq!(io::read_file(&out).expect("bodies").len(), 50);
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["bodies.txt"]);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 /// JSON result line (app, mode, parameters, nodes, threads, seconds per phase, total seconds,
 /// requests per second, checksum).
 #[derive(Parser, Debug)]
-#[command(version)]
+#[command(version, allow_negative_numbers = true)]
 struct Args {
     /// bench: workers loop request/reply for --seconds and the master reports requests per
     /// second. farm: the replies carry jobs (count the primes in a range of --chunk numbers
@@ -72,7 +72,8 @@ struct Args {
     /// Measure the bench request rate for each of these worker counts (e.g. 1,2,4,8,16): one
     /// `ipl-run -n W+1 -- master-worker --mode bench` per count, workers as processes on tcp.
     /// --seconds, --spin and --report-every are passed on.
-    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    #[arg(long, value_delimiter = ',', num_args = 1..,
+          value_parser = clap::value_parser!(u32).range(1..=4095))]
     sweep: Option<Vec<u32>>,
 
     /// --sweep: measure every worker count this many times, in interleaved rounds (so that
@@ -85,6 +86,11 @@ struct Args {
     /// build it with `cargo build -p ipl --bin ipl-run`).
     #[arg(long)]
     ipl_run: Option<PathBuf>,
+
+    /// Write a trace of each process (joins, leaves, and with IPL_TRACE_MESSAGES=BYTES the
+    /// messages of at least BYTES) to a file of its own in DIR, as IPL_TRACE=DIR does.
+    #[arg(long, value_name = "DIR")]
+    trace: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -117,10 +123,13 @@ fn choose_spin(a: &Args, nodes: Option<u32>, configured: Duration) -> Duration {
 fn seconds(name: &'static str, v: f64) -> Result<Duration, Error> {
     Duration::try_from_secs_f64(v)
         .ok()
-        .filter(|d| !d.is_zero())
+        .filter(|d| !d.is_zero() && *d <= ipl::config::MAX_DURATION)
         .ok_or(Error::Param {
             name,
-            reason: format!("{v} is not a positive number of seconds"),
+            reason: format!(
+                "{v:?} is not a positive number of seconds up to a year ({} s)",
+                ipl::config::MAX_DURATION.as_secs()
+            ),
         })
 }
 
@@ -341,15 +350,22 @@ fn run_pool(a: &Args, started: Instant) -> Result<Option<Value>, Error> {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
-    let a = Args::parse();
+    let a: Args = ipl::cli::parse("master-worker");
+    // Logs as RUST_LOG says; the trace, if asked for, is complete when this guard drops (or at
+    // exit).
+    let _trace = match ipl::trace::init("warn", a.trace.as_deref()) {
+        Ok(guard) => guard,
+        Err(e) => ipl::cli::refuse("master-worker", e),
+    };
     let started = Instant::now();
+    // Values the run cannot serve are refused before any work, with status 2.
+    let checked = match (&a.sweep, a.mode) {
+        (None, ModeArg::Sequential) => Ok(()),
+        _ => options(&a).map(|_| ()),
+    };
+    if let Err(e) = checked {
+        ipl::cli::refuse("master-worker", e);
+    }
     let result = match (&a.sweep, a.mode) {
         (Some(counts), _) => run_sweep(&a, counts, started).map(Some),
         (None, ModeArg::Sequential) => Ok(Some(run_sequential(&a, started))),
@@ -361,8 +377,16 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Ok(None) => ExitCode::SUCCESS,
+        // Printed whatever RUST_LOG selects: a run must never fail silently.
+        Err(
+            e @ (Error::Param { .. }
+            | Error::Ipl {
+                source: ipl::Error::Config { .. },
+                ..
+            }),
+        ) => ipl::cli::refuse("master-worker", e),
         Err(e) => {
-            tracing::error!("{e}");
+            eprintln!("master-worker: {e}");
             ExitCode::FAILURE
         }
     }

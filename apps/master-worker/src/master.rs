@@ -6,7 +6,7 @@ use crate::protocol::{
     reply_port_type, request_port_type, Job, JobResult, Primitives, Reply, Request, Task,
     REQUEST_PORT,
 };
-use crate::sequential::jobs;
+use crate::sequential::{job, job_count};
 use ipl::{Ibis, NodeId, PoolEvent, SendPort};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -143,11 +143,20 @@ struct Served {
     parked: Option<u64>,
 }
 
+/// The farm's bookkeeping, in memory that grows with the jobs out at once, not with the
+/// number of jobs: jobs are made when handed out (in order), and a job is done unless it is
+/// fresh (never handed out) or open (handed out, no result yet).
 struct Farm {
-    jobs: Vec<Job>,
-    done: Vec<bool>,
-    left: u64,
+    n: u64,
+    chunk: u64,
+    total: u64,
+    /// Jobs `next_fresh..total` were never handed out.
+    next_fresh: u64,
+    /// Handed out without a result yet.
+    open: HashSet<u64>,
+    /// Open jobs whose worker went, to be handed out again first.
     queue: VecDeque<u64>,
+    left: u64,
     primes: u64,
     reassigned: u64,
     duplicates: u64,
@@ -156,12 +165,15 @@ struct Farm {
 
 impl Farm {
     fn new(n: u64, chunk: u64) -> Farm {
-        let jobs = jobs(n, chunk);
+        let total = job_count(n, chunk);
         Farm {
-            done: vec![false; jobs.len()],
-            left: jobs.len() as u64,
-            queue: (0..jobs.len() as u64).collect(),
-            jobs,
+            n,
+            chunk,
+            total,
+            next_fresh: 0,
+            open: HashSet::new(),
+            queue: VecDeque::new(),
+            left: total,
             primes: 0,
             reassigned: 0,
             duplicates: 0,
@@ -169,18 +181,28 @@ impl Farm {
         }
     }
 
+    fn is_done(&self, j: u64) -> bool {
+        j < self.next_fresh && !self.open.contains(&j)
+    }
+
     fn next_job(&mut self) -> Option<Job> {
         while let Some(j) = self.queue.pop_front() {
-            if !self.done[j as usize] {
-                return Some(self.jobs[j as usize]);
+            if !self.is_done(j) {
+                return Some(job(j, self.n, self.chunk));
             }
+        }
+        if self.next_fresh < self.total {
+            let j = self.next_fresh;
+            self.next_fresh += 1;
+            self.open.insert(j);
+            return Some(job(j, self.n, self.chunk));
         }
         None
     }
 
     /// Puts an unfinished job back at the head of the queue.
     fn requeue(&mut self, j: u64) {
-        if !self.done[j as usize] {
+        if !self.is_done(j) && !self.queue.contains(&j) {
             self.reassigned += 1;
             self.queue.push_front(j);
         }
@@ -198,6 +220,9 @@ struct Master {
     window: u64,
     per_worker: BTreeMap<u32, u64>,
     last_request: Instant,
+    /// A reply the port library refused for what it is (larger than the message limit, say):
+    /// no worker can be served, so the master stops with this error.
+    fatal: Option<Error>,
 }
 
 /// Runs the master on `ibis` until the work is done and every pool member has been told to stop
@@ -237,6 +262,7 @@ pub fn run_master(
         window: 0,
         per_worker: BTreeMap::new(),
         last_request: Instant::now(),
+        fatal: None,
     };
     let start = Instant::now();
     let mut rates = Vec::new();
@@ -245,6 +271,9 @@ pub fn run_master(
     let mut work_end = None;
     tracing::info!(master = %m.me, mode = ?opts.mode, "serving");
     let unstopped = loop {
+        if let Some(e) = m.fatal.take() {
+            return Err(e);
+        }
         while let Ok(ev) = events.try_recv() {
             match ev {
                 PoolEvent::Died(n) => m.drop_worker(&n, "died"),
@@ -271,7 +300,7 @@ pub fn run_master(
                     requests_per_second: rate,
                     requests: m.requests,
                     workers: m.workers.len(),
-                    jobs_done: m.farm.as_ref().map(|f| f.jobs.len() as u64 - f.left),
+                    jobs_done: m.farm.as_ref().map(|f| f.total - f.left),
                 });
                 m.window = 0;
                 window_start = now;
@@ -301,7 +330,7 @@ pub fn run_master(
                     return Err(Error::NoWorkers {
                         waited: idle,
                         left: f.left,
-                        total: f.jobs.len() as u64,
+                        total: f.total,
                     });
                 }
             }
@@ -351,7 +380,7 @@ pub fn run_master(
         FarmReport {
             n,
             chunk,
-            jobs: f.jobs.len() as u64,
+            jobs: f.total,
             primes: f.primes,
             reassigned: f.reassigned,
             duplicates: f.duplicates,
@@ -385,6 +414,28 @@ fn send_reply(port: &SendPort, data: Primitives, task: Task) -> ipl::Result<()> 
 }
 
 impl Master {
+    /// Whether a reply to worker `n` that failed with `e` means the worker cannot be reached
+    /// (it is then dropped and its job handed on). A reply refused for what it is (over the
+    /// message limit, not encodable) fails every worker alike: that is kept as the master's
+    /// fatal error.
+    fn unreachable(&mut self, n: &NodeId, e: ipl::Error) -> bool {
+        if matches!(
+            e,
+            ipl::Error::MessageTooLarge { .. }
+                | ipl::Error::Serialize(_)
+                | ipl::Error::NotAllowed { .. }
+        ) {
+            self.fatal.get_or_insert(Error::Ipl {
+                context: format!("master: reply to worker {n}"),
+                source: e,
+            });
+            false
+        } else {
+            tracing::warn!(worker = %n, "cannot reply: {e}");
+            true
+        }
+    }
+
     /// Members of the pool (this node aside) that have not been told to stop.
     fn unstopped_members(&self) -> Vec<NodeId> {
         self.ibis
@@ -407,7 +458,7 @@ impl Master {
             tracing::info!(worker = %n, "{why}");
         }
         if let (Some(j), Some(f)) = (w.job, self.farm.as_mut()) {
-            if !f.done[j as usize] {
+            if !f.is_done(j) {
                 tracing::info!(worker = %n, job = j, "handing its job to another worker");
                 f.requeue(j);
                 self.dispatch_parked();
@@ -435,16 +486,17 @@ impl Master {
                 Primitives::for_request(n.rank(), seq),
                 Task::Job(job),
             ) {
-                tracing::warn!(worker = %n, "cannot send a job: {e}");
-                failed.push(n);
+                failed.push((n, e));
             } else {
                 self.requests += 1;
                 self.window += 1;
                 *self.per_worker.entry(n.rank()).or_default() += 1;
             }
         }
-        for n in failed {
-            self.drop_worker(&n, "cannot be reached");
+        for (n, e) in failed {
+            if self.unreachable(&n, e) {
+                self.drop_worker(&n, "cannot be reached");
+            }
         }
     }
 
@@ -460,7 +512,7 @@ impl Master {
             w.parked = None;
             if let Err(e) = send_reply(&w.port, Primitives::for_request(n.rank(), seq), Task::Stop)
             {
-                tracing::warn!(worker = %n, "cannot send stop: {e}");
+                self.unreachable(&n, e);
             }
             self.stopped.insert(n);
         }
@@ -472,20 +524,19 @@ impl Master {
             tracing::warn!(worker = %from, "job result in benchmark mode ignored");
             return;
         };
-        let Some(done) = f.done.get_mut(r.job as usize) else {
-            tracing::warn!(worker = %from, job = r.job, "result of an unknown job ignored");
+        if r.job >= f.next_fresh {
+            tracing::warn!(worker = %from, job = r.job, "result of a job never handed out ignored");
             return;
-        };
+        }
         if let Some(w) = self.workers.get_mut(from) {
             if w.job == Some(r.job) {
                 w.job = None;
             }
         }
-        if *done {
+        if !f.open.remove(&r.job) {
             f.duplicates += 1;
             return;
         }
-        *done = true;
         f.left -= 1;
         f.primes += r.value;
         *f.per_worker.entry(from.rank()).or_default() += 1;
@@ -570,8 +621,9 @@ impl Master {
         let w = self.workers.get(&origin).expect("worker is known");
         let data = Primitives::for_request(origin.rank(), req.seq);
         if let Err(e) = send_reply(&w.port, data, task) {
-            tracing::warn!(worker = %origin, "cannot reply: {e}");
-            self.drop_worker(&origin, "cannot be reached");
+            if self.unreachable(&origin, e) {
+                self.drop_worker(&origin, "cannot be reached");
+            }
             return Ok(());
         }
         if stop {

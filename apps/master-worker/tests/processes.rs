@@ -165,10 +165,122 @@ fn ipl_run_starts_a_farm_of_processes() {
     assert_eq!(v["app"], "master-worker");
     assert_eq!(v["mode"], "farm");
     assert_eq!(v["nodes"], 3);
-    assert_eq!(v["parameters"]["driver"], "tcp");
+    // ipl-run's ranks on one host talk through shared memory.
+    assert_eq!(v["parameters"]["driver"], "shm");
     assert_eq!(v["checksum"], sieve_count(100_000));
     assert_eq!(v["farm"]["jobs"], 20);
     assert!(v["seconds"]["run"].as_f64().is_some() && v["total_seconds"].as_f64().is_some());
+}
+
+/// A farm of four processes under `ipl-run --tolerate-failures`: a worker killed with SIGKILL
+/// while the farm runs costs nothing but its job, which another worker redoes. The result is
+/// exact and the launcher succeeds.
+fn a_farm_under_ipl_run_tolerate_failures_survives_a_killed_worker() {
+    let n = 20_000_000;
+    let (k, v) = testkit::marker("mw-tolerate");
+    let mark = format!("{k}={v}");
+    let _cleanup = testkit::KillMarked(vec![mark.clone()]);
+    let mut run = Reaped(
+        Command::new(ipl_run())
+            .args(["-n", "4", "--tolerate-failures", "-x", &mark, "--"])
+            .arg(env!("CARGO_BIN_EXE_master-worker"))
+            .args(["--mode", "farm", "--n", &n.to_string(), "--chunk", "50000"])
+            .args(["--report-every", "0.1"])
+            .env("IPL_SPIN", "20us")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start ipl-run"),
+    );
+    let out = testkit::read_all(run.0.stdout.take().expect("piped"));
+    let err = testkit::lines(run.0.stderr.take().expect("piped"));
+    let deadline = Instant::now() + LIMIT;
+    // The master's progress lines say which rank it is and that jobs are being done.
+    let mut seen = Vec::new();
+    let master: u32 = loop {
+        let (line, _) = err
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|_| panic!("no progress from the master: {seen:#?}"));
+        let done = line.contains(" jobs done)") && !line.contains(" 0 jobs done");
+        if let (true, Some(rank)) = (done, line.strip_prefix('[')) {
+            break rank
+                .split(']')
+                .next()
+                .and_then(|r| r.parse().ok())
+                .expect("a rank prefix");
+        }
+        seen.push(line);
+    };
+    let victim = (0..4).find(|r| *r != master).expect("a worker");
+    let rank = format!("IPL_RANK={victim}");
+    let pids = testkit::marked(&[&mark, &rank]);
+    assert_eq!(pids.len(), 1, "worker {victim}: {pids:?}");
+    // SAFETY: kill(2) of a worker process this test started.
+    unsafe {
+        libc::kill(pids[0], libc::SIGKILL);
+    }
+    let status = loop {
+        if let Some(s) = run.0.try_wait().expect("wait for ipl-run") {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the farm did not finish");
+        std::thread::park_timeout(Duration::from_millis(20));
+    };
+    let rest: Vec<String> = err.try_iter().map(|(l, _)| l).collect();
+    let rest = rest.join("\n");
+    let out = out
+        .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        .expect("the output ends");
+    assert!(status.success(), "{status}\n{out}\n{rest}");
+    assert!(
+        rest.contains(&format!(
+            "rank {victim} was killed by signal 9; the others go on"
+        )),
+        "{rest}"
+    );
+    let line = out
+        .lines()
+        .find(|l| l.contains("\"app\":\"master-worker\""))
+        .unwrap_or_else(|| panic!("no result line: {out}"));
+    let line = line.split_once("] ").map_or(line, |(_, l)| l);
+    let v: serde_json::Value = serde_json::from_str(line).expect("JSON");
+    assert_eq!(v["checksum"], sieve_count(n), "{v}");
+    assert_eq!(v["nodes"], 4);
+    assert!(
+        v["farm"]["jobs_per_worker"][victim.to_string()]
+            .as_u64()
+            .unwrap_or(0)
+            < 400
+    );
+}
+
+/// A message over `IPL_MAX_MESSAGE` ends the run with an error naming the limit, instead of
+/// both sides waiting for ever.
+fn a_message_over_the_limit_fails_the_run_naming_it() {
+    let started = Instant::now();
+    let run = Reaped(
+        Command::new(ipl_run())
+            .args(["-n", "2", "-x", "IPL_MAX_MESSAGE=40", "--"])
+            .arg(env!("CARGO_BIN_EXE_master-worker"))
+            .args(["--mode", "farm", "--n", "100000", "--chunk", "5000", "-q"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start ipl-run"),
+    );
+    let (status, out, err) = run.output(started + LIMIT);
+    assert!(!status.success(), "{out}\n{err}");
+    assert!(
+        err.contains("exceeds the limit of 40 bytes") && err.contains("IPL_MAX_MESSAGE"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        started.elapsed()
+    );
 }
 
 fn the_sweep_measures_each_worker_count_under_ipl_run() {
@@ -206,7 +318,7 @@ fn main() {
         }
         return;
     }
-    let tests: [(&str, fn()); 3] = [
+    let tests: [(&str, fn()); 5] = [
         (
             "a_worker_process_killed_mid_job_loses_no_work",
             a_worker_process_killed_mid_job_loses_no_work,
@@ -218,6 +330,14 @@ fn main() {
         (
             "the_sweep_measures_each_worker_count_under_ipl_run",
             the_sweep_measures_each_worker_count_under_ipl_run,
+        ),
+        (
+            "a_farm_under_ipl_run_tolerate_failures_survives_a_killed_worker",
+            a_farm_under_ipl_run_tolerate_failures_survives_a_killed_worker,
+        ),
+        (
+            "a_message_over_the_limit_fails_the_run_naming_it",
+            a_message_over_the_limit_fails_the_run_naming_it,
         ),
     ];
     let filters: Vec<String> = std::env::args()

@@ -228,6 +228,11 @@ impl Bvh {
         F: FnMut(Prim, f64) -> Option<f64>,
     {
         let mut limit = tmax;
+        // An empty hierarchy is one childless node whose inverted box the slab test does not
+        // reliably miss (a zero direction component gives infinities of both signs).
+        if self.prims.is_empty() {
+            return;
+        }
         let root = &self.nodes[0];
         if !box_hit(root.min, root.max, ray, tmin, limit) {
             return;
@@ -440,5 +445,19 @@ mod tests {
         assert_eq!(bvh.len(), 50);
         let ray = Ray::new(Vec3::new(0.0, 0.0, -5.0), Vec3::new(0.0, 0.0, 1.0));
         assert_eq!(hits(&bvh, &ray).len(), 50);
+    }
+
+    #[test]
+    fn an_empty_hierarchy_is_missed_by_every_ray() {
+        let bvh = Bvh::build(Vec::new());
+        assert!(bvh.is_empty());
+        // Axis-parallel rays (zero direction components) were taken into the empty root.
+        for dir in [
+            Vec3::new(0.0, 0.0, 1.0),
+            Vec3::new(1.0, 0.0, 0.0),
+            Vec3::new(0.3, -0.4, 0.5),
+        ] {
+            assert!(hits(&bvh, &Ray::new(Vec3::new(0.0, 0.0, -10.0), dir)).is_empty());
+        }
     }
 }

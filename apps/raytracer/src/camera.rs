@@ -6,12 +6,24 @@ use crate::ray::Ray;
 use crate::scene::View;
 use crate::vec3::Vec3;
 
+/// The largest image side: 4096 pixels (an image of 4096 x 4096 takes 48 MiB of RGB bytes and
+/// 384 MiB of colours while it is rendered).
+pub const MAX_SIDE: u32 = 4096;
+
 /// Why a camera could not be set up from a [`View`].
 #[derive(Debug, Error, PartialEq)]
 pub enum CameraError {
     /// Width or height is zero.
     #[error("image size {width}x{height} has no pixels")]
     EmptyImage {
+        /// Requested width.
+        width: u32,
+        /// Requested height.
+        height: u32,
+    },
+    /// Width or height is above [`MAX_SIDE`].
+    #[error("image size {width}x{height} is larger than {MAX_SIDE} pixels on a side")]
+    TooLarge {
         /// Requested width.
         width: u32,
         /// Requested height.
@@ -55,6 +67,9 @@ impl Camera {
     pub fn new(view: &View, width: u32, height: u32) -> Result<Camera, CameraError> {
         if width == 0 || height == 0 {
             return Err(CameraError::EmptyImage { width, height });
+        }
+        if width > MAX_SIDE || height > MAX_SIDE {
+            return Err(CameraError::TooLarge { width, height });
         }
         if !(view.from.is_finite()
             && view.at.is_finite()
@@ -167,6 +182,14 @@ mod tests {
             Camera::new(&view(), 0, 4),
             Err(CameraError::EmptyImage { .. })
         ));
+        assert!(Camera::new(&view(), MAX_SIDE, MAX_SIDE).is_ok());
+        assert_eq!(
+            Camera::new(&view(), 4, MAX_SIDE + 1).unwrap_err(),
+            CameraError::TooLarge {
+                width: 4,
+                height: MAX_SIDE + 1
+            }
+        );
         let mut v = view();
         v.angle = 180.0;
         assert_eq!(

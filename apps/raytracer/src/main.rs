@@ -2,7 +2,7 @@
 //! (`--seq`) or as Satin divide-and-conquer tasks, writes a PNG and prints
 //! one JSON line with timings and the image checksum.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -24,7 +24,7 @@ use thiserror::Error;
 /// pool of N > 1 nodes) the tasks are spread over the N processes, which
 /// steal from each other (--steal); the master prints the result line.
 #[derive(Parser, Debug)]
-#[command(version)]
+#[command(version, allow_negative_numbers = true)]
 struct Args {
     /// Render sequentially (the correctness oracle and speedup baseline)
     /// instead of with the divide-and-conquer runtime.
@@ -52,12 +52,13 @@ struct Args {
     #[arg(long, value_name = "FILE")]
     nff: Option<PathBuf>,
 
-    /// Image width in pixels [default: the scene's resolution, 512 for balls].
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    /// Image width in pixels, at most 4096 [default: the scene's resolution, 512 for balls].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=raytracer::camera::MAX_SIDE as i64))]
     width: Option<u32>,
 
-    /// Image height in pixels [default: the scene's resolution, 512 for balls].
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    /// Image height in pixels, at most 4096 [default: the scene's resolution, 512 for
+    /// balls].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=raytracer::camera::MAX_SIDE as i64))]
     height: Option<u32>,
 
     /// Anti-aliasing: average K x K rays per pixel (1 = one ray through the
@@ -90,11 +91,26 @@ struct Args {
     /// Also write the scene as an NFF file (full-precision numbers).
     #[arg(long, value_name = "FILE")]
     write_nff: Option<PathBuf>,
+
+    /// Write a trace of each process (steals, idle periods, counts per
+    /// interval) to a file of its own in DIR, as IPL_TRACE=DIR does;
+    /// `bench-harness timeline DIR` merges and draws them.
+    #[arg(long, value_name = "DIR")]
+    trace: Option<PathBuf>,
 }
 
 /// What stopped a run.
 #[derive(Debug, Error)]
 enum AppError {
+    /// The image cannot be written where --output says: found before any work.
+    #[error("--output {path}: cannot write the image there: {source}")]
+    Output {
+        /// The path given.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// An input or output file could not be read or written.
     #[error("cannot {what} {path}: {source}")]
     File {
@@ -139,6 +155,33 @@ fn parse_steal(s: &str) -> Result<satin::Steal, String> {
         _ => Err(format!(
             "unknown stealing policy '{s}': expected 'random' or 'cluster-aware'"
         )),
+    }
+}
+
+/// The output image, claimed before the render: an empty temporary file beside it is created
+/// up front, so that an unwritable path fails before any work, and the PNG is written to it
+/// and renamed over the output at the end. Every process claims it, since any of them may be
+/// elected to write it; the others' claims are removed when dropped.
+struct PendingImage(ipl::cli::ClaimedFile);
+
+impl PendingImage {
+    fn claim(path: &Path) -> Result<PendingImage, AppError> {
+        ipl::cli::ClaimedFile::claim(path)
+            .map(PendingImage)
+            .map_err(|source| AppError::Output {
+                path: path.display().to_string(),
+                source,
+            })
+    }
+
+    fn write(self, image: &Canvas) -> Result<(), AppError> {
+        image.write_png(self.0.temp())?;
+        let path = self.0.path().display().to_string();
+        self.0.commit().map_err(|source| AppError::File {
+            what: "write image file",
+            path,
+            source,
+        })
     }
 }
 
@@ -254,6 +297,11 @@ fn render_with_satin(frame: Frame, threads: u32, tile: u32) -> Result<Rendered, 
 
 fn run(args: Args) -> Result<(), AppError> {
     let total_start = Instant::now();
+    let output = if args.no_png {
+        None
+    } else {
+        Some(PendingImage::claim(&args.output)?)
+    };
     let pool = if args.seq { None } else { Some(join_pool()?) };
 
     let (source, scene_name) = match &args.nff {
@@ -329,8 +377,8 @@ fn run(args: Args) -> Result<(), AppError> {
     let checksum = rendered.image.checksum();
 
     let png_start = Instant::now();
-    if !args.no_png {
-        rendered.image.write_png(&args.output)?;
+    if let Some(output) = output {
+        output.write(&rendered.image)?;
     }
     let png_seconds = png_start.elapsed().as_secs_f64();
 
@@ -380,17 +428,24 @@ fn run(args: Args) -> Result<(), AppError> {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
-    match run(Args::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
+    let args = Args::parse();
+    // Logs as RUST_LOG says; the trace, if asked for, is complete when this guard drops.
+    let _trace = match ipl::trace::init("warn", args.trace.as_deref()) {
+        Ok(guard) => guard,
         Err(e) => {
-            tracing::error!("{e}");
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        // Printed whatever RUST_LOG filters: a fatal error is never silent.
+        Err(e @ AppError::Output { .. }) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
             ExitCode::FAILURE
         }
     }

@@ -27,8 +27,8 @@ use thiserror::Error;
 use crate::scene::{Light, Material, Polygon, SceneDescription, Sphere, View};
 use crate::vec3::Vec3;
 
-/// Largest image side a `resolution` line may ask for.
-pub const MAX_RESOLUTION: u32 = 65536;
+/// Largest image side a `resolution` line may ask for: the camera's.
+pub const MAX_RESOLUTION: u32 = crate::camera::MAX_SIDE;
 
 /// An NFF syntax or content error, with the 1-based line it was found on.
 #[derive(Debug, Error, PartialEq)]

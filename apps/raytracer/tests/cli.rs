@@ -147,3 +147,148 @@ fn a_bad_stealing_policy_is_refused() {
     );
     assert_eq!(v["version"], "sequential");
 }
+
+/// Runs the binary with `args` and checks that it refused them: exit status 2, nothing on
+/// standard output, an error line containing `want` and no panic. Returns standard error.
+fn refused(cmd: &mut Command, want: &str) -> String {
+    let (status, out, err) = output(cmd, Instant::now() + LIMIT);
+    assert_eq!(status.code(), Some(2), "{cmd:?}: {status}\n{err}");
+    assert!(out.is_empty(), "{cmd:?}: {out}");
+    let first = err.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("error: ") && first.contains(want),
+        "{cmd:?}: {err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+#[test]
+fn values_it_cannot_serve_are_refused_with_one_line_and_status_2() {
+    // The design's limit is 4096 x 4096.
+    refused(
+        raytracer().args(["--seq", "--width", "65536", "--no-png"]),
+        "65536 is not in 1..=4096",
+    );
+    refused(
+        raytracer().args(["--seq", "--height", "4097", "--no-png"]),
+        "4097 is not in 1..=4096",
+    );
+    // A negative number is a value out of range, not an unknown option.
+    let err = refused(
+        raytracer().args(["--seq", "--tile", "-1", "--no-png"]),
+        "'-1'",
+    );
+    assert!(!err.contains("unexpected argument"), "{err}");
+    refused(raytracer().args(["--threads", "0", "--no-png"]), "'0'");
+    // An NFF resolution above the limit is the file's error.
+    let dir = std::env::temp_dir().join(format!("raytracer-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let nff = dir.join("huge.nff");
+    std::fs::write(
+        &nff,
+        "v\nfrom 0 0 -10\nat 0 0 0\nup 0 1 0\nangle 45\nhither 1\nresolution 65536 65536\n",
+    )
+    .unwrap();
+    let (status, _, err) = output(
+        raytracer()
+            .arg("--seq")
+            .arg("--nff")
+            .arg(&nff)
+            .arg("--no-png"),
+        Instant::now() + LIMIT,
+    );
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("between 1 and 4096"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn an_unwritable_output_is_found_before_the_render() {
+    let dir = std::env::temp_dir().join(format!("raytracer-out-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A render that takes minutes in a debug build: the refusal must come first.
+    let big = ["--width", "4096", "--height", "4096", "--aa", "4"];
+    let started = Instant::now();
+    for (threads, mode) in [("1", "--seq"), ("2", "--threads")] {
+        let mut cmd = raytracer();
+        cmd.arg(mode);
+        if mode == "--threads" {
+            cmd.arg(threads);
+        }
+        refused(
+            cmd.args(big)
+                .arg("--output")
+                .arg(dir.join("missing/image.png")),
+            "--output",
+        );
+    }
+    refused(
+        raytracer().arg("--seq").args(big).arg("-o").arg(&dir),
+        "it is a directory",
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    // A good path gets the image, and nothing else is left beside it.
+    let png = dir.join("small.png");
+    result_line(
+        raytracer()
+            .arg("--seq")
+            .args(&SMALL[..6])
+            .arg("-o")
+            .arg(&png),
+        Instant::now() + LIMIT,
+    );
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["small.png"]);
+    assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_scene_without_objects_renders_the_background() {
+    let dir = std::env::temp_dir().join(format!("raytracer-empty-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let nff = dir.join("empty.nff");
+    std::fs::write(
+        &nff,
+        "v\nfrom 0 0 -10\nat 0 0 0\nup 0 1 0\nangle 45\nhither 1\nresolution 16 12\nl 1 1 -5\n",
+    )
+    .unwrap();
+    let d = Instant::now() + LIMIT;
+    let seq = result_line(
+        raytracer()
+            .arg("--seq")
+            .arg("--nff")
+            .arg(&nff)
+            .arg("--no-png"),
+        d,
+    );
+    assert_eq!(seq["parameters"]["spheres"], 0);
+    let par = result_line(raytracer().arg("--nff").arg(&nff).arg("--no-png"), d);
+    assert_eq!(par["checksum"], seq["checksum"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_fatal_error_is_printed_whatever_rust_log_says() {
+    // The README's recipe for debugging the port library.
+    let (status, out, err) = output(
+        raytracer()
+            .args(["--seq", "--nff", "/nonexistent/scene.nff"])
+            .env("RUST_LOG", "ipl=debug"),
+        Instant::now() + LIMIT,
+    );
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(out.is_empty());
+    assert!(
+        err.contains("error: cannot read NFF file /nonexistent/scene.nff"),
+        "{err}"
+    );
+}

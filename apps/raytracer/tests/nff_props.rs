@@ -51,8 +51,8 @@ fn scene() -> impl Strategy<Value = SceneDescription> {
         vec3(),
         finite(),
         finite(),
-        1u32..5000,
-        1u32..5000,
+        1u32..=raytracer::camera::MAX_SIDE,
+        1u32..=raytracer::camera::MAX_SIDE,
     )
         .prop_map(|(from, at, up, angle, hither, width, height)| View {
             from,

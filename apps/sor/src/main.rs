@@ -24,7 +24,7 @@ use thiserror::Error;
 /// parameters, seconds per phase, iterations and a checksum of the final
 /// grid's bits, equal for the sequential and every parallel run.
 #[derive(Parser, Debug)]
-#[command(version)]
+#[command(version, allow_negative_numbers = true)]
 struct Args {
     /// Run the sequential solver (the correctness oracle and speedup
     /// baseline) instead of the row-distributed one.
@@ -45,6 +45,12 @@ struct Args {
     /// plain loop); the result is bit-identical for every thread count.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1024))]
     threads: u64,
+
+    /// Write a trace of each process (supersteps split into compute, send
+    /// and wait) to a file of its own in DIR, as IPL_TRACE=DIR does;
+    /// `bench-harness timeline DIR` merges and draws them.
+    #[arg(long, value_name = "DIR")]
+    trace: Option<std::path::PathBuf>,
 }
 
 /// What stopped a run.
@@ -71,6 +77,57 @@ enum AppError {
     /// The row-distributed solver failed.
     #[error("distributed solve: {0}")]
     Distributed(#[from] DistributedError),
+}
+
+/// This machine's physical memory in bytes (`MemTotal` of `/proc/meminfo`), where known.
+fn physical_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+fn gib(bytes: u64) -> f64 {
+    bytes as f64 / (1u64 << 30) as f64
+}
+
+/// Refuses a grid that cannot fit in this machine's memory, before allocating it: each
+/// process holds `rows` rows of `n + 2` values (the sequential solver all `n + 2`).
+fn check_memory(n: u64, rows: u64, processes: u64) -> Result<(), String> {
+    let bytes = rows
+        .checked_mul(n + 2)
+        .and_then(|v| v.checked_mul(8))
+        .unwrap_or(u64::MAX);
+    match physical_memory() {
+        Some(total) if bytes > total => Err(format!(
+            "-n {n}: the grid needs {:.1} GiB per process ({rows} rows of {} values{}), more \
+             than this machine's {:.1} GiB of memory",
+            gib(bytes),
+            n + 2,
+            if processes > 1 {
+                format!(", {processes} processes")
+            } else {
+                String::new()
+            },
+            gib(total)
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Checks the arguments against what this machine can serve, before any work: the grid
+/// must fit in memory, per process of the pool the environment describes.
+fn preflight(args: &Args) -> Result<(), String> {
+    if args.seq {
+        return check_memory(args.n, args.n + 2, 1);
+    }
+    // A malformed pool environment is reported by the join, with its own message.
+    let processes = ipl::Config::from_env()
+        .ok()
+        .and_then(|c| c.size)
+        .unwrap_or(1)
+        .max(1) as u64;
+    check_memory(args.n, args.n.div_ceil(processes) + 2, processes)
 }
 
 fn parameters(args: &Args, params: &Params) -> serde_json::Value {
@@ -187,14 +244,19 @@ fn run_parallel(args: &Args) -> Result<(), AppError> {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
     let args = Args::parse();
+    // Logs as RUST_LOG says; the trace, if asked for, is complete when this guard drops.
+    let _trace = match ipl::trace::init("warn", args.trace.as_deref()) {
+        Ok(guard) => guard,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = preflight(&args) {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
     let result = if args.seq {
         run_sequential(&args)
     } else {
@@ -203,7 +265,8 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e}");
+            // Printed whatever RUST_LOG filters: a fatal error is never silent.
+            eprintln!("error: {e}");
             ExitCode::FAILURE
         }
     }

@@ -1,0 +1,599 @@
+//! The parallel searches: on the satin runtime (threads of one process, or the processes of a
+//! pool) and, for comparison, on rayon.
+//!
+//! Both run the walk of [`crate::walk`] and share out work the way the UTS reference code's
+//! work-stealing searches do: now and then a worker moves the oldest entries of its stack,
+//! the roots of the largest unexplored subtrees, into a task of their own
+//! ([`SplitPolicy`]). An idle worker steals such a task (satin and rayon both take the oldest
+//! job), so a steal yields a batch of subtrees rather than one node; in a binomial tree like
+//! T3, seven in eight nodes are leaves, and stealing single nodes would mostly move leaves.
+//!
+//! On satin a task's children that nobody stole run at its end, on its worker's stack, one
+//! frame deeper; a thread-local count of the task frames on the stack ([`MAX_NESTING`])
+//! turns a task into a plain walk before that stack grows too deep, whatever the tree.
+//!
+//! ```
+//! use uts::parallel::{search_satin, SplitPolicy};
+//! use uts::{Budget, SampleTree, Tree};
+//!
+//! let t = SampleTree::find("default").unwrap();
+//! let runtime = satin::Runtime::local().threads(2);
+//! let counts = search_satin(&runtime, t.params(), u64::MAX, SplitPolicy::default())?;
+//! assert_eq!(counts, t.expected);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use thiserror::Error;
+
+use crate::params::{Counts, ParamError, TreeParams};
+use crate::tree::Tree;
+use crate::walk::{self, Budget, Pending, SearchError, Walk, CHARGE_EVERY};
+
+/// When a worker hands part of its stack to others.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SplitPolicy {
+    /// Nodes expanded between two hand-outs.
+    pub every: u32,
+    /// The most pending nodes handed out at once (at most half of the stack goes).
+    pub chunk: u32,
+}
+
+impl Default for SplitPolicy {
+    /// Every 128 nodes, the 4 oldest: on 2 cores the best of the policies tried on T1 and T3
+    /// (every 16 to 512 nodes, 1 to 64 nodes or half the stack), for satin and rayon alike;
+    /// see the crate's README.
+    fn default() -> Self {
+        SplitPolicy {
+            every: 128,
+            chunk: 4,
+        }
+    }
+}
+
+impl SplitPolicy {
+    /// Checks that both numbers are at least 1.
+    ///
+    /// # Errors
+    /// A zero, naming the flag.
+    pub fn validate(&self) -> Result<(), ParamError> {
+        for (flag, v) in [("--split-every", self.every), ("--chunk", self.chunk)] {
+            if v == 0 {
+                return Err(ParamError::OutOfRange {
+                    flag,
+                    value: v.to_string(),
+                    why: "must be at least 1".into(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why a parallel search failed.
+#[derive(Debug, Error)]
+pub enum ParallelError {
+    /// The parameters describe no tree.
+    #[error(transparent)]
+    Params(#[from] ParamError),
+    /// The node limit.
+    #[error(transparent)]
+    Search(#[from] SearchError),
+    /// The satin runtime failed (a node died, a task panicked).
+    #[error("satin: {0}")]
+    Satin(#[from] satin::Error),
+    /// rayon could not start its threads.
+    #[error("rayon: {0}")]
+    Rayon(#[from] rayon::ThreadPoolBuildError),
+}
+
+/// The most task frames one worker stack holds before a task stops handing out work and
+/// walks its subtrees alone. A level (the task, the runtime's sync and job records) takes
+/// about 560 bytes of stack (measured on x86-64), so 2048 levels stay near 1 MiB, far inside
+/// satin's 16 MiB worker stacks; the published trees stay near a hundred levels
+/// (`max_nesting` in the result line shows how deep a run went).
+pub const MAX_NESTING: u32 = 2048;
+
+thread_local! {
+    static NESTING: Cell<u32> = const { Cell::new(0) };
+}
+
+/// The deepest task nesting seen in this process.
+static NESTING_HIGH_WATER: AtomicU32 = AtomicU32::new(0);
+
+/// The most task frames that were on one worker's stack at once, in this process.
+pub fn nesting_high_water() -> u32 {
+    NESTING_HIGH_WATER.load(Ordering::Relaxed)
+}
+
+/// A task frame on this thread's stack; leaving it (also by unwinding) counts it off.
+struct Nesting(u32);
+
+impl Nesting {
+    fn enter() -> Nesting {
+        let depth = NESTING.with(|n| {
+            let d = n.get() + 1;
+            n.set(d);
+            d
+        });
+        NESTING_HIGH_WATER.fetch_max(depth, Ordering::Relaxed);
+        Nesting(depth)
+    }
+}
+
+impl Drop for Nesting {
+    fn drop(&mut self) {
+        NESTING.with(|n| n.set(n.get() - 1));
+    }
+}
+
+/// What one search shares between its tasks in one process.
+struct SearchState {
+    /// Tells the tasks of concurrent searches apart when they are decoded.
+    id: u64,
+    tree: Tree,
+    budget: Budget,
+    split: SplitPolicy,
+}
+
+/// The wire form of [`SharedSearch`]: what a process needs to rebuild the search state.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+struct SearchRecipe {
+    id: u64,
+    params: TreeParams,
+    limit: u64,
+    split: SplitPolicy,
+}
+
+/// The tree, node budget and split policy of one search, shared by its tasks (cloning is
+/// cheap). Serializes as the parameters; a process decoding many tasks of one search builds
+/// the tree's tables and its budget once.
+#[derive(Clone)]
+pub struct SharedSearch(Arc<SearchState>);
+
+impl SharedSearch {
+    /// A new search of the tree `params`, limited to `limit` nodes per process.
+    ///
+    /// # Errors
+    /// If the parameters or the policy are out of range.
+    pub fn new(
+        params: TreeParams,
+        limit: u64,
+        split: SplitPolicy,
+    ) -> Result<SharedSearch, ParamError> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let id =
+            nanos ^ (u64::from(std::process::id()) << 32) ^ NEXT.fetch_add(1, Ordering::Relaxed);
+        Self::build(SearchRecipe {
+            id,
+            params,
+            limit,
+            split,
+        })
+    }
+
+    fn build(r: SearchRecipe) -> Result<SharedSearch, ParamError> {
+        r.split.validate()?;
+        Ok(SharedSearch(Arc::new(SearchState {
+            id: r.id,
+            tree: Tree::new(r.params)?,
+            budget: Budget::new(r.limit),
+            split: r.split,
+        })))
+    }
+
+    fn recipe(&self) -> SearchRecipe {
+        SearchRecipe {
+            id: self.0.id,
+            params: *self.0.tree.params(),
+            limit: self.0.budget.limit(),
+            split: self.0.split,
+        }
+    }
+
+    /// The tree.
+    pub fn tree(&self) -> &Tree {
+        &self.0.tree
+    }
+
+    /// The node budget (nodes generated in this process so far).
+    pub fn budget(&self) -> &Budget {
+        &self.0.budget
+    }
+
+    /// [`SharedSearch::build`], reusing the state this process decoded last if it is the
+    /// same search.
+    fn decoded(r: SearchRecipe) -> Result<SharedSearch, ParamError> {
+        static LAST: Mutex<Option<SharedSearch>> = Mutex::new(None);
+        // A panic while building leaves at worst a stale entry behind.
+        let mut last = LAST.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(s) = last.as_ref().filter(|s| s.recipe() == r) {
+            return Ok(s.clone());
+        }
+        let s = SharedSearch::build(r)?;
+        *last = Some(s.clone());
+        Ok(s)
+    }
+}
+
+impl std::fmt::Debug for SharedSearch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedSearch")
+            .field("id", &self.0.id)
+            .field("params", self.0.tree.params())
+            .finish()
+    }
+}
+
+impl Serialize for SharedSearch {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.recipe().serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for SharedSearch {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<SharedSearch, D::Error> {
+        let r = SearchRecipe::deserialize(deserializer)?;
+        SharedSearch::decoded(r).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The counts of part of a tree, and whether the node limit cut it short.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Partial {
+    /// Nodes generated.
+    pub counts: Counts,
+    /// The search stopped at the node limit: the counts are incomplete.
+    pub stopped: bool,
+}
+
+impl Partial {
+    fn merge(&mut self, other: Partial) {
+        self.counts.merge(other.counts);
+        self.stopped |= other.stopped;
+    }
+}
+
+/// The satin task: walks the subtrees below some pending nodes, handing batches of them to
+/// child tasks as the [`SplitPolicy`] says; its output covers every node below them.
+///
+/// A task decoded from another process is checked: every pending node must have the number of
+/// children the tree gives its descriptor at its depth, so that a corrupt or forged task can
+/// only describe nodes of some UTS tree, never a node with billions of children.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(try_from = "SubtreesWire")]
+pub struct Subtrees {
+    /// The search this task belongs to.
+    pub search: SharedSearch,
+    /// The roots of the subtrees (counted already).
+    pub pending: Vec<Pending>,
+}
+
+/// [`Subtrees`] as decoded, before its check.
+#[derive(Deserialize)]
+struct SubtreesWire {
+    search: SharedSearch,
+    pending: Vec<Pending>,
+}
+
+impl TryFrom<SubtreesWire> for Subtrees {
+    type Error = String;
+
+    fn try_from(w: SubtreesWire) -> Result<Subtrees, String> {
+        let tree = w.search.tree();
+        if let Some(p) = w
+            .pending
+            .iter()
+            .find(|p| p.children == 0 || p.children != tree.children(&p.desc, p.depth))
+        {
+            return Err(format!(
+                "a pending node at depth {} claims {} children; the tree gives it {}",
+                p.depth,
+                p.children,
+                tree.children(&p.desc, p.depth)
+            ));
+        }
+        Ok(Subtrees {
+            search: w.search,
+            pending: w.pending,
+        })
+    }
+}
+
+/// Outstanding children a task keeps before it takes the outputs of finished ones.
+const HARVEST_AT: usize = 64;
+
+impl satin::Task for Subtrees {
+    type Output = Partial;
+
+    fn run(self, cx: &mut satin::Context) -> Partial {
+        let Subtrees { search, pending } = self;
+        let state = &*search.0;
+        let mut out = Partial::default();
+        if state.budget.exhausted() {
+            out.stopped = true;
+            return out;
+        }
+        let nesting = Nesting::enter();
+        let may_split = nesting.0 < MAX_NESTING;
+        let SplitPolicy { every, chunk } = state.split;
+        let mut walk = Walk::new(&state.tree, pending);
+        let mut children: Vec<satin::Handle<Partial>> = Vec::new();
+        let mut since_split = 0;
+        let mut charged = 0;
+        while walk.step() {
+            since_split += 1;
+            if may_split && since_split >= every && walk.pending() >= 2 {
+                since_split = 0;
+                let part = walk.split_oldest((walk.pending() / 2).min(chunk as usize));
+                children.push(cx.spawn(Subtrees {
+                    search: search.clone(),
+                    pending: part,
+                }));
+                if children.len() >= HARVEST_AT {
+                    harvest(&mut children, &mut out);
+                }
+            }
+            let nodes = walk.counts().nodes;
+            if nodes - charged >= CHARGE_EVERY {
+                let within = state.budget.charge(nodes - charged);
+                charged = nodes;
+                if !within {
+                    out.stopped = true;
+                    walk.abandon();
+                }
+            }
+        }
+        state.budget.charge(walk.counts().nodes - charged);
+        out.counts.merge(walk.counts());
+        cx.sync();
+        for child in children {
+            out.merge(child.take());
+        }
+        drop(nesting);
+        out
+    }
+}
+
+satin::register!(Subtrees, "uts::Subtrees");
+
+/// Takes the outputs of the finished children out of `children`.
+fn harvest(children: &mut Vec<satin::Handle<Partial>>, out: &mut Partial) {
+    let mut i = 0;
+    while i < children.len() {
+        if children[i].is_ready() {
+            out.merge(children.swap_remove(i).take());
+        } else {
+            i += 1;
+        }
+    }
+}
+
+/// The local satin runtime of the `uts` binary and benchmark: `threads` workers, every spawn
+/// queued ([`satin::Inlining::OFF`]).
+///
+/// A search spawns once per hand-out, every few microseconds of work, so running a spawned
+/// batch at once (satin's spawn inlining) saves nothing measurable, and it keeps the oldest
+/// subtrees of a worker from thieves: T3 on 2 threads took 2.4% longer than with rayon with
+/// inlining, 0.7% without (medians of 20 rounds).
+pub fn satin_runtime(threads: usize) -> satin::Runtime {
+    satin::Runtime::local()
+        .threads(threads)
+        .inlining(satin::Inlining::OFF)
+}
+
+/// The satin runtime of the `uts` binary over the processes of a pool: `threads` workers per
+/// process, stealing between processes as `steal` says, every spawn queued (see
+/// [`satin_runtime`]).
+pub fn pool_runtime(ibis: ipl::Ibis, threads: usize, steal: satin::Steal) -> satin::PoolRuntime {
+    satin::Runtime::in_pool(ibis)
+        .threads(threads)
+        .steal(steal)
+        .inlining(satin::Inlining::OFF)
+}
+
+/// The root task of a search, and the counts of what it does not cover (the root itself).
+fn root_task(search: &SharedSearch) -> (Counts, Subtrees) {
+    let (counts, root) = walk::start(search.tree());
+    search.budget().charge(counts.nodes);
+    (
+        counts,
+        Subtrees {
+            search: search.clone(),
+            pending: root.into_iter().collect(),
+        },
+    )
+}
+
+fn finish(search: &SharedSearch, mut counts: Counts, p: Partial) -> Result<Counts, SearchError> {
+    counts.merge(p.counts);
+    let limit = search.budget().limit();
+    if p.stopped || counts.nodes > limit {
+        return Err(SearchError::NodeLimit {
+            limit,
+            counted: search.budget().counted().max(counts.nodes),
+        });
+    }
+    Ok(counts)
+}
+
+/// Searches the tree on a local satin runtime. `limit` bounds the nodes generated.
+///
+/// # Errors
+/// Parameters out of range, the node limit, or what the runtime reports.
+pub fn search_satin(
+    runtime: &satin::Runtime,
+    params: TreeParams,
+    limit: u64,
+    split: SplitPolicy,
+) -> Result<Counts, ParallelError> {
+    let search = SharedSearch::new(params, limit, split)?;
+    search_satin_shared(runtime, &search)
+}
+
+/// [`search_satin`] with a search built beforehand (its budget shows the progress).
+///
+/// # Errors
+/// The node limit, or what the runtime reports.
+pub fn search_satin_shared(
+    runtime: &satin::Runtime,
+    search: &SharedSearch,
+) -> Result<Counts, ParallelError> {
+    let (counts, task) = root_task(search);
+    let p = runtime.run(task)?;
+    Ok(finish(search, counts, p)?)
+}
+
+/// Searches the tree over the processes of a pool: every process calls this with the same
+/// parameters; the master returns `Some(counts)`, the others `None` once the search is done.
+/// The node limit applies to each process's share.
+///
+/// # Errors
+/// The node limit (on the master), or what the runtime reports.
+pub fn search_in_pool(
+    runtime: &satin::PoolRuntime,
+    search: &SharedSearch,
+) -> Result<Option<Counts>, ParallelError> {
+    let (counts, task) = root_task(search);
+    match runtime.run(task)? {
+        Some(p) => Ok(Some(finish(search, counts, p)?)),
+        None => Ok(None),
+    }
+}
+
+/// What the rayon tasks of one search add their counts to.
+struct Totals {
+    nodes: AtomicU64,
+    leaves: AtomicU64,
+    max_depth: AtomicU32,
+    stopped: AtomicBool,
+}
+
+/// Searches the tree on a rayon thread pool with the same walk and split policy as the satin
+/// search: tasks spawned into one `rayon::scope`, each adding its counts to shared totals.
+///
+/// # Errors
+/// The node limit.
+pub fn search_rayon(
+    pool: &rayon::ThreadPool,
+    search: &SharedSearch,
+) -> Result<Counts, SearchError> {
+    let (counts, root) = walk::start(search.tree());
+    search.budget().charge(counts.nodes);
+    let totals = Totals {
+        nodes: AtomicU64::new(0),
+        leaves: AtomicU64::new(0),
+        max_depth: AtomicU32::new(0),
+        stopped: AtomicBool::new(false),
+    };
+    let state = &*search.0;
+    pool.scope(|s| rayon_walk(s, state, &totals, root.into_iter().collect()));
+    let p = Partial {
+        counts: Counts {
+            nodes: totals.nodes.into_inner(),
+            leaves: totals.leaves.into_inner(),
+            max_depth: totals.max_depth.into_inner(),
+        },
+        stopped: totals.stopped.into_inner(),
+    };
+    finish(search, counts, p)
+}
+
+fn rayon_walk<'s>(
+    s: &rayon::Scope<'s>,
+    state: &'s SearchState,
+    totals: &'s Totals,
+    pending: Vec<Pending>,
+) {
+    if state.budget.exhausted() {
+        totals.stopped.store(true, Ordering::Relaxed);
+        return;
+    }
+    let SplitPolicy { every, chunk } = state.split;
+    let mut walk = Walk::new(&state.tree, pending);
+    let mut since_split = 0;
+    let mut charged = 0;
+    while walk.step() {
+        since_split += 1;
+        if since_split >= every && walk.pending() >= 2 {
+            since_split = 0;
+            let part = walk.split_oldest((walk.pending() / 2).min(chunk as usize));
+            s.spawn(move |s| rayon_walk(s, state, totals, part));
+        }
+        let nodes = walk.counts().nodes;
+        if nodes - charged >= CHARGE_EVERY {
+            let within = state.budget.charge(nodes - charged);
+            charged = nodes;
+            if !within {
+                totals.stopped.store(true, Ordering::Relaxed);
+                walk.abandon();
+            }
+        }
+    }
+    let c = walk.counts();
+    state.budget.charge(c.nodes - charged);
+    totals.nodes.fetch_add(c.nodes, Ordering::Relaxed);
+    totals.leaves.fetch_add(c.leaves, Ordering::Relaxed);
+    totals.max_depth.fetch_max(c.max_depth, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_travels_as_its_recipe_and_nodes() {
+        let search =
+            SharedSearch::new(TreeParams::default(), 1000, SplitPolicy::default()).expect("valid");
+        let (_, root) = walk::start(search.tree());
+        let task = Subtrees {
+            search: search.clone(),
+            pending: root.into_iter().collect(),
+        };
+        let bytes = postcard::to_allocvec(&task).unwrap();
+        let back: Subtrees = postcard::from_bytes(&bytes).unwrap();
+        assert_eq!(back.pending, task.pending);
+        // The same search in this process: one state, one budget.
+        assert!(Arc::ptr_eq(&back.search.0, &search.0) || back.search.recipe() == search.recipe());
+        assert_eq!(back.search.budget().limit(), 1000);
+    }
+
+    #[test]
+    fn a_forged_node_does_not_decode() {
+        let search =
+            SharedSearch::new(TreeParams::default(), u64::MAX, SplitPolicy::default()).unwrap();
+        let (_, root) = walk::start(search.tree());
+        let mut forged = root.unwrap();
+        forged.children = 4_000_000_000;
+        let task = Subtrees {
+            search: search.clone(),
+            pending: vec![forged],
+        };
+        let bytes = postcard::to_allocvec(&task).unwrap();
+        assert!(postcard::from_bytes::<Subtrees>(&bytes).is_err());
+        let e = Subtrees::try_from(SubtreesWire {
+            search,
+            pending: vec![forged],
+        })
+        .unwrap_err();
+        assert!(e.contains("claims 4000000000 children"), "{e}");
+    }
+
+    #[test]
+    fn a_bad_recipe_does_not_decode() {
+        let search =
+            SharedSearch::new(TreeParams::default(), u64::MAX, SplitPolicy::default()).unwrap();
+        let mut recipe = search.recipe();
+        recipe.params.nonleaf_prob = 3.0;
+        let bytes = postcard::to_allocvec(&(recipe, Vec::<Pending>::new())).unwrap();
+        assert!(postcard::from_bytes::<Subtrees>(&bytes).is_err());
+        assert!(SplitPolicy { every: 0, chunk: 1 }.validate().is_err());
+    }
+}

@@ -1,0 +1,207 @@
+//! The `uts` binary: one JSON line per run with the counts, equal in every mode; processes
+//! under `ipl-run` (tcp) with both stealing policies give the published counts; bad flags and
+//! trees past the node limit end with a clear error and exit status 2, never a panic. Every
+//! child is killed when its test ends, and every wait is bounded.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+use testkit::Reaped;
+
+/// Longest the runs of one test may take together.
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn output(cmd: &mut Command, deadline: Instant) -> (ExitStatus, String, String) {
+    Reaped::start(cmd).output(deadline)
+}
+
+/// The one JSON line a successful run printed (after `ipl-run`'s rank prefix, if any).
+fn result_line(cmd: &mut Command, deadline: Instant) -> serde_json::Value {
+    let (status, out, err) = output(cmd, deadline);
+    assert!(status.success(), "{cmd:?}: {status}\n{out}\n{err}");
+    let lines: Vec<&str> = out.lines().filter(|l| l.contains("{\"app\"")).collect();
+    assert_eq!(lines.len(), 1, "one result line: {out}");
+    let json = &lines[0][lines[0].find('{').expect("a JSON object")..];
+    serde_json::from_str(json).unwrap_or_else(|e| panic!("not JSON ({e}): {json}"))
+}
+
+fn uts() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_uts"));
+    // No pool from the environment the tests run in.
+    for var in [
+        "IPL_SERVER",
+        "IPL_POOL",
+        "IPL_POOL_SIZE",
+        "IPL_RANK",
+        "IPL_DRIVER",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+fn ipl_run() -> PathBuf {
+    testkit::ipl_run_beside(Path::new(env!("CARGO_BIN_EXE_uts")))
+}
+
+/// (nodes, leaves, max_depth) of a result line.
+fn counts(v: &serde_json::Value) -> (u64, u64, u64) {
+    let get = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("no {k} in {v}"));
+    (get("nodes"), get("leaves"), get("max_depth"))
+}
+
+const T3: (u64, u64, u64) = (4_112_897, 3_599_034, 1572);
+const T1: (u64, u64, u64) = (4_130_071, 3_305_118, 10);
+
+#[test]
+fn every_mode_prints_the_same_counts() {
+    let d = Instant::now() + LIMIT;
+    let default = result_line(uts().arg("--seq"), d);
+    assert_eq!(counts(&default), (1732, 1050, 6));
+    assert_eq!(default["parameters"]["tree"], "default");
+    let seq = result_line(uts().args(["--seq", "--sample", "T3"]), d);
+    assert_eq!(counts(&seq), T3);
+    assert_eq!(seq["app"], "uts");
+    assert_eq!(seq["version"], "sequential");
+    assert_eq!(seq["mode"], "sequential");
+    assert_eq!(
+        (seq["processes"].as_u64(), seq["threads"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(seq["checksum"], "4112897/3599034/1572");
+    let rate = seq["nodes_per_second"].as_f64().unwrap();
+    let secs = seq["total_seconds"].as_f64().unwrap();
+    assert!(
+        (rate * secs - 4_112_897.0).abs() < 1.0,
+        "{rate} nodes/s over {secs} s"
+    );
+    // The same tree from its flags.
+    let flags = [
+        "-t", "0", "-b", "2000", "-q", "0.124875", "-m", "8", "-r", "42",
+    ];
+    for (mode, extra) in [
+        ("satin", &["--threads", "2"][..]),
+        ("satin", &["--threads", "3"][..]),
+        ("rayon", &["--rayon", "--threads", "2"][..]),
+    ] {
+        let v = result_line(uts().args(flags).args(extra), d);
+        assert_eq!(counts(&v), T3, "{extra:?}");
+        assert_eq!(v["mode"], mode);
+        assert_eq!(v["version"], "parallel");
+        assert_eq!(v["parameters"]["tree"], "T3");
+        assert_eq!(v["threads"].to_string(), extra[extra.len() - 1]);
+        assert_eq!(v["checksum"], seq["checksum"]);
+    }
+    let t1 = result_line(uts().args(["--sample", "T1", "--threads", "2"]), d);
+    assert_eq!(counts(&t1), T1);
+    assert!(t1["satin"]["spawns"].as_u64() > Some(100), "{t1}");
+}
+
+#[test]
+fn processes_under_ipl_run_give_the_published_counts() {
+    let launcher = ipl_run();
+    let d = Instant::now() + LIMIT;
+    for (nodes, clusters, steal, tree, want) in [
+        ("1", "1", "random", "T3", T3),
+        ("2", "1", "random", "T3", T3),
+        ("2", "1", "cluster-aware", "T3", T3),
+        ("3", "2", "cluster-aware", "T3", T3),
+        ("4", "1", "random", "T3", T3),
+        ("2", "1", "random", "T1", T1),
+        ("4", "2", "cluster-aware", "T1", T1),
+    ] {
+        let v = result_line(
+            Command::new(&launcher)
+                .args(["-n", nodes, "--clusters", clusters, "--"])
+                .arg(env!("CARGO_BIN_EXE_uts"))
+                .args(["--sample", tree, "--steal", steal]),
+            d,
+        );
+        assert_eq!(
+            counts(&v),
+            want,
+            "{tree} on {nodes} processes in {clusters} locations, {steal}"
+        );
+        assert_eq!(v["processes"].to_string(), nodes);
+        if nodes != "1" {
+            assert_eq!(v["parameters"]["steal"], steal);
+        }
+    }
+}
+
+#[test]
+fn bad_flags_are_refused_with_status_2() {
+    let d = Instant::now() + LIMIT;
+    for (args, want) in [
+        (&["-t", "7"][..], "unknown tree type 7"),
+        (
+            &["-b", "-1"][..],
+            "-b -1: the root branching factor must be a positive number",
+        ),
+        (
+            &["-q", "2"][..],
+            "-q 2: a probability must be between 0 and 1",
+        ),
+        (&["-m", "200"][..], "-m 200"),
+        (&["-a", "9"][..], "unknown geometric shape 9"),
+        (&["-g", "0"][..], "-g 0"),
+        (&["--threads", "0"][..], "--threads"),
+        (
+            &["--steal", "greedy"][..],
+            "unknown stealing policy 'greedy'",
+        ),
+        (&["--sample", "T9"][..], "unknown sample tree 'T9'"),
+        (&["--sample", "T1", "-t", "0"][..], "cannot be used with"),
+        (&["--seq", "--rayon"][..], "cannot be used with"),
+        (&["--max-nodes", "0"][..], "--max-nodes"),
+    ] {
+        let (status, out, err) = output(uts().args(args), d);
+        assert_eq!(status.code(), Some(2), "{args:?}: {status}\n{err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn a_tree_that_never_ends_stops_at_the_node_limit_with_status_2() {
+    let d = Instant::now() + LIMIT;
+    let endless = [
+        "-t",
+        "1",
+        "-a",
+        "3",
+        "-d",
+        "100000",
+        "--max-nodes",
+        "2000000",
+    ];
+    for extra in [
+        &["--seq"][..],
+        &["--threads", "2"][..],
+        &["--rayon", "--threads", "2"][..],
+    ] {
+        let (status, out, err) = output(uts().args(endless).args(extra), d);
+        assert_eq!(status.code(), Some(2), "{extra:?}: {status}\n{err}");
+        assert!(out.is_empty(), "{extra:?}: {out}");
+        assert!(
+            err.contains("the tree has more than 2000000 nodes"),
+            "{extra:?}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{extra:?}: {err}");
+    }
+    let (status, out, err) = output(
+        Command::new(ipl_run())
+            .args(["-n", "2", "--"])
+            .arg(env!("CARGO_BIN_EXE_uts"))
+            .args(endless),
+        d,
+    );
+    assert_eq!(status.code(), Some(2), "{out}\n{err}");
+    assert!(
+        err.contains("the tree has more than 2000000 nodes"),
+        "{err}"
+    );
+    assert!(!out.contains("{\"app\""), "{out}");
+}

@@ -4,6 +4,7 @@
 
 use crate::reference::{self, Reference};
 use crate::store::{MicroRecord, RunRecord, Status, Version};
+use crate::verify::{self, Verdict};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -69,8 +70,13 @@ pub struct PointSummary {
     pub threads: u32,
     /// Runs recorded for the point.
     pub runs: usize,
-    /// Runs with status ok (the ones the figures are over).
+    /// Runs with status ok and the sequential baseline's answer (the ones the figures are
+    /// over).
     pub ok: usize,
+    /// Runs that ended well but with another answer than the sequential baseline: errors,
+    /// left out of every figure.
+    #[serde(default)]
+    pub wrong: usize,
     /// Median seconds.
     pub median: Option<f64>,
     /// Fastest run.
@@ -85,6 +91,11 @@ pub struct PointSummary {
     pub speedup_max: Option<f64>,
     /// Speedup / (P x T).
     pub efficiency: Option<f64>,
+    /// The speedup exceeds what the point's processors can give: P x T, or the machine's
+    /// cores where P x T outnumbers them. Such a figure says more about the baseline or the
+    /// timing (caches, load during the sequential runs) than about the parallel version.
+    #[serde(default)]
+    pub above_ideal: bool,
     /// Median CPU seconds of the point over the sequential median, for apps that report
     /// `cpu_seconds` (summed over processes): the cost of parallel execution in work, which
     /// stays meaningful when processes outnumber cores.
@@ -96,7 +107,9 @@ pub struct PointSummary {
     pub reference: Option<Reference>,
     /// Speedup / reference speedup.
     pub vs_reference: Option<f64>,
-    /// Every ok run's checksum equals the sequential baseline's (`None`: nothing to compare).
+    /// Every ok run gave the sequential baseline's answer: the same checksum, or for apps
+    /// that are not bit-identical beyond one process the same figures within the app's
+    /// bounds (`None`: nothing compared).
     pub checksum_matches: Option<bool>,
     /// Median seconds per phase.
     pub phases: BTreeMap<String, f64>,
@@ -105,6 +118,12 @@ pub struct PointSummary {
 }
 
 impl PointSummary {
+    /// The most speedup the point's processors can give: P x T, or the machine's cores where
+    /// P x T outnumbers them.
+    pub fn ideal(&self, cores: usize) -> f64 {
+        (self.nodes as u64 * self.threads as u64).min(cores.max(1) as u64) as f64
+    }
+
     /// The point's label as in tables: `seq`, or `P=2 T=1`.
     pub fn label(&self) -> String {
         match self.version {
@@ -124,42 +143,83 @@ fn app_order(runs: &[RunRecord]) -> Vec<String> {
     apps
 }
 
-fn note_for(rs: &[&RunRecord]) -> Option<String> {
+fn note_for(rs: &[(&RunRecord, Option<&Verdict>)]) -> Option<String> {
     let mut counts: BTreeMap<&str, (usize, Option<&str>)> = BTreeMap::new();
-    for r in rs.iter().filter(|r| r.status != Status::Ok) {
-        let e = counts.entry(r.status.name()).or_insert((0, None));
+    for (r, v) in rs {
+        let (name, why) = match (r.status, v) {
+            (Status::Ok, Some(Verdict::Differs(why))) => ("wrong result", Some(why.as_str())),
+            (Status::Ok, _) => continue,
+            (status, _) => (status.name(), r.note.as_deref()),
+        };
+        let e = counts.entry(name).or_insert((0, None));
         e.0 += 1;
         if e.1.is_none() {
-            e.1 = r.note.as_deref();
+            e.1 = why;
         }
     }
-    let parts: Vec<String> = counts
+    let mut parts: Vec<String> = counts
         .into_iter()
         .map(|(status, (n, note))| match note {
             Some(note) => format!("{n} of {} {status} ({note})", rs.len()),
             None => format!("{n} of {} {status}", rs.len()),
         })
         .collect();
+    if let Some(why) = rs.iter().find_map(|(r, v)| match (r.status, v) {
+        (Status::Ok, Some(Verdict::Unverified(why))) => Some(why),
+        _ => None,
+    }) {
+        parts.push(format!("answer not verified: {why}"));
+    }
     (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// The verdict on every run of `runs` (in order): `None` for runs that did not end well,
+/// otherwise whether it gave the answer of its app's sequential baseline in the same set (the
+/// first successful sequential run; see [`crate::verify`]).
+pub fn verdicts(runs: &[RunRecord]) -> Vec<Option<Verdict>> {
+    let mut baseline: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, r) in runs.iter().enumerate() {
+        if r.version == Version::Sequential && r.status == Status::Ok {
+            baseline.entry(r.app.as_str()).or_insert(i);
+        }
+    }
+    runs.iter()
+        .enumerate()
+        .map(|(i, r)| {
+            if r.status != Status::Ok {
+                return None;
+            }
+            Some(match baseline.get(r.app.as_str()) {
+                Some(&b) if b == i => Verdict::Agrees,
+                Some(&b) => verify::verdict(&runs[b], r),
+                None => Verdict::Unverified("no successful sequential run to compare with".into()),
+            })
+        })
+        .collect()
 }
 
 /// Summarizes the runs of a set into points, apps in the order they ran, each app's
 /// sequential baseline first and then its parallel points by P and T. `cores` decides which
 /// points are oversubscribed.
 pub fn summarize(runs: &[RunRecord], cores: usize) -> Vec<PointSummary> {
+    let verdicts = verdicts(runs);
+    let good = |i: usize| {
+        runs[i].status == Status::Ok && !matches!(verdicts[i], Some(Verdict::Differs(_)))
+    };
     let mut out = Vec::new();
     for app in app_order(runs) {
-        let mine: Vec<&RunRecord> = runs.iter().filter(|r| r.app == app).collect();
+        let mine: Vec<usize> = (0..runs.len()).filter(|&i| runs[i].app == app).collect();
         let mut keys: Vec<(Version, u32, u32)> = mine
             .iter()
-            .map(|r| (r.version, r.nodes, r.threads))
+            .map(|&i| (runs[i].version, runs[i].nodes, runs[i].threads))
             .collect();
         keys.sort();
         keys.dedup();
         let seq_ok: Vec<&RunRecord> = mine
             .iter()
             .copied()
-            .filter(|r| r.version == Version::Sequential && r.status == Status::Ok)
+            .filter(|&i| runs[i].version == Version::Sequential && good(i))
+            .map(|i| &runs[i])
             .collect();
         let seq_median = median(
             &seq_ok
@@ -167,7 +227,6 @@ pub fn summarize(runs: &[RunRecord], cores: usize) -> Vec<PointSummary> {
                 .map(|r| r.seconds_measured())
                 .collect::<Vec<_>>(),
         );
-        let seq_checksum = seq_ok.iter().find_map(|r| r.checksum.clone());
         let seq_cpu = median(
             &seq_ok
                 .iter()
@@ -176,19 +235,37 @@ pub fn summarize(runs: &[RunRecord], cores: usize) -> Vec<PointSummary> {
         );
         let parameters = mine
             .iter()
-            .find_map(|r| r.result.as_ref().and_then(|v| v.get("parameters")).cloned())
+            .find_map(|&i| {
+                runs[i]
+                    .result
+                    .as_ref()
+                    .and_then(|v| v.get("parameters"))
+                    .cloned()
+            })
             .unwrap_or(serde_json::Value::Null);
         for (version, nodes, threads) in keys {
-            let rs: Vec<&RunRecord> = mine
+            let idx: Vec<usize> = mine
                 .iter()
                 .copied()
-                .filter(|r| r.version == version && r.nodes == nodes && r.threads == threads)
+                .filter(|&i| {
+                    let r = &runs[i];
+                    r.version == version && r.nodes == nodes && r.threads == threads
+                })
                 .collect();
-            let ok: Vec<&RunRecord> = rs
+            let ok: Vec<&RunRecord> = idx
                 .iter()
                 .copied()
-                .filter(|r| r.status == Status::Ok)
+                .filter(|&i| good(i))
+                .map(|i| &runs[i])
                 .collect();
+            let wrong = idx
+                .iter()
+                .filter(|&&i| matches!(verdicts[i], Some(Verdict::Differs(_))))
+                .count();
+            let compared = idx
+                .iter()
+                .filter(|&&i| matches!(verdicts[i], Some(Verdict::Agrees | Verdict::Differs(_))))
+                .count();
             let times: Vec<f64> = ok.iter().map(|r| r.seconds_measured()).collect();
             let med = median(&times);
             let min = times.iter().copied().reduce(f64::min);
@@ -207,14 +284,6 @@ pub fn summarize(runs: &[RunRecord], cores: usize) -> Vec<PointSummary> {
                 (Some(r), Some(s)) if r.speedup > 0.0 => Some(s / r.speedup),
                 _ => None,
             };
-            let comparable =
-                nodes <= 1 || crate::apps::find(&app).map_or(true, |a| a.exact_across_processes);
-            let checksum_matches = match (&seq_checksum, version) {
-                (Some(c), Version::Parallel) if !ok.is_empty() && comparable => {
-                    Some(ok.iter().all(|r| r.checksum.as_deref() == Some(c.as_str())))
-                }
-                _ => None,
-            };
             let cpu = median(&ok.iter().filter_map(|r| cpu_seconds(r)).collect::<Vec<_>>());
             let cpu_ratio = match (cpu, seq_cpu) {
                 (Some(c), Some(s)) if s > 0.0 => Some(c / s),
@@ -226,13 +295,18 @@ pub fn summarize(runs: &[RunRecord], cores: usize) -> Vec<PointSummary> {
                     phase_values.entry(k.clone()).or_default().push(*v);
                 }
             }
-            out.push(PointSummary {
+            let rs: Vec<(&RunRecord, Option<&Verdict>)> = idx
+                .iter()
+                .map(|&i| (&runs[i], verdicts[i].as_ref()))
+                .collect();
+            let mut point = PointSummary {
                 app: app.clone(),
                 version,
                 nodes,
                 threads,
-                runs: rs.len(),
+                runs: idx.len(),
                 ok: ok.len(),
+                wrong,
                 median: med,
                 min,
                 max,
@@ -240,17 +314,20 @@ pub fn summarize(runs: &[RunRecord], cores: usize) -> Vec<PointSummary> {
                 speedup_min: ratio(max),
                 speedup_max: ratio(min),
                 efficiency: speedup.map(|s| s / cpus as f64),
+                above_ideal: false,
                 cpu_ratio,
                 oversubscribed: cpus > cores as u64,
                 reference,
                 vs_reference,
-                checksum_matches,
+                checksum_matches: (compared > 0).then_some(wrong == 0),
                 phases: phase_values
                     .into_iter()
                     .filter_map(|(k, v)| median(&v).map(|m| (k, m)))
                     .collect(),
                 note: note_for(&rs),
-            });
+            };
+            point.above_ideal = point.speedup.is_some_and(|s| s > point.ideal(cores));
+            out.push(point);
         }
     }
     out
@@ -422,22 +499,34 @@ mod tests {
         assert_eq!(p2.speedup_max, Some(2.5));
         assert!((p2.efficiency.unwrap() - 10.0 / 4.5 / 2.0).abs() < 1e-12);
         assert!(!p2.oversubscribed);
-        // Barnes-Hut's checksums are compared at P = 1 only.
+        // Barnes-Hut beyond P = 1 is compared within bounds, on figures these lines lack.
         assert_eq!(p2.checksum_matches, None);
-        assert_eq!(p2.note.as_deref(), Some("1 of 3 timed-out (why)"));
+        assert_eq!(
+            p2.note.as_deref(),
+            Some(
+                "1 of 3 timed-out (why); answer not verified: the sequential baseline reports \
+                 no bodies, total_mass, energy_start/energy_end, center_of_mass/displacement_rms \
+                 to compare within bounds"
+            )
+        );
         assert_eq!(p2.reference.as_ref().unwrap().speedup, 1.91);
         assert!((p2.vs_reference.unwrap() - 10.0 / 4.5 / 1.91).abs() < 1e-12);
         assert_eq!(p2.phases["force"], 4.5 * 0.9);
+        assert!(p2.above_ideal, "2.22 on P x T = 2");
         let p22 = &s[2];
         assert_eq!((p22.nodes, p22.threads), (2, 2));
         assert!(p22.oversubscribed);
         assert_eq!(p22.efficiency, Some(10.0 / 4.0 / 4.0));
+        // 2.5 is below P x T = 4 but above the machine's 2 cores.
+        assert!(p22.above_ideal);
         let p4 = &s[3];
         assert!(p4.oversubscribed);
         assert_eq!(p4.checksum_matches, None);
         assert_eq!(p4.reference.as_ref().unwrap().speedup, 3.55);
+        assert!(!s[0].above_ideal, "the baseline's own speedup is 1");
 
-        // An app that is bit-identical on any P: checksums are compared everywhere.
+        // An app that is bit-identical on any P: checksums are compared everywhere, and a run
+        // with another checksum is an error, left out of every figure.
         let sor: Vec<RunRecord> = runs
             .iter()
             .cloned()
@@ -448,7 +537,48 @@ mod tests {
             .collect();
         let s = summarize(&sor, 2);
         assert_eq!(s[1].checksum_matches, Some(true));
-        assert_eq!(s[3].checksum_matches, Some(false));
+        assert_eq!(s[1].wrong, 0);
+        let p4 = &s[3];
+        assert_eq!((p4.nodes, p4.runs, p4.ok, p4.wrong), (4, 1, 0, 1));
+        assert_eq!(p4.checksum_matches, Some(false));
+        assert_eq!((p4.median, p4.speedup, p4.efficiency), (None, None, None));
+        assert_eq!(
+            p4.note.as_deref(),
+            Some("1 of 1 wrong result (checksum b, sequential a)")
+        );
+    }
+
+    #[test]
+    fn wrong_runs_leave_the_figures_and_right_ones_stay() {
+        use Version::*;
+        let mut runs: Vec<RunRecord> = [
+            (Sequential, 1, 8.0, "a"),
+            (Sequential, 1, 8.0, "a"),
+            (Parallel, 2, 4.0, "a"),
+            (Parallel, 2, 0.5, "corrupt"),
+            (Parallel, 2, 4.4, "a"),
+        ]
+        .into_iter()
+        .map(|(v, n, t, c)| {
+            let mut r = RunRecord::ok("sor", v, n, 1, t);
+            r.checksum = Some(c.into());
+            r
+        })
+        .collect();
+        let v = verdicts(&runs);
+        assert_eq!(v[0], Some(Verdict::Agrees));
+        assert!(matches!(v[3], Some(Verdict::Differs(_))));
+        let s = summarize(&runs, 8);
+        let p2 = &s[1];
+        assert_eq!((p2.runs, p2.ok, p2.wrong), (3, 2, 1));
+        // The fast wrong run is not a speedup: the median is over the right ones.
+        assert_eq!(p2.median, Some(4.2));
+        assert_eq!(p2.min, Some(4.0));
+        assert!((p2.speedup.unwrap() - 8.0 / 4.2).abs() < 1e-12);
+        assert!(!p2.above_ideal);
+        // A failed run has no verdict.
+        runs[4].status = Status::Failed;
+        assert_eq!(verdicts(&runs)[4], None);
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub const HEIGHT: u32 = 700;
 
 /// DejaVu Sans, Latin-1 subset (licence in `fonts/LICENSE-DejaVu.txt`).
 static FONT: &[u8] = include_bytes!("../fonts/DejaVuSans-subset.ttf");
-const FAMILY: &str = "sans-serif";
+pub(crate) const FAMILY: &str = "sans-serif";
 
 /// Series colours (Tableau 10 without its red, which marks oversubscribed points).
 const PALETTE: [RGBColor; 8] = [
@@ -36,8 +36,10 @@ const PALETTE: [RGBColor; 8] = [
 ];
 /// Colour of oversubscribed points.
 const OVER: RGBColor = RGBColor(214, 39, 40);
+/// Colour of the flag on speedups above the ideal.
+const ABOVE: RGBColor = RGBColor(160, 0, 160);
 
-fn color(i: usize) -> RGBColor {
+pub(crate) fn color(i: usize) -> RGBColor {
     PALETTE[i % PALETTE.len()]
 }
 
@@ -65,17 +67,29 @@ pub fn tick(v: f64) -> String {
     }
 }
 
-fn err<E: std::fmt::Display>(e: E) -> String {
+pub(crate) fn err<E: std::fmt::Display>(e: E) -> String {
     e.to_string()
 }
 
+/// Refuses an axis that the drawing library cannot lay out: an infinite or empty range makes
+/// its tick search run forever instead of failing.
+pub(crate) fn check_range(axis: &str, lo: f64, hi: f64) -> Result<(), String> {
+    if lo.is_finite() && hi.is_finite() && lo < hi {
+        Ok(())
+    } else {
+        Err(format!(
+            "the {axis} axis would run from {lo} to {hi}: a stored figure is out of range"
+        ))
+    }
+}
+
 /// A chart that can draw itself on any plotters backend.
-trait Chart {
+pub(crate) trait Chart {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String>;
 }
 
 /// Draws `chart` to `<base>.png` and `<base>.svg`; returns both paths.
-fn render(chart: &impl Chart, base: &Path) -> Result<Vec<PathBuf>> {
+pub(crate) fn render(chart: &impl Chart, base: &Path) -> Result<Vec<PathBuf>> {
     let png = base.with_extension("png");
     let svg = base.with_extension("svg");
     let fail = |path: &Path| {
@@ -99,7 +113,7 @@ fn render(chart: &impl Chart, base: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// Splits off a title band with a title and a subtitle; returns the rest.
-fn titled<DB: DrawingBackend>(
+pub(crate) fn titled<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     title: &str,
     subtitle: &str,
@@ -125,11 +139,11 @@ fn titled<DB: DrawingBackend>(
     Ok(body)
 }
 
-fn label_style() -> TextStyle<'static> {
+pub(crate) fn label_style() -> TextStyle<'static> {
     (FAMILY, 15).into_font().into()
 }
 
-fn axis_style() -> TextStyle<'static> {
+pub(crate) fn axis_style() -> TextStyle<'static> {
     (FAMILY, 18).into_font().into()
 }
 
@@ -196,6 +210,8 @@ impl Chart for ScalingChart<'_> {
             Metric::Efficiency => 1.0,
         };
         let y_max = values.iter().copied().fold(ideal_max, f64::max) * 1.12;
+        check_range("x", 0.0, x_max)?;
+        check_range("y", 0.0, y_max)?;
         let mut chart = ChartBuilder::on(&body)
             .margin(18)
             .x_label_area_size(55)
@@ -265,6 +281,7 @@ impl Chart for ScalingChart<'_> {
         }
 
         let mut any_over = false;
+        let mut any_above = false;
         for (i, &t) in self.threads.iter().enumerate() {
             let c = color(i);
             let mut pts: Vec<(&PointSummary, (f64, f64, f64))> = self
@@ -328,6 +345,37 @@ impl Chart for ScalingChart<'_> {
                     .map_err(err)?;
             }
         }
+        // Speedups above what the processors can give are flagged, not shown plainly.
+        for (p, v) in self
+            .points
+            .iter()
+            .filter(|p| p.above_ideal && p.version == Version::Parallel)
+            .filter_map(|p| self.value(p).map(|v| (*p, v)))
+        {
+            any_above = true;
+            let ideal = p.ideal(self.cores) as u64;
+            let label = if p.nodes as u64 * p.threads as u64 <= self.cores as u64 {
+                format!("above P × T = {ideal}")
+            } else {
+                format!("above {ideal} cores")
+            };
+            let right_half = p.nodes as f64 > x_max * 0.6;
+            let (dx, h) = if right_half {
+                (-12, plotters::style::text_anchor::HPos::Right)
+            } else {
+                (12, plotters::style::text_anchor::HPos::Left)
+            };
+            let style = TextStyle::from((FAMILY, 13).into_font()).color(&ABOVE).pos(
+                plotters::style::text_anchor::Pos::new(h, plotters::style::text_anchor::VPos::Top),
+            );
+            chart
+                .draw_series(std::iter::once(
+                    EmptyElement::at((p.nodes as f64, v.0))
+                        + Circle::new((0, 0), 9, ABOVE.stroke_width(2))
+                        + Text::new(label, (dx, 8), style),
+                ))
+                .map_err(err)?;
+        }
         // Points without a figure (failed, timed out, not parallel) are marked on the axis.
         let missing: Vec<(usize, &PointSummary)> = self
             .threads
@@ -379,6 +427,13 @@ impl Chart for ScalingChart<'_> {
                 .map_err(err)?
                 .label(format!("oversubscribed: P × T > {cores} cores"))
                 .legend(|(x, y)| TriangleMarker::new((x + 12, y), 7, OVER.stroke_width(2)));
+        }
+        if any_above {
+            chart
+                .draw_series(std::iter::empty::<Circle<(f64, f64), i32>>())
+                .map_err(err)?
+                .label("speedup above P × T or the cores: suspect the baseline or timing")
+                .legend(|(x, y)| Circle::new((x + 12, y), 7, ABOVE.stroke_width(2)));
         }
         if values.is_empty() {
             chart
@@ -473,6 +528,7 @@ impl Chart for PhaseChart<'_> {
             .collect();
         let (scale, unit) = time_unit(totals.iter().copied().fold(0.0, f64::max));
         let y_max = totals.iter().copied().fold(0.0, f64::max).max(1e-9) * scale * 1.15;
+        check_range("y", 0.0, y_max)?;
         let labels: Vec<String> = self
             .points
             .iter()
@@ -643,6 +699,7 @@ impl Chart for LatencyChart<'_> {
             .fold(f64::INFINITY, f64::min)
             .min(y_max / 10.0)
             * 0.6;
+        check_range("y", y_min, y_max)?;
         let mut chart = ChartBuilder::on(&body)
             .margin(18)
             .x_label_area_size(55)
@@ -728,6 +785,116 @@ pub fn phases(chart: &PhaseChart<'_>, base: &Path) -> Result<Vec<PathBuf>> {
 /// Draws a latency chart to `<base>.png` and `<base>.svg`.
 pub fn latency(chart: &LatencyChart<'_>, base: &Path) -> Result<Vec<PathBuf>> {
     render(chart, base)
+}
+
+/// The wide-area simulation study: speedup against the one-way latency between locations.
+struct StudyChart<'a>(&'a crate::study::Study);
+
+impl Chart for StudyChart<'_> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
+        let rows = &self.0.rows;
+        let nodes = rows.iter().map(|r| r.nodes).max().unwrap_or(1);
+        let subtitle = format!(
+            "{nodes} processes whose leaves sleep their cost (simulated processors); speedup \
+             over one process of the same tree"
+        );
+        let body = titled(
+            root,
+            "wide-area stealing: speedup vs one-way latency",
+            &subtitle,
+        )?;
+        let x_max = rows.iter().map(|r| r.latency_ms).max().unwrap_or(0).max(10) as f64 * 1.08;
+        let y_max = rows.iter().map(|r| r.speedup).fold(nodes as f64, f64::max) * 1.1;
+        check_range("x", 0.0, x_max)?;
+        check_range("y", 0.0, y_max)?;
+        let mut chart = ChartBuilder::on(&body)
+            .margin(18)
+            .x_label_area_size(55)
+            .y_label_area_size(75)
+            .build_cartesian_2d(0f64..x_max, 0f64..y_max)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("one-way latency between locations (ms)")
+            .y_desc("speedup over one process")
+            .x_label_formatter(&|v| tick(*v))
+            .y_label_formatter(&|v| tick(*v))
+            .label_style(label_style())
+            .axis_desc_style(axis_style())
+            .light_line_style(RGBColor(240, 240, 240))
+            .max_light_lines(2)
+            .draw()
+            .map_err(err)?;
+        chart
+            .draw_series(DashedLineSeries::new(
+                [(0.0, nodes as f64), (x_max, nodes as f64)],
+                8,
+                5,
+                BLACK.mix(0.5).stroke_width(1),
+            ))
+            .map_err(err)?
+            .label(format!("ideal ({nodes})"))
+            .legend(|(x, y)| DashedPathElement::new(vec![(x, y), (x + 24, y)], 5, 3, BLACK));
+        if let Some(single) = rows.iter().find(|r| r.locations == 1) {
+            let c = RGBColor(90, 90, 90);
+            chart
+                .draw_series(DashedLineSeries::new(
+                    [(0.0, single.speedup), (x_max, single.speedup)],
+                    4,
+                    3,
+                    c.stroke_width(2),
+                ))
+                .map_err(err)?
+                .label(format!("1 location ({:.1})", single.speedup))
+                .legend(move |(x, y)| {
+                    DashedPathElement::new(vec![(x, y), (x + 24, y)], 3, 2, c.stroke_width(2))
+                });
+        }
+        let mut series: Vec<(u32, &str)> = rows
+            .iter()
+            .filter(|r| r.locations > 1)
+            .map(|r| (r.locations, r.policy.as_str()))
+            .collect();
+        series.sort();
+        series.dedup();
+        for (i, (locations, policy)) in series.iter().enumerate() {
+            let c = color(i);
+            let mut pts: Vec<(f64, f64)> = rows
+                .iter()
+                .filter(|r| r.locations == *locations && r.policy == *policy)
+                .map(|r| (r.latency_ms as f64, r.speedup))
+                .collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            // Random stealing dashed, cluster-aware solid: the comparison the study makes.
+            let width = if *policy == "cluster-aware" { 3 } else { 2 };
+            chart
+                .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(width)))
+                .map_err(err)?
+                .label(format!("{locations} locations, {policy}"))
+                .legend(move |(x, y)| {
+                    EmptyElement::at((x, y))
+                        + PathElement::new(vec![(0, 0), (24, 0)], c.stroke_width(width))
+                        + Circle::new((12, 0), 4, c.filled())
+                });
+            chart
+                .draw_series(pts.iter().map(|p| Circle::new(*p, 5, c.filled())))
+                .map_err(err)?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(RGBColor(200, 200, 200))
+            .label_font(label_style())
+            .draw()
+            .map_err(err)?;
+        Ok(())
+    }
+}
+
+/// Draws the study's chart to `<base>.png` and `<base>.svg`.
+pub fn study(study: &crate::study::Study, base: &Path) -> Result<Vec<PathBuf>> {
+    render(&StudyChart(study), base)
 }
 
 #[cfg(test)]

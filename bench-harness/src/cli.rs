@@ -31,6 +31,35 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Redraw the charts and tables of a stored result set without running anything.
     Plot(PlotArgs),
+    /// Chart the wide-area simulation study written by `satin-dist-bench study --csv FILE`:
+    /// speedup against one-way latency, a line per number of locations and stealing policy.
+    StudyChart(StudyChartArgs),
+    /// Merge the per-process traces of a run (IPL_TRACE=DIR or --trace DIR) into one trace,
+    /// timeline.json, to open at https://ui.perfetto.dev, and draw its timeline, superstep
+    /// breakdown and steal matrix.
+    Timeline(TimelineArgs),
+}
+
+/// `study-chart`.
+#[derive(Debug, Args)]
+pub struct StudyChartArgs {
+    /// The study's CSV file.
+    pub csv: PathBuf,
+    /// Directory for `study-speedup.png` and `.svg` [default: the file's directory].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// `timeline`.
+#[derive(Debug, Args)]
+pub struct TimelineArgs {
+    /// A directory of one run's trace files (every *.trace.json in it), or trace files.
+    #[arg(required = true, value_name = "DIR|FILE")]
+    pub inputs: Vec<PathBuf>,
+    /// Where the merged trace and the charts go [default: the first directory given, or the
+    /// directory of the first file].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 /// Where results go and binaries come from.
@@ -139,7 +168,7 @@ fn parse_latency(s: &str) -> Result<String, String> {
         .map_err(|e| reason(s, e))
 }
 
-/// A count of at least 1 (repetitions, clusters); clap names the option in its message.
+/// A count of at least 1 (clusters); clap names the option in its message.
 fn parse_positive(s: &str) -> Result<u32, String> {
     match s.trim().parse::<u32>() {
         Ok(0) => Err("must be at least 1".into()),
@@ -148,10 +177,18 @@ fn parse_positive(s: &str) -> Result<u32, String> {
     }
 }
 
+/// A number of repetitions: 1 to [`config::MAX_REPEAT`].
+fn parse_repeat(s: &str) -> Result<u32, String> {
+    match parse_positive(s)? {
+        n if n > config::MAX_REPEAT => Err(format!("at most {}", config::MAX_REPEAT)),
+        n => Ok(n),
+    }
+}
+
 /// `run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Apps to run, comma-separated (sor, raytracer, barnes-hut, master-worker).
+    /// Apps to run, comma-separated (sor, raytracer, barnes-hut, master-worker, uts).
     #[arg(long, value_parser = parse_apps, default_value = "sor,raytracer,barnes-hut")]
     pub apps: AppList,
     /// Process counts P, comma-separated.
@@ -162,7 +199,7 @@ pub struct RunArgs {
     pub threads: Counts,
     /// Repetitions of every point, the sequential baseline included (medians are reported,
     /// min and max kept).
-    #[arg(long, value_parser = parse_positive, default_value = "5")]
+    #[arg(long, value_parser = parse_repeat, default_value = "5")]
     pub repeat: u32,
     /// Problem-size preset.
     #[arg(long, value_enum, default_value = "medium")]
@@ -195,7 +232,7 @@ pub struct RunArgs {
     #[arg(long, value_parser = parse_micro, default_value = "none")]
     pub micro: MicroList,
     /// Repetitions of every micro-benchmark [default: --repeat].
-    #[arg(long, value_parser = parse_positive)]
+    #[arg(long, value_parser = parse_repeat)]
     pub micro_repeat: Option<u32>,
     /// Run the micro-benchmarks with their own (long) default settings instead of short ones.
     #[arg(long)]
@@ -204,6 +241,12 @@ pub struct RunArgs {
     /// (e.g. --micro-args 'ipl-bench=--only latency --round-trips 5000'); repeatable.
     #[arg(long = "micro-args", value_parser = parse_micro_args)]
     pub micro_args: Vec<(String, Vec<String>)>,
+    /// Also run every parallel point once with a trace of each process (--trace DIR, or
+    /// IPL_TRACE for apps without the option), kept in traces/APP-pP-tT/ of the set with its
+    /// merged timeline and charts (see `bench-harness timeline`); those runs are left out of
+    /// the figures.
+    #[arg(long)]
+    pub trace: bool,
     /// Print every command the sweep would run, and run nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -249,6 +292,7 @@ impl RunArgs {
                 MicroSettings::SHORT
             },
             micro_args: self.micro_args.iter().cloned().collect(),
+            trace: self.trace,
         }
     }
 }
@@ -288,40 +332,92 @@ fn options(
     })
 }
 
-fn print_rendered(r: &Rendered) {
-    println!();
-    print!("{}", r.table);
+/// Writes `text` to standard output, ignoring a closed one (after SIGHUP the terminal may be
+/// gone; what was measured is on disk by then).
+fn out(text: &str) {
+    use std::io::Write as _;
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
+/// Writes a line to standard error, ignoring a closed one.
+fn err_line(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
+fn rendered_text(r: &Rendered) -> String {
+    use std::fmt::Write as _;
+    let mut s = format!("\n{}", r.table);
     if !r.latency.is_empty() {
-        println!("\nipl-bench, 1-byte round trip (µs, median over runs):");
-        for s in &r.latency {
-            let cells: Vec<String> = s
+        s += "\nipl-bench, 1-byte round trip (µs, median over runs):\n";
+        for l in &r.latency {
+            let cells: Vec<String> = l
                 .points
                 .iter()
                 .map(|(p, med, _, _)| format!("p{p} {med:>9.2}"))
                 .collect();
-            println!("  {:<28} {}", s.name, cells.join("  "));
+            let _ = writeln!(s, "  {:<28} {}", l.name, cells.join("  "));
         }
     }
     if !r.charts.is_empty() {
-        println!("\ncharts:");
+        s += "\ncharts:\n";
         for c in &r.charts {
-            println!("  {}", c.display());
+            let _ = writeln!(s, "  {}", c.display());
         }
+    }
+    s
+}
+
+/// The exit status of a finished sweep: 130 when it was interrupted, 1 when a run failed or
+/// gave a wrong answer (said on standard error), else 0. The set is kept either way.
+pub fn sweep_status(o: &SweepOutcome) -> i32 {
+    let mut problems = Vec::new();
+    if o.wrong > 0 {
+        problems.push(format!(
+            "{} run{} gave another answer than the sequential baseline (left out of the figures)",
+            o.wrong,
+            if o.wrong == 1 { "" } else { "s" }
+        ));
+    }
+    if o.failed > 0 {
+        let all = o.failed >= o.measured;
+        problems.push(format!(
+            "{}{} of {} run{} failed or timed out",
+            if all { "all " } else { "" },
+            o.failed,
+            o.measured,
+            if o.measured == 1 { "" } else { "s" }
+        ));
+    }
+    if !problems.is_empty() {
+        let kept = o
+            .dir
+            .as_ref()
+            .map(|d| format!("; the result set is kept in {}", d.display()))
+            .unwrap_or_default();
+        err_line(&format!("error: {}{kept}", problems.join("; ")));
+    }
+    if o.interrupted {
+        130
+    } else if problems.is_empty() {
+        0
+    } else {
+        1
     }
 }
 
 fn print_outcome(o: &SweepOutcome) {
-    if let Some(r) = &o.rendered {
-        print_rendered(r);
-    }
+    use std::fmt::Write as _;
+    let mut s = o.rendered.as_ref().map(rendered_text).unwrap_or_default();
     if !o.notes.is_empty() {
-        println!("\nnotes:");
+        s += "\nnotes:\n";
         for n in &o.notes {
-            println!("  - {n}");
+            let _ = writeln!(s, "  - {n}");
         }
     }
     if let Some(d) = &o.dir {
-        println!(
+        let _ = writeln!(
+            s,
             "\nresult set: {} ({} of {} runs{})",
             d.display(),
             o.measured,
@@ -329,10 +425,12 @@ fn print_outcome(o: &SweepOutcome) {
             if o.interrupted { ", interrupted" } else { "" }
         );
     }
+    out(&s);
 }
 
-/// Runs a parsed command line; `stop` is set by Ctrl-C. Returns the process exit status
-/// (0, or 130 after an interruption).
+/// Runs a parsed command line; `stop` is set by Ctrl-C, SIGTERM or SIGHUP. Returns the
+/// process exit status: 0; 1 when a run of the sweep failed, timed out or gave a wrong
+/// answer; 2 for arguments that cannot be served together; 130 after an interruption.
 pub fn run(cli: Cli, stop: Arc<AtomicBool>) -> anyhow::Result<i32> {
     match cli.command {
         Command::Quick(a) => {
@@ -343,28 +441,66 @@ pub fn run(cli: Cli, stop: Arc<AtomicBool>) -> anyhow::Result<i32> {
             let opts = options(&a.common, "quick", false, stop)?;
             let o = runner::run_sweep(&config, &opts).context("quick run failed")?;
             print_outcome(&o);
-            Ok(if o.interrupted { 130 } else { 0 })
+            Ok(sweep_status(&o))
         }
         Command::Run(a) => {
             let config = a.config();
+            // Arguments that cannot be served together are a usage error, like those clap
+            // refuses alone: one line, status 2, before anything starts.
+            if let Err(e) = config.validate() {
+                err_line(&format!("error: {e}"));
+                return Ok(2);
+            }
             let opts = options(&a.common, "run", a.dry_run, stop)?;
             let o = runner::run_sweep(&config, &opts).context("sweep failed")?;
             if a.dry_run {
                 for n in &o.notes {
-                    eprintln!("note: {n}");
+                    err_line(&format!("note: {n}"));
                 }
-                for c in &o.commands {
-                    println!("{c}");
-                }
+                out(&o
+                    .commands
+                    .iter()
+                    .map(|c| format!("{c}\n"))
+                    .collect::<String>());
                 return Ok(0);
             }
             print_outcome(&o);
-            Ok(if o.interrupted { 130 } else { 0 })
+            Ok(sweep_status(&o))
+        }
+        Command::StudyChart(a) => {
+            let paths = crate::study::chart(&a.csv, a.out.as_deref())?;
+            for p in paths {
+                out(&format!("{}\n", p.display()));
+            }
+            Ok(0)
         }
         Command::Plot(a) => {
             let r =
                 runner::plot(&a.set).with_context(|| format!("cannot plot {}", a.set.display()))?;
-            print_rendered(&r);
+            out(&rendered_text(&r));
+            Ok(0)
+        }
+        Command::Timeline(a) => {
+            let d = crate::timeline::draw(&a.inputs, a.out.as_deref())
+                .context("cannot draw the timeline")?;
+            let mut s = format!(
+                "{} process{} merged into {}\n",
+                d.processes,
+                if d.processes == 1 { "" } else { "es" },
+                d.merged.display()
+            );
+            if d.supersteps > 0 {
+                s += &format!("supersteps: {}\n", d.supersteps);
+            }
+            if d.steals > 0 {
+                s += &format!("steals: {}\n", d.steals);
+            }
+            s += "charts:\n";
+            for c in &d.charts {
+                s += &format!("  {}\n", c.display());
+            }
+            s += "open the merged trace at https://ui.perfetto.dev (Open trace file)\n";
+            out(&s);
             Ok(0)
         }
     }
@@ -415,12 +551,17 @@ mod tests {
 
     #[test]
     fn bad_arguments_are_clear() {
-        let cases: [(&[&str], &str); 8] = [
+        let cases: [(&[&str], &str); 13] = [
             (&["run", "--apps", "sor,nbody"], "unknown app 'nbody'"),
             (&["run", "--nodes", "0"], "counts start at 1"),
             (&["run", "--nodes", "1,,2"], "empty element"),
             (&["run", "--threads", "two"], "not a whole number"),
             (&["run", "--repeat", "0"], "must be at least 1"),
+            (&["run", "--repeat", "4294967295"], "at most 1000"),
+            (&["run", "--micro-repeat", "1001"], "at most 1000"),
+            (&["run", "--timeout", "1e300"], "at most 30 days"),
+            (&["run", "--timeout", "500000000000y"], "at most 30 days"),
+            (&["run", "--wan-latency", "500000000000y"], "at most 1m"),
             (&["run", "--micro", "mpi-bench"], "known micro-benchmarks"),
             (&["run", "--wan-latency", "soon"], "--wan-latency"),
             (&["run", "--launcher", "ssh"], "ssh"),

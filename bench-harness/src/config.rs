@@ -11,6 +11,19 @@ use std::time::Duration;
 /// The largest process or thread count accepted (the launcher's own limit).
 pub const MAX_COUNT: u32 = 4096;
 
+/// The most repetitions of a point (`--repeat`, `--micro-repeat`).
+pub const MAX_REPEAT: u32 = 1000;
+
+/// The most runs one sweep may plan: every run is a record and a log file, and the plan is
+/// held in memory (`--repeat 4294967295` once took all of it).
+pub const MAX_RUNS: u64 = 100_000;
+
+/// The longest per-run timeout: 30 days.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// The longest wide-area latency to emulate.
+pub const MAX_LATENCY: Duration = Duration::from_secs(60);
+
 /// Problem-size presets; each app maps them to its own parameters (see [`apps::AppSpec`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -173,6 +186,10 @@ pub struct SweepConfig {
     /// (`--json FILE` is still added where the benchmark takes it).
     #[serde(default)]
     pub micro_args: BTreeMap<String, Vec<String>>,
+    /// Run every parallel point once more with a trace of each process, kept in the set's
+    /// `traces/` with its merged timeline and charts; those runs are left out of the figures.
+    #[serde(default)]
+    pub trace: bool,
 }
 
 impl SweepConfig {
@@ -198,6 +215,7 @@ impl SweepConfig {
             micro_repeat: 2,
             micro_settings: MicroSettings::SHORT,
             micro_args: BTreeMap::new(),
+            trace: false,
         }
     }
 
@@ -219,17 +237,46 @@ impl SweepConfig {
         }
         check_counts("--nodes", &self.nodes)?;
         check_counts("--threads", &self.threads)?;
-        if self.repeat == 0 {
-            return Err(Error::invalid("--repeat", "0", "must be at least 1"));
+        for (what, n) in [
+            ("--repeat", self.repeat),
+            ("--micro-repeat", self.micro_repeat),
+        ] {
+            if n == 0 {
+                return Err(Error::invalid(what, "0", "must be at least 1"));
+            }
+            if n > MAX_REPEAT {
+                return Err(Error::invalid(
+                    what,
+                    n.to_string(),
+                    format!("at most {MAX_REPEAT}"),
+                ));
+            }
         }
-        if self.micro_repeat == 0 {
-            return Err(Error::invalid("--micro-repeat", "0", "must be at least 1"));
+        let points =
+            self.apps.len() as u64 * (1 + self.nodes.len() as u64 * self.threads.len() as u64);
+        let runs = points * self.repeat as u64 + self.micro.len() as u64 * self.micro_repeat as u64;
+        if runs > MAX_RUNS {
+            return Err(Error::invalid(
+                "--repeat",
+                self.repeat.to_string(),
+                format!(
+                    "the sweep would plan {runs} runs, at most {MAX_RUNS}: fewer points or \
+                     repetitions"
+                ),
+            ));
         }
         if self.timeout.is_zero() {
             return Err(Error::invalid(
                 "--timeout",
                 "0",
                 "must be more than 0 seconds",
+            ));
+        }
+        if self.timeout > MAX_TIMEOUT {
+            return Err(Error::invalid(
+                "--timeout",
+                format!("{} s", self.timeout.as_secs()),
+                "at most 30 days",
             ));
         }
         if let Some(c) = self.clusters {
@@ -408,16 +455,28 @@ pub fn parse_micro_args(s: &str) -> Result<(String, Vec<String>)> {
     ))
 }
 
-/// Parses a latency such as `20ms`, `500us` or `1s` (the forms `ipl-run --wan-latency` takes).
+/// Parses a latency such as `20ms`, `500us` or `1s` (the forms `ipl-run --wan-latency` takes),
+/// at most [`MAX_LATENCY`].
 pub fn parse_latency(s: &str) -> Result<Duration> {
-    humantime::parse_duration(s.trim())
-        .map_err(|e| Error::invalid("--wan-latency", s, format!("{e} (write e.g. 20ms)")))
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| Error::invalid("--wan-latency", s, format!("{e} (write e.g. 20ms)")))?;
+    if d > MAX_LATENCY {
+        return Err(Error::invalid(
+            "--wan-latency",
+            s,
+            format!("at most {}", humantime::format_duration(MAX_LATENCY)),
+        ));
+    }
+    Ok(d)
 }
 
 /// Parses a timeout in seconds (fractions allowed) or with a unit (`90s`, `10m`).
 pub fn parse_timeout(s: &str) -> Result<Duration> {
     let t = s.trim();
     let d = match t.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs > MAX_TIMEOUT.as_secs_f64() => {
+            return Err(Error::invalid("--timeout", s, "at most 30 days"))
+        }
         Ok(secs) if secs.is_finite() && secs > 0.0 => Duration::from_secs_f64(secs),
         Ok(_) => {
             return Err(Error::invalid(
@@ -435,6 +494,9 @@ pub fn parse_timeout(s: &str) -> Result<Duration> {
             s,
             "must be more than 0 seconds",
         ));
+    }
+    if d > MAX_TIMEOUT {
+        return Err(Error::invalid("--timeout", s, "at most 30 days"));
     }
     Ok(d)
 }

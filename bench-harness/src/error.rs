@@ -38,6 +38,14 @@ pub enum Error {
         /// The path given.
         path: PathBuf,
     },
+    /// A trace file (or directory of them) that `timeline` cannot use.
+    #[error("trace {}: {reason}", path.display())]
+    BadTrace {
+        /// The file or directory at fault.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A result set whose files cannot be understood.
     #[error("result set {}: {reason}", path.display())]
     BadResultSet {

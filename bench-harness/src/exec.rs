@@ -9,7 +9,7 @@ use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// A command to run: program, arguments and extra environment variables.
@@ -135,6 +135,19 @@ fn spawn(cmd: &CommandLine, stdout: Stdio, stderr: Stdio) -> Result<Child> {
         .map_err(|e| Error::io(format!("cannot start {}", cmd.display()), e))
 }
 
+/// The process group of the child being waited for (0: none).
+static CURRENT_GROUP: AtomicU32 = AtomicU32::new(0);
+
+/// Kills the process group of the child the harness is waiting for, if any. For a second
+/// interruption, which ends the harness at once instead of waiting for the orderly stop that
+/// the first one began.
+pub fn kill_current_group() {
+    let pgid = CURRENT_GROUP.load(Ordering::SeqCst);
+    if pgid != 0 {
+        signal_group(pgid, libc::SIGKILL);
+    }
+}
+
 fn signal_group(pgid: u32, sig: libc::c_int) {
     // SAFETY: kill(2) on the process group we created for the child; an empty group gives
     // ESRCH, which is harmless.
@@ -147,8 +160,85 @@ fn signal_group(pgid: u32, sig: libc::c_int) {
 /// its process group gets SIGTERM, then SIGKILL after a grace period. Whatever is left of the
 /// group after the child exits is killed too.
 fn wait_bounded(child: &mut Child, timeout: Duration, stop: &AtomicBool) -> Result<(Exit, f64)> {
-    let start = Instant::now();
     let pgid = child.id();
+    CURRENT_GROUP.store(pgid, Ordering::SeqCst);
+    let result = wait_group(child, pgid, timeout, stop);
+    CURRENT_GROUP.store(0, Ordering::SeqCst);
+    end_orphans();
+    result
+}
+
+/// Set by [`adopt_orphans`]: every child of this process other than the current run's is an
+/// orphan to end.
+static ADOPTING: AtomicBool = AtomicBool::new(false);
+
+/// Makes this process the reaper of its orphaned descendants (Linux's child subreaper), so
+/// that what a run leaves behind outside its process group (a rank's own group under
+/// `ipl-run`, a process that started a session of its own) comes back to the harness when
+/// its parent ends, and is killed after the run. Only for a process that runs one child at a
+/// time, as the harness does: after each run, every child of the process is taken for an
+/// orphan. Returns whether the kernel agreed.
+pub fn adopt_orphans() -> bool {
+    // SAFETY: prctl(PR_SET_CHILD_SUBREAPER) takes an integer flag and touches no memory.
+    let ok = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 };
+    ADOPTING.store(ok, Ordering::SeqCst);
+    ok
+}
+
+/// The processes whose parent is this process, from `/proc`.
+fn children_of_self() -> Vec<libc::pid_t> {
+    let me = std::process::id() as libc::pid_t;
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        .filter(|&pid| {
+            // The parent is the second field after the command name, which is in
+            // parentheses and may hold spaces.
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| {
+                    let rest = &s[s.rfind(')')? + 1..];
+                    rest.split_whitespace().nth(1)?.parse::<libc::pid_t>().ok()
+                })
+                == Some(me)
+        })
+        .collect()
+}
+
+/// Kills and reaps every child of this process: between runs the harness has none of its
+/// own, so any there is an orphan of the last run adopted by [`adopt_orphans`]. Killing one
+/// may orphan its own children, which come back too: repeated until none is left (bounded).
+fn end_orphans() {
+    if !ADOPTING.load(Ordering::SeqCst) {
+        return;
+    }
+    for _ in 0..16 {
+        let orphans = children_of_self();
+        if orphans.is_empty() {
+            return;
+        }
+        for pid in orphans {
+            tracing::debug!(pid, "ending a process the last run left behind");
+            // SAFETY: kill(2) and waitpid(2) of our own child, which only we can reap; the
+            // status pointer may be null.
+            unsafe {
+                libc::kill(-pid, libc::SIGKILL);
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+        }
+    }
+}
+
+fn wait_group(
+    child: &mut Child,
+    pgid: u32,
+    timeout: Duration,
+    stop: &AtomicBool,
+) -> Result<(Exit, f64)> {
+    let start = Instant::now();
     let mut pause = Duration::from_micros(200);
     let forced = loop {
         if let Some(status) = child

@@ -1,5 +1,5 @@
 //! The bench harness: runs the platform's workloads (`sor`, `raytracer`, `barnes-hut`,
-//! `master-worker`) and micro-benchmarks (`ipl-bench`, `satin-bench`, `bsp-bench`) over
+//! `master-worker`, `uts`) and micro-benchmarks (`ipl-bench`, `satin-bench`, `bsp-bench`) over
 //! process and thread counts, records every run in a result set under `results/`, computes
 //! speedup against the sequential baseline measured in the same sweep, and draws speedup,
 //! efficiency, per-phase and latency charts (PNG and SVG, with a bundled font).
@@ -11,6 +11,8 @@
 //! bench-harness run --apps sor,raytracer --nodes 1,2,4,8 --threads 1,2 --repeat 5 --size medium \
 //!                   [--launcher local|mpirun|srun|hostfile] [--clusters 2 --wan-latency 20ms]
 //! bench-harness plot results/<set>          # redraw charts and tables from the stored runs
+//! bench-harness study-chart study.csv       # chart of `satin-dist-bench study --csv` (see [`study`])
+//! bench-harness timeline DIR                # merge a run's traces (IPL_TRACE=DIR), draw them
 //! ```
 //!
 //! The binaries are taken from the directory of the harness's own executable (so
@@ -19,6 +21,14 @@
 //! (binaries that do not accept `--seq` yet run their plain, sequential version instead, which
 //! the set's notes record), the parallel version runs under the launcher, and rank 0 prints one
 //! JSON result line.
+//!
+//! Every run's answer is checked against the sequential baseline of the same sweep
+//! ([`verify`]): a run with another answer is an error, left out of every figure. `run` and
+//! `quick` exit with status 0 when every run succeeded with the right answer, 1 when one
+//! failed, timed out or gave another answer (the set is kept), 2 for arguments they cannot
+//! serve, and 130 when stopped by Ctrl-C, SIGTERM or SIGHUP (the current run is killed with
+//! every process it started, and the set is marked interrupted). `plot` checks a set's
+//! records before drawing and refuses an incomplete set rather than rewrite it with less.
 //!
 //! # A result set
 //!
@@ -34,7 +44,11 @@
 //! `tests/harness.rs` drives the `bench-harness` binary on the real app binaries at the `tiny`
 //! size. It finds them in `target/<profile>/` (the parent of the test executable's `deps/`)
 //! and first runs `cargo build -p sor -p raytracer -p barnes-hut -p ipl --bins` for that
-//! profile, a no-op when they are up to date.
+//! profile, a no-op when they are up to date. `tests/faults.rs` drives it on stand-in apps
+//! (shell scripts) through wrong answers, failing runs, signals and damaged sets;
+//! `tests/cluster.rs` runs the workloads over network namespaces, `mpirun` and `srun`, and
+//! fails instead of skipping when one is missing under `CI=true`; `tests/results_readme.rs`
+//! checks `results/README.md` against the committed sets.
 //!
 //! # Example
 //!
@@ -91,6 +105,9 @@ pub mod reference;
 pub mod report;
 pub mod runner;
 pub mod store;
+pub mod study;
+pub mod timeline;
+pub mod verify;
 
 pub use error::{Error, Result};
 

@@ -3,6 +3,7 @@
 
 use bench_harness::cli::{self, Cli};
 use clap::Parser;
+use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -15,25 +16,35 @@ fn main() {
         )
         .init();
     let cli = Cli::parse();
+    // What a run leaves behind outside its process group comes back to the harness, which
+    // ends it after the run.
+    if !bench_harness::exec::adopt_orphans() {
+        tracing::debug!("cannot become the reaper of orphaned descendants");
+    }
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
-        // First Ctrl-C: kill the current run and stop after saving what was measured.
-        // Second: leave at once.
+        // SIGINT (Ctrl-C), SIGTERM and SIGHUP alike. First: kill the current run with
+        // everything it started, and stop after saving what was measured, with the set marked
+        // interrupted. Second: kill the current run's processes and leave at once.
         let handler = ctrlc::set_handler(move || {
             if stop.swap(true, Ordering::SeqCst) {
+                bench_harness::exec::kill_current_group();
                 std::process::exit(130);
             }
-            eprintln!("\ninterrupted: stopping the current run; the runs measured so far are kept");
+            let _ = writeln!(
+                std::io::stderr(),
+                "\ninterrupted: stopping the current run; the runs measured so far are kept"
+            );
         });
         if let Err(e) = handler {
-            tracing::warn!("cannot install the Ctrl-C handler: {e}");
+            tracing::warn!("cannot install the handler of SIGINT, SIGTERM and SIGHUP: {e}");
         }
     }
     match cli::run(cli, stop) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            let _ = writeln!(std::io::stderr(), "error: {e:#}");
             std::process::exit(1);
         }
     }

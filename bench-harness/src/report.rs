@@ -27,14 +27,25 @@ fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or_else(|| "-".to_string(), |x| format!("{x:.digits$}"))
 }
 
-/// Short notes of a point for tables: oversubscription, checksum, problems.
-fn point_note(p: &PointSummary) -> String {
+/// Why a point's speedup is flagged: it exceeds P x T, or the machine's cores.
+pub fn above_ideal_note(p: &PointSummary, cores: usize) -> String {
+    let cpus = p.nodes as u64 * p.threads as u64;
+    if cpus <= cores as u64 {
+        format!("speedup above P × T = {cpus}: suspect the baseline or the timing")
+    } else {
+        format!("speedup above the {cores} cores: suspect the baseline or the timing")
+    }
+}
+
+/// Short notes of a point for tables: oversubscription, a speedup above the ideal, wrong
+/// answers and other problems.
+fn point_note(p: &PointSummary, cores: usize) -> String {
     let mut n: Vec<String> = Vec::new();
     if p.oversubscribed {
         n.push("oversubscribed".into());
     }
-    if p.checksum_matches == Some(false) {
-        n.push("checksum differs from sequential".into());
+    if p.above_ideal {
+        n.push(above_ideal_note(p, cores));
     }
     if let Some(x) = &p.note {
         n.push(x.clone());
@@ -68,7 +79,15 @@ const HEADER: [&str; 11] = [
     "note",
 ];
 
-fn rows(summary: &[PointSummary]) -> Vec<Row> {
+/// A speedup or efficiency for tables, marked with `!` where it exceeds the ideal.
+fn flagged(v: Option<f64>, above_ideal: bool) -> String {
+    match v {
+        Some(x) if above_ideal => format!("{x:.2}!"),
+        other => opt(other, 2),
+    }
+}
+
+fn rows(summary: &[PointSummary], cores: usize) -> Vec<Row> {
     summary
         .iter()
         .map(|p| {
@@ -81,26 +100,31 @@ fn rows(summary: &[PointSummary]) -> Vec<Row> {
                     p.app.clone(),
                     pp,
                     tt,
-                    format!("{}/{}", p.ok, p.runs),
+                    if p.wrong > 0 {
+                        format!("{}/{} ({} wrong)", p.ok, p.runs, p.wrong)
+                    } else {
+                        format!("{}/{}", p.ok, p.runs)
+                    },
                     opt(p.median, 4),
                     match (p.min, p.max) {
                         (Some(a), Some(b)) => format!("{a:.4}-{b:.4}"),
                         _ => "-".into(),
                     },
-                    opt(p.speedup, 2),
-                    opt(p.efficiency, 2),
+                    flagged(p.speedup, p.above_ideal),
+                    flagged(p.efficiency, p.above_ideal),
                     opt(p.cpu_ratio, 2),
                     vs_reference(p),
-                    point_note(p),
+                    point_note(p, cores),
                 ],
             }
         })
         .collect()
 }
 
-/// The summary as a plain-text table (what the terminal shows).
-pub fn text_table(summary: &[PointSummary]) -> String {
-    let rows = rows(summary);
+/// The summary as a plain-text table (what the terminal shows) for a machine of `cores`
+/// cores. Speedups above the ideal carry a `!` and a note.
+pub fn text_table(summary: &[PointSummary], cores: usize) -> String {
+    let rows = rows(summary, cores);
     let mut widths: Vec<usize> = HEADER.iter().map(|h| h.chars().count()).collect();
     for r in &rows {
         for (w, c) in widths.iter_mut().zip(&r.cells) {
@@ -132,10 +156,10 @@ pub fn text_table(summary: &[PointSummary]) -> String {
 }
 
 /// The summary as a Markdown table (the set's README).
-pub fn markdown_table(summary: &[PointSummary]) -> String {
+pub fn markdown_table(summary: &[PointSummary], cores: usize) -> String {
     let mut out = format!("| {} |\n", HEADER.join(" | "));
     out += &format!("|{}\n", "---|".repeat(HEADER.len()));
-    for r in rows(summary) {
+    for r in rows(summary, cores) {
         let cells: Vec<String> = r.cells.iter().map(|c| c.replace('|', "\\|")).collect();
         out += &format!("| {} |\n", cells.join(" | "));
     }
@@ -145,9 +169,9 @@ pub fn markdown_table(summary: &[PointSummary]) -> String {
 /// `summary.csv`.
 pub fn summary_csv(summary: &[PointSummary]) -> String {
     let mut out = String::from(
-        "app,version,nodes,threads,cpus,runs,ok,median_seconds,min_seconds,max_seconds,speedup,\
-         speedup_min,speedup_max,efficiency,oversubscribed,reference_speedup,reference_source,\
-         vs_reference,checksum_matches,cpu_ratio,note\n",
+        "app,version,nodes,threads,cpus,runs,ok,wrong,median_seconds,min_seconds,max_seconds,\
+         speedup,speedup_min,speedup_max,efficiency,above_ideal,oversubscribed,\
+         reference_speedup,reference_source,vs_reference,checksum_matches,cpu_ratio,note\n",
     );
     for p in summary {
         let fields = [
@@ -158,6 +182,7 @@ pub fn summary_csv(summary: &[PointSummary]) -> String {
             (p.nodes * p.threads).to_string(),
             p.runs.to_string(),
             p.ok.to_string(),
+            p.wrong.to_string(),
             csv_num(p.median),
             csv_num(p.min),
             csv_num(p.max),
@@ -165,6 +190,7 @@ pub fn summary_csv(summary: &[PointSummary]) -> String {
             csv_num(p.speedup_min),
             csv_num(p.speedup_max),
             csv_num(p.efficiency),
+            p.above_ideal.to_string(),
             p.oversubscribed.to_string(),
             csv_num(p.reference.as_ref().map(|r| r.speedup)),
             csv_field(p.reference.as_ref().map_or("", |r| r.source.as_str())),
@@ -394,11 +420,24 @@ fn readme(set: &ResultSet, r: &Rendered) -> String {
     }
     s += "## Summary\n\nTimes are the apps' own `total_seconds` (the measured part); speedup is \
           the sequential median over the point's median, efficiency the speedup over P × T; \
+          a speedup above P × T (or above the cores) is marked `!`: more than the processors \
+          can give, it points at the baseline or the timing. A run whose answer differs from the \
+          sequential baseline's is an error: counted as wrong in the runs column, named in the \
+          note, and left out of every figure. \
           CPU/seq is the CPU seconds of all the point's processes over the sequential CPU \
           seconds, for apps that report them (Barnes-Hut). \
           \"vs reference\" compares with the published speedup for the same problem and \
           processor count where there is one (Barnes-Hut: Suel C code, seed 003 appendix A).\n\n";
-    s += &markdown_table(&r.summary);
+    let wrong: usize = r.summary.iter().map(|p| p.wrong).sum();
+    if wrong > 0 {
+        let _ = writeln!(
+            s,
+            "**{wrong} run{} gave another answer than the sequential baseline** (see the notes); \
+             they are left out of the figures.\n",
+            if wrong == 1 { "" } else { "s" }
+        );
+    }
+    s += &markdown_table(&r.summary, m.machine.cores);
     s += &phase_tables(set, &r.summary);
     if !r.charts.is_empty() {
         s += "\n## Charts\n\n";
@@ -539,7 +578,7 @@ pub fn render(set: &ResultSet) -> Result<Rendered> {
         charts.extend(chart::latency(&c, &charts_dir.join("latency-ipl"))?);
     }
     let mut rendered = Rendered {
-        table: text_table(&summary),
+        table: text_table(&summary, cores),
         summary,
         latency,
         charts,

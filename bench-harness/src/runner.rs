@@ -14,6 +14,7 @@ use crate::report::{self, Rendered};
 use crate::store::{
     self, AppEntry, Meta, MicroRecord, Reported, ResultSet, RunRecord, SetWriter, Status, Version,
 };
+use crate::verify::{self, Verdict};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -52,6 +53,11 @@ pub struct SweepOutcome {
     pub interrupted: bool,
     /// Runs measured, of those planned.
     pub measured: usize,
+    /// Runs (apps and micro-benchmarks) that failed, timed out, printed no result or were
+    /// not parallel.
+    pub failed: usize,
+    /// App runs that ended well with another answer than their sequential baseline.
+    pub wrong: usize,
     /// Runs planned.
     pub planned: usize,
     /// The summary and charts (`None` for a dry run).
@@ -72,6 +78,9 @@ enum Task {
         threads: u32,
         repeat: u32,
         cmd: CommandLine,
+        /// The extra run of a point that writes a trace (`run --trace`), kept out of the
+        /// figures.
+        traced: bool,
     },
     Micro {
         micro: usize,
@@ -115,6 +124,13 @@ pub fn find_result_line(stdout: &str) -> (Option<serde_json::Value>, usize) {
     (best.map(|(_, v)| v), count)
 }
 
+/// Writes a line to standard error, ignoring a closed one: after SIGHUP the terminal may be
+/// gone, and the sweep must still close its set.
+fn err_line(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
 fn last_line(s: &str) -> Option<String> {
     s.lines()
         .rev()
@@ -144,7 +160,8 @@ fn record(
             .get("version")
             .and_then(|x| x.as_str())
             .map(str::to_string),
-        nodes: get_u32(v, "nodes"),
+        // uts counts tree nodes in `nodes` and its processes in `processes`.
+        nodes: get_u32(v, "processes").or_else(|| get_u32(v, "nodes")),
         threads: get_u32(v, "threads"),
     });
     let (status, note) = match out.exit {
@@ -294,12 +311,16 @@ fn task_label(t: &Task, apps: &[PreparedApp], micros: &[MicroProbe], c: &SweepCo
             nodes,
             threads,
             repeat: r,
+            traced,
             ..
         } => {
             let point = match version {
                 Version::Sequential => "sequential".to_string(),
                 Version::Parallel => format!("P={nodes} T={threads}"),
             };
+            if *traced {
+                return format!("{} {point} (traced run)", apps[*app].spec.name);
+            }
             format!(
                 "{} {point} (run {}/{})",
                 apps[*app].spec.name,
@@ -414,6 +435,7 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
         });
     }
 
+    let dir = opts.results_dir.join(&opts.name);
     // The plan: every repetition of every point, the sequential baseline first in each round.
     let mut tasks: Vec<Task> = Vec::new();
     for repeat in 0..config.repeat {
@@ -429,6 +451,7 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
                     e.probe.path.display().to_string(),
                     a.spec.sequential_args(&e.probe, &e.params),
                 ),
+                traced: false,
             });
             for &p in &e.nodes {
                 for &t in &e.threads {
@@ -440,6 +463,41 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
                         threads: t,
                         repeat,
                         cmd: launcher.command(p, t, &e.probe.path, &args),
+                        traced: false,
+                    });
+                }
+            }
+        }
+    }
+    if config.trace {
+        // The processes may run elsewhere: they get the set's absolute path.
+        let traces = std::path::absolute(&dir)
+            .unwrap_or_else(|_| dir.clone())
+            .join(store::files::TRACES);
+        for (i, a) in prepared.iter().enumerate() {
+            let e = &a.entry;
+            for &p in &e.nodes {
+                for &t in &e.threads {
+                    let out = traces
+                        .join(trace_stem(a.spec.name, p, t))
+                        .display()
+                        .to_string();
+                    let mut args = a.spec.parallel_args(&e.probe, &e.params, t);
+                    if e.probe.trace_flag {
+                        args.extend(["--trace".to_string(), out.clone()]);
+                    }
+                    let mut cmd = launcher.command(p, t, &e.probe.path, &args);
+                    if !e.probe.trace_flag {
+                        cmd.env.push(("IPL_TRACE".to_string(), out));
+                    }
+                    tasks.push(Task::App {
+                        app: i,
+                        version: Version::Parallel,
+                        nodes: p,
+                        threads: t,
+                        repeat: 0,
+                        cmd,
+                        traced: true,
                     });
                 }
             }
@@ -451,7 +509,6 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
         }
     }
 
-    let dir = opts.results_dir.join(&opts.name);
     let micro_cmd = |m: &MicroProbe, repeat: u32| {
         micro::command(
             m,
@@ -473,6 +530,8 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
             dir: None,
             interrupted: false,
             measured: 0,
+            failed: 0,
+            wrong: 0,
             planned: tasks.len(),
             rendered: None,
             commands,
@@ -530,7 +589,7 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
     let plain = bar.is_hidden();
     let say = |line: String| {
         if plain {
-            eprintln!("{line}");
+            err_line(&line);
         } else {
             bar.println(line);
         }
@@ -541,7 +600,11 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
 
     let mut estimator = Estimator::default();
     let mut warned: HashSet<(String, &str)> = HashSet::new();
+    // The first successful sequential run of each app: what the others must agree with.
+    let mut baselines: HashMap<&str, RunRecord> = HashMap::new();
     let mut measured = 0;
+    // Traced runs that failed or gave another answer (they are not in the set's records).
+    let mut traced_failed = 0;
     let mut interrupted = false;
     let total = tasks.len();
     for (i, task) in tasks.iter().enumerate() {
@@ -564,7 +627,49 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
         };
         bar.set_message(format!("{label} · {eta}"));
         let (key, app_name) = task_key(task, &prepared, &micros);
-        let (status, wall, shown) = match task {
+        let (status, wall, shown, verdict) = match task {
+            Task::App {
+                app,
+                nodes,
+                threads,
+                cmd,
+                traced: true,
+                ..
+            } => {
+                let name = prepared[*app].spec.name;
+                let (rec, wall) = run_traced(
+                    name,
+                    *nodes,
+                    *threads,
+                    cmd,
+                    &dir,
+                    config.timeout,
+                    &opts.stop,
+                    cores,
+                    &say,
+                )?;
+                let verdict = baselines
+                    .get(name)
+                    .filter(|_| rec.status == Status::Ok)
+                    .map(|base| verify::verdict(base, &rec));
+                let wrong = matches!(verdict, Some(Verdict::Differs(_)));
+                if wrong || (rec.status != Status::Ok && rec.status != Status::Interrupted) {
+                    traced_failed += 1;
+                    say(format!(
+                        "warning: {label}: {}{}",
+                        if wrong {
+                            "another answer"
+                        } else {
+                            rec.status.name()
+                        },
+                        rec.note
+                            .as_deref()
+                            .map(|n| format!(": {n}"))
+                            .unwrap_or_default()
+                    ));
+                }
+                (rec.status, wall, rec.seconds_measured(), verdict)
+            }
             Task::App {
                 app,
                 version,
@@ -572,6 +677,7 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
                 threads,
                 repeat,
                 cmd,
+                traced: false,
             } => {
                 let name = prepared[*app].spec.name;
                 let stem = match version {
@@ -600,6 +706,21 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
                 );
                 writer.append_run(&rec)?;
                 let shown = rec.seconds_measured();
+                let verdict = match baselines.get(name) {
+                    _ if rec.status != Status::Ok => None,
+                    Some(base) => Some(verify::verdict(base, &rec)),
+                    None if rec.version == Version::Sequential => {
+                        baselines.insert(name, rec.clone());
+                        None
+                    }
+                    None => None,
+                };
+                if let Some(Verdict::Differs(why)) = &verdict {
+                    say(format!(
+                        "error: {label}: another answer than the sequential baseline ({why}); \
+                         left out of the figures"
+                    ));
+                }
                 // Warn once per point and kind of problem, not for every repetition.
                 if rec.status != Status::Ok
                     && rec.status != Status::Interrupted
@@ -614,7 +735,7 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
                             .unwrap_or_default()
                     ));
                 }
-                (rec.status, out.wall_seconds, shown)
+                (rec.status, out.wall_seconds, shown, verdict)
             }
             Task::Micro { micro, repeat } => {
                 let m = &micros[*micro];
@@ -675,7 +796,7 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
                     json,
                     note,
                 })?;
-                (status, out.wall_seconds, out.wall_seconds)
+                (status, out.wall_seconds, out.wall_seconds, None)
             }
         };
         if status == Status::Interrupted {
@@ -686,31 +807,38 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
         estimator.add(&key, &app_name, wall);
         bar.inc(1);
         if plain {
-            eprintln!(
-                "[{}/{total}] {label}: {shown:.3} s ({})",
-                i + 1,
-                status.name()
-            );
+            let what = match verdict {
+                Some(Verdict::Differs(_)) => "wrong result",
+                _ => status.name(),
+            };
+            err_line(&format!(
+                "[{}/{total}] {label}: {shown:.3} s ({what})",
+                i + 1
+            ));
         }
     }
     bar.finish_and_clear();
-    if interrupted {
-        eprintln!(
-            "interrupted: {measured} of {total} runs measured; they are kept in {}",
-            dir.display()
-        );
-    }
     meta.finished = Some(store::now_rfc3339());
     meta.interrupted = interrupted;
     writer.update_meta(&meta)?;
     drop(writer);
+    if interrupted {
+        err_line(&format!(
+            "interrupted: {measured} of {total} runs measured; they are kept in {}",
+            dir.display()
+        ));
+    }
 
     let set = ResultSet::load(&dir)?;
     let rendered = report::render(&set)?;
+    let (failed, wrong) = problems(&set);
+    let failed = failed + traced_failed;
     Ok(SweepOutcome {
         dir: Some(dir),
         interrupted,
         measured,
+        failed,
+        wrong,
         planned: total,
         rendered: Some(rendered),
         commands: Vec::new(),
@@ -718,10 +846,89 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
     })
 }
 
+/// The directory name of the traced run of a point, under the set's `traces/`.
+pub fn trace_stem(app: &str, nodes: u32, threads: u32) -> String {
+    format!("{app}-p{nodes}-t{threads}")
+}
+
+/// Runs the traced run of a point: its output, record (`run.json`) and the processes' traces
+/// go to the set's `traces/APP-pP-tT/`, where the merged timeline and its charts are drawn.
+/// A timeline that cannot be drawn is a warning: the run's own status tells whether it failed.
+#[allow(clippy::too_many_arguments)]
+fn run_traced(
+    name: &str,
+    nodes: u32,
+    threads: u32,
+    cmd: &CommandLine,
+    set: &Path,
+    timeout: std::time::Duration,
+    stop: &AtomicBool,
+    cores: usize,
+    say: &dyn Fn(String),
+) -> Result<(RunRecord, f64)> {
+    let stem = trace_stem(name, nodes, threads);
+    let rel = format!("{}/{stem}", store::files::TRACES);
+    let tdir = set.join(&rel);
+    std::fs::create_dir_all(&tdir)
+        .map_err(|e| Error::io(format!("cannot create {}", tdir.display()), e))?;
+    tracing::debug!(command = %cmd.display(), "traced run");
+    let out = exec::run_logged(
+        cmd,
+        timeout,
+        stop,
+        &tdir.join("run.out"),
+        &tdir.join("run.err"),
+    )?;
+    let rec = record(
+        name,
+        Version::Parallel,
+        nodes,
+        threads,
+        0,
+        cmd,
+        &out,
+        cores,
+        format!("{rel}/run"),
+    );
+    let json = serde_json::to_string_pretty(&rec).map_err(|e| Error::BadResultSet {
+        path: tdir.clone(),
+        reason: format!("cannot encode the run's record: {e}"),
+    })?;
+    std::fs::write(tdir.join("run.json"), json + "\n").map_err(|e| {
+        Error::io(
+            format!("cannot write {}", tdir.join("run.json").display()),
+            e,
+        )
+    })?;
+    if rec.status == Status::Ok {
+        if let Err(e) = crate::timeline::draw(std::slice::from_ref(&tdir), None) {
+            say(format!(
+                "warning: {name} P={nodes} T={threads}: no timeline: {e}"
+            ));
+        }
+    }
+    Ok((rec, out.wall_seconds))
+}
+
+/// The runs of a set that did not end well (failed, timed out, no result, not parallel), and
+/// the app runs that ended well with another answer than their sequential baseline.
+pub fn problems(set: &ResultSet) -> (usize, usize) {
+    let bad = |s: Status| !matches!(s, Status::Ok | Status::Interrupted);
+    let failed = set.runs.iter().filter(|r| bad(r.status)).count()
+        + set.micro.iter().filter(|m| bad(m.status)).count();
+    let wrong = crate::analysis::verdicts(&set.runs)
+        .iter()
+        .filter(|v| matches!(v, Some(Verdict::Differs(_))))
+        .count();
+    (failed, wrong)
+}
+
 /// Re-derives the summary, tables and charts of a stored result set without running
-/// anything.
+/// anything. Refuses a set whose records are damaged or fewer than its stored summary was
+/// derived from, rather than overwrite what was measured with less.
 pub fn plot(dir: &Path) -> Result<Rendered> {
     let set = ResultSet::load(dir)?;
+    set.check_not_less_than_derived()?;
     report::render(&set)
 }
 

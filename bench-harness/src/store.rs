@@ -4,7 +4,7 @@
 //! [`crate::report`] and [`crate::chart`] derive from them.
 
 use crate::apps::AppProbe;
-use crate::config::SweepConfig;
+use crate::config::{SweepConfig, MAX_COUNT};
 use crate::error::{Error, Result};
 use crate::exec::Exit;
 use crate::machine::{GitInfo, Machine};
@@ -45,6 +45,9 @@ pub mod files {
     pub const README: &str = "README.md";
     /// Charts, PNG and SVG (derived).
     pub const CHARTS: &str = "charts";
+    /// Traced runs (`run --trace`): a directory per point with the processes' traces, the
+    /// merged timeline and its charts, the run's record and output.
+    pub const TRACES: &str = "traces";
 }
 
 /// Which version of an app a run measured.
@@ -276,10 +279,20 @@ pub fn write_text(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).map_err(|e| Error::io(format!("cannot write {}", path.display()), e))
 }
 
-fn jsonl<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>> {
+/// The records of a JSON-lines file with their line numbers (from 1). The file must exist:
+/// a sweep creates it before its first run, so a missing one means the set lost it.
+fn jsonl<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<(usize, T)>> {
     let f = match File::open(path) {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::BadResultSet {
+                path: path.to_path_buf(),
+                reason: "missing: every sweep writes it, so the set is incomplete; restore it \
+                         (e.g. from version control) before redrawing, since the tables and \
+                         charts derived from it would be rewritten with less"
+                    .into(),
+            })
+        }
         Err(e) => return Err(Error::io(format!("cannot read {}", path.display()), e)),
     };
     let lines: Vec<String> = BufReader::new(f)
@@ -293,7 +306,7 @@ fn jsonl<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>> {
             continue;
         }
         match serde_json::from_str(line) {
-            Ok(v) => out.push(v),
+            Ok(v) => out.push((i + 1, v)),
             // A sweep killed while writing leaves at most a partial last line.
             Err(e) if i + 1 == last => {
                 tracing::warn!(file = %path.display(), "skipping a partial last line: {e}")
@@ -309,8 +322,84 @@ fn jsonl<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>> {
     Ok(out)
 }
 
+/// The longest time a stored figure may claim (a year): anything longer is a damaged record,
+/// and would overflow the charts' axes.
+pub const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
+
+/// Checks a count that analysis divides by and charts iterate over.
+fn check_count(what: &str, n: u32) -> std::result::Result<(), String> {
+    if (1..=MAX_COUNT).contains(&n) {
+        Ok(())
+    } else {
+        Err(format!("{what} {n} (must be 1 to {MAX_COUNT})"))
+    }
+}
+
+/// Checks a time that analysis divides by and charts scale their axes to.
+fn check_seconds(what: &str, s: f64) -> std::result::Result<(), String> {
+    if s.is_finite() && (0.0..=MAX_SECONDS).contains(&s) {
+        Ok(())
+    } else {
+        // Scientific notation for the absurd, so the message stays one line.
+        let shown = if s.abs() >= 1e9 {
+            format!("{s:e}")
+        } else {
+            format!("{s}")
+        };
+        Err(format!(
+            "{what} {shown} (must be 0 to {MAX_SECONDS} seconds)"
+        ))
+    }
+}
+
+impl RunRecord {
+    /// Checks every field that the analysis divides by or the charts iterate over: process
+    /// and thread counts, and times.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        check_count("nodes", self.nodes)?;
+        check_count("threads", self.threads)?;
+        check_seconds("wall_seconds", self.wall_seconds)?;
+        if let Some(t) = self.total_seconds {
+            check_seconds("total_seconds", t)?;
+        }
+        for (phase, t) in &self.seconds {
+            check_seconds(&format!("seconds.{phase}"), *t)?;
+        }
+        Ok(())
+    }
+}
+
+impl Meta {
+    /// Checks the fields the analysis and charts compute with: the machine's cores and each
+    /// app's process and thread counts.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if self.machine.cores == 0 || self.machine.cores > MAX_COUNT as usize {
+            return Err(format!(
+                "machine.cores {} (must be 1 to {MAX_COUNT})",
+                self.machine.cores
+            ));
+        }
+        for a in &self.apps {
+            if a.nodes.len() > MAX_COUNT as usize || a.threads.len() > MAX_COUNT as usize {
+                return Err(format!(
+                    "{}: too many process or thread counts",
+                    a.probe.name
+                ));
+            }
+            for &n in &a.nodes {
+                check_count(&format!("{}: nodes", a.probe.name), n)?;
+            }
+            for &t in &a.threads {
+                check_count(&format!("{}: threads", a.probe.name), t)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl ResultSet {
-    /// Reads the result set in `dir`.
+    /// Reads the result set in `dir` and checks every stored figure the summary and charts
+    /// use, so that a damaged record is named instead of drawn.
     pub fn load(dir: &Path) -> Result<ResultSet> {
         let meta_path = dir.join(files::META);
         if !meta_path.is_file() {
@@ -333,12 +422,64 @@ impl ResultSet {
                 ),
             });
         }
+        meta.validate().map_err(|reason| Error::BadResultSet {
+            path: meta_path.clone(),
+            reason,
+        })?;
+        let runs_path = dir.join(files::RUNS);
+        let mut runs = Vec::new();
+        for (line, r) in jsonl::<RunRecord>(&runs_path)? {
+            r.validate().map_err(|reason| Error::BadResultSet {
+                path: runs_path.clone(),
+                reason: format!("line {line}: {reason}"),
+            })?;
+            runs.push(r);
+        }
+        let micro_path = dir.join(files::MICRO);
+        let mut micro = Vec::new();
+        for (line, m) in jsonl::<MicroRecord>(&micro_path)? {
+            check_seconds("wall_seconds", m.wall_seconds).map_err(|reason| {
+                Error::BadResultSet {
+                    path: micro_path.clone(),
+                    reason: format!("line {line}: {reason}"),
+                }
+            })?;
+            micro.push(m);
+        }
         Ok(ResultSet {
             dir: dir.to_path_buf(),
-            runs: jsonl(&dir.join(files::RUNS))?,
-            micro: jsonl(&dir.join(files::MICRO))?,
+            runs,
+            micro,
             meta,
         })
+    }
+
+    /// Refuses to derive tables from fewer runs than the stored summary was derived from: a
+    /// `runs.jsonl` that lost lines must not overwrite what was measured with less.
+    pub fn check_not_less_than_derived(&self) -> Result<()> {
+        let path = self.dir.join(files::SUMMARY_JSON);
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            return Ok(());
+        };
+        let Ok(points) = serde_json::from_str::<Vec<serde_json::Value>>(&text) else {
+            return Ok(());
+        };
+        let derived: u64 = points
+            .iter()
+            .filter_map(|p| p.get("runs").and_then(|r| r.as_u64()))
+            .sum();
+        if derived > self.runs.len() as u64 {
+            return Err(Error::BadResultSet {
+                path: self.dir.join(files::RUNS),
+                reason: format!(
+                    "holds {} runs, but the stored summary ({}) was derived from {derived}: \
+                     refusing to overwrite it with less; restore runs.jsonl",
+                    self.runs.len(),
+                    files::SUMMARY_JSON
+                ),
+            });
+        }
+        Ok(())
     }
 }
 
@@ -523,8 +664,9 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join("x.jsonl");
         std::fs::write(&p, "{\"a\":1}\n{\"a\":2}\n{\"a\":").unwrap();
-        let v: Vec<serde_json::Value> = jsonl(&p).unwrap();
+        let v: Vec<(usize, serde_json::Value)> = jsonl(&p).unwrap();
         assert_eq!(v.len(), 2);
+        assert_eq!(v[1].0, 2);
         std::fs::write(&p, "{\"a\":1}\nnot json\n{\"a\":2}\n").unwrap();
         assert!(jsonl::<serde_json::Value>(&p)
             .unwrap_err()

@@ -6,10 +6,11 @@
 //! must be named by the others within 15 s, the launcher must end with a non-zero status, and
 //! no process may be left behind.
 //!
-//! Namespaces need root and `ip`; without them those tests print why and do nothing (CI runs
-//! as root). The `mpirun` and `srun` tests likewise print why and do nothing where the launcher
-//! is not installed. Every wait is bounded; namespaces and processes are removed when a test
-//! ends, however it ends.
+//! Namespaces need root and `ip`; the `mpirun` and `srun` tests need those launchers. Where a
+//! facility is missing a test says why and does nothing on a developer's machine, but fails
+//! under `CI=true` (`.ci/run` installs every facility and runs as root): CI cannot pass by
+//! skipping. Every wait is bounded; namespaces and processes are removed when a test ends,
+//! however it ends.
 //!
 //! The binaries come from the target directory this test runs from; the first test to need
 //! them runs `cargo build -p sor -p master-worker -p raytracer -p ipl --bins` there.
@@ -34,35 +35,10 @@ const SUBNET: &str = "10.77.0";
 fn bin_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let exe = std::env::current_exe().expect("test executable");
-        let dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("profile directory")
-            .to_path_buf();
-        let profile = dir.file_name().and_then(|n| n.to_str()).unwrap_or("debug");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args([
-            "build",
-            "-q",
-            "-p",
-            "sor",
-            "-p",
-            "master-worker",
-            "-p",
-            "raytracer",
-            "-p",
-            "ipl",
-            "--bins",
-        ]);
-        if profile != "debug" {
-            cmd.args(["--profile", profile]);
-        }
-        let (status, _, err) =
-            Proc::start(&mut cmd).finish(Instant::now() + Duration::from_secs(900));
-        assert!(status.success(), "building the binaries failed: {err}");
-        dir
+        testkit::build_binaries(
+            env!("CARGO_MANIFEST_DIR"),
+            &["sor", "master-worker", "raytracer", "ipl"],
+        )
     })
 }
 
@@ -356,7 +332,9 @@ impl Cluster {
         let ip = ip_binary().expect("ip");
         if detached {
             s += &format!(
-                "setsid {} netns exec \"$ns\" \"$@\" &\nwait $!\n",
+                // A background job's standard input is /dev/null; keep the shell's, which
+                // carries the pool secret (ipl-run writes it there, as for ssh).
+                "exec 3<&0\nsetsid {} netns exec \"$ns\" \"$@\" <&3 3<&- &\nexec 3<&-\nwait $!\n",
                 ip.display()
             );
         } else {
@@ -452,13 +430,40 @@ fn remove_stale_namespaces() {
     }
 }
 
-/// `n` namespace hosts, or `None` after saying why the test does nothing here.
+/// Whether the tests run under CI (`CI=true`, as CI services and `.ci/run` set it), where a
+/// missing facility is a failure.
+fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+}
+
+/// Reports a facility `test` needs and this machine lacks: a skip that says why, or under
+/// CI a failure (panics), since `.ci/run` installs every facility.
+fn missing_facility(test: &str, why: &str) {
+    assert!(
+        !under_ci(),
+        "{test}: missing facility under CI=true: {why} (.ci/run installs iproute2, OpenMPI, \
+         Slurm and valgrind and runs as root)"
+    );
+    println!("skipping {test}: {why}");
+    eprintln!("skipping {test}: {why}");
+}
+
+/// `tool` on the `PATH` of this process, or `None` after [`missing_facility`] said why
+/// `test` cannot run without it.
+fn need_tool(test: &str, tool: &str, install: &str) -> Option<PathBuf> {
+    let found = bench_harness::exec::which(tool);
+    if found.is_none() {
+        missing_facility(test, &format!("no {tool} on PATH ({install})"));
+    }
+    found
+}
+
+/// `n` namespace hosts, or `None` after [`missing_facility`] said why the test does nothing.
 fn cluster(test: &str, n: usize) -> Option<Cluster> {
     match Cluster::new(n) {
         Ok(c) => Some(c),
         Err(why) => {
-            println!("skipping {test}: cannot make namespace hosts: {why}");
-            eprintln!("skipping {test}: cannot make namespace hosts: {why}");
+            missing_facility(test, &format!("cannot make namespace hosts: {why}"));
             None
         }
     }
@@ -572,6 +577,17 @@ fn workloads_on_hosts_of_a_hostfile_through_ipl_run() {
     c.wait_empty(deadline);
 }
 
+/// A line reporting an error of a rank: the app's fatal error (`error: ...`, printed whatever
+/// the log filter, after `ipl-run`'s `[rank] ` prefix where there is one) or a log record at
+/// level ERROR. A launcher's own lines (`srun: error: ...`) are not the ranks'.
+fn is_error(line: &str) -> bool {
+    let unprefixed = match line.strip_prefix('[').and_then(|l| l.split_once("] ")) {
+        Some((rank, rest)) if rank.parse::<u32>().is_ok() => rest,
+        _ => line,
+    };
+    line.contains("ERROR") || unprefixed.starts_with("error: ")
+}
+
 /// Which of `ranks` printed a line naming the killed rank `victim` (as a node that died),
 /// with the time it came, until `rx` ends or `deadline`; also returns every line seen.
 fn namings(
@@ -583,7 +599,7 @@ fn namings(
     let mut named = Vec::new();
     let mut all = Vec::new();
     while let Ok((line, at)) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-        if line.contains("ERROR") && line.contains(victim) && line.contains("died") {
+        if is_error(&line) && line.contains(victim) && line.contains("died") {
             let who = if prefixed {
                 line.split(']')
                     .next()
@@ -780,7 +796,7 @@ fn kill_rank_2(
     let text = all.join("\n");
     assert!(text.contains(launcher_names), "{text}");
     if all_report {
-        for line in all.iter().filter(|l| l.contains("ERROR")) {
+        for line in all.iter().filter(|l| is_error(l)) {
             assert!(
                 line.contains("node2@"),
                 "an error that does not name node2: {line}"
@@ -802,9 +818,11 @@ fn kill_rank_2(
 
 #[test]
 fn mpirun_runs_the_workloads_and_a_killed_rank_fails_the_job() {
-    let Some(mpirun) = bench_harness::exec::which("mpirun") else {
-        println!("skipping mpirun_runs_the_workloads_and_a_killed_rank_fails_the_job: no mpirun (apt-get install openmpi-bin)");
-        eprintln!("skipping mpirun_runs_the_workloads_and_a_killed_rank_fails_the_job: no mpirun (apt-get install openmpi-bin)");
+    let Some(mpirun) = need_tool(
+        "mpirun_runs_the_workloads_and_a_killed_rank_fails_the_job",
+        "mpirun",
+        "apt-get install openmpi-bin",
+    ) else {
         return;
     };
     let deadline = Instant::now() + LIMIT;
@@ -839,9 +857,11 @@ fn mpirun_runs_the_workloads_and_a_killed_rank_fails_the_job() {
 
 #[test]
 fn srun_runs_sor_and_a_killed_rank_fails_the_step() {
-    let Some(srun) = bench_harness::exec::which("srun") else {
-        println!("skipping srun_runs_sor_and_a_killed_rank_fails_the_step: no srun (scripts/slurm-local installs and starts a one-node Slurm)");
-        eprintln!("skipping srun_runs_sor_and_a_killed_rank_fails_the_step: no srun (scripts/slurm-local installs and starts a one-node Slurm)");
+    let Some(srun) = need_tool(
+        "srun_runs_sor_and_a_killed_rank_fails_the_step",
+        "srun",
+        "scripts/slurm-local installs and starts a one-node Slurm",
+    ) else {
         return;
     };
     let deadline = Instant::now() + LIMIT;
@@ -871,4 +891,167 @@ fn srun_runs_sor_and_a_killed_rank_fails_the_step() {
         .arg(bin("sor"))
         .args(LONG_SOR);
     kill_rank_2(cmd, &marker, "SLURM_PROCID", "task 2", true);
+}
+
+/// satin's `fib` example, built in this profile.
+fn fib_example() -> PathBuf {
+    let dir = bin_dir();
+    let profile = dir.file_name().and_then(|n| n.to_str()).unwrap_or("debug");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args([
+        "build",
+        "-q",
+        "-p",
+        "satin",
+        "--example",
+        "fib",
+    ]);
+    if profile != "debug" {
+        cmd.args(["--profile", profile]);
+    }
+    let (status, _, err) = Proc::start(&mut cmd).finish(Instant::now() + Duration::from_secs(900));
+    assert!(status.success(), "building the fib example failed: {err}");
+    let p = dir.join("examples").join("fib");
+    assert!(p.is_file(), "{} missing", p.display());
+    p
+}
+
+#[test]
+fn srun_no_kill_keeps_a_satin_step_going_when_a_task_dies() {
+    let Some(srun) = need_tool(
+        "srun_no_kill_keeps_a_satin_step_going_when_a_task_dies",
+        "srun",
+        "scripts/slurm-local installs and starts a one-node Slurm",
+    ) else {
+        return;
+    };
+    let deadline = Instant::now() + LIMIT;
+    let fib = fib_example();
+    let marker = format!("IPL_TEST_MARK=srun-no-kill-{}", job_id());
+    let (k, v) = marker.split_once('=').unwrap();
+    let mut cmd = launcher_command(&srun);
+    // --no-kill: the step goes on when a task dies, and the program deals with it.
+    cmd.args(["--no-kill", "--overcommit", "-n", "4", "--immediate=30"])
+        .env(k, v)
+        .env("RUST_LOG", "satin::distributed=debug")
+        .arg(&fib)
+        // Seconds of work on four single-threaded tasks.
+        .args(["40", "20", "1"]);
+    let mut run = Proc::start(&mut cmd);
+    let out = read_all(run.child.stdout.take().expect("piped"));
+    let err = lines(run.child.stderr.take().expect("piped"));
+    let mut started = 0;
+    let mut seen = Vec::new();
+    while started < 4 {
+        let (line, _) = err
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|_| panic!("only {started} of 4 tasks started: {seen:#?}"));
+        started += usize::from(line.contains("run started"));
+        seen.push(line);
+    }
+    let victims = marked_with(&marker, "SLURM_PROCID", "2");
+    assert_eq!(
+        victims.len(),
+        1,
+        "one process with SLURM_PROCID=2: {victims:?}"
+    );
+    kill(victims[0]);
+    let status = run.wait(deadline);
+    let out = out
+        .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        .expect("stdout");
+    let mut rest = Vec::new();
+    while let Ok((line, _)) = err.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        rest.push(line);
+    }
+    let text = rest.join("\n");
+    // Task 0, the master, prints the exact result although task 2 died mid-run.
+    assert!(
+        out.contains("fib(40) = 102334155"),
+        "no exact result after the death of task 2 (srun {status}):\n{out}\n{text}"
+    );
+    assert!(
+        text.contains("a member died") && text.contains("node2@"),
+        "the others did not see task 2 die:\n{text}"
+    );
+    wait_unmarked(&marker, deadline);
+}
+
+/// Runs the test `name` of this test binary alone, with `PATH` holding only an empty
+/// directory (so that no launcher is found) and `CI` as given; returns whether it passed and
+/// its output.
+fn rerun_without_tools(name: &str, ci: Option<&str>) -> (bool, String) {
+    let empty = std::env::temp_dir().join(format!("ipl-cluster-empty-path-{}", job_id()));
+    std::fs::create_dir_all(&empty).expect("empty directory");
+    let mut cmd = Command::new(std::env::current_exe().expect("test executable"));
+    cmd.args([name, "--exact", "--nocapture", "--test-threads", "1"])
+        .env("PATH", &empty)
+        .env_remove("CI");
+    if let Some(v) = ci {
+        cmd.env("CI", v);
+    }
+    let (status, out, err) = Proc::start(&mut cmd).finish(Instant::now() + Duration::from_secs(60));
+    let _ = std::fs::remove_dir_all(&empty);
+    (status.success(), format!("{out}\n{err}"))
+}
+
+#[test]
+fn a_missing_launcher_fails_the_cluster_tests_under_ci_and_skips_them_elsewhere() {
+    // A rerun of this binary must not come back here.
+    if std::env::var_os("PATH")
+        .is_some_and(|p| p.to_string_lossy().contains("ipl-cluster-empty-path-"))
+    {
+        return;
+    }
+    for test in [
+        "mpirun_runs_the_workloads_and_a_killed_rank_fails_the_job",
+        "srun_runs_sor_and_a_killed_rank_fails_the_step",
+        "srun_no_kill_keeps_a_satin_step_going_when_a_task_dies",
+    ] {
+        let (passed, out) = rerun_without_tools(test, Some("true"));
+        assert!(
+            !passed,
+            "{test} passed under CI=true without its launcher:\n{out}"
+        );
+        assert!(
+            out.contains("missing facility under CI=true") && out.contains("on PATH"),
+            "{test}: {out}"
+        );
+        let (passed, out) = rerun_without_tools(test, None);
+        assert!(
+            passed,
+            "{test} failed outside CI without its launcher:\n{out}"
+        );
+        assert!(out.contains(&format!("skipping {test}")), "{test}: {out}");
+    }
+}
+
+#[test]
+fn the_ci_script_refuses_to_run_without_root_under_ci() {
+    const TEST: &str = "the_ci_script_refuses_to_run_without_root_under_ci";
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/run");
+    // As root, the script runs as nobody; otherwise as this user.
+    // SAFETY: geteuid has no preconditions.
+    let mut cmd = if unsafe { libc::geteuid() } == 0 {
+        let Some(setpriv) = need_tool(TEST, "setpriv", "apt-get install util-linux") else {
+            return;
+        };
+        let mut c = Command::new(setpriv);
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "bash"]);
+        c
+    } else {
+        Command::new("bash")
+    };
+    // No cargo on this PATH: a script that went on past its check fails at once instead of
+    // running the whole suite again. CI unset: the script sets it.
+    cmd.arg(&script)
+        .env("PATH", "/usr/bin:/bin")
+        .env_remove("CI");
+    let (status, out, err) = Proc::start(&mut cmd).finish(Instant::now() + Duration::from_secs(30));
+    assert_eq!(status.code(), Some(1), "{status}\n{out}\n{err}");
+    assert!(
+        err.contains("ci: must run as root under CI=true"),
+        "{out}\n{err}"
+    );
 }

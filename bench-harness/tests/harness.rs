@@ -17,36 +17,10 @@ const HARNESS: &str = env!("CARGO_BIN_EXE_bench-harness");
 fn bin_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let exe = std::env::current_exe().expect("test executable");
-        let deps = exe.parent().expect("deps directory");
-        let dir = deps.parent().expect("profile directory").to_path_buf();
-        let profile = dir.file_name().and_then(|n| n.to_str()).unwrap_or("debug");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args([
-            "build",
-            "-p",
-            "sor",
-            "-p",
-            "raytracer",
-            "-p",
-            "barnes-hut",
-            "-p",
-            "ipl",
-            "--bins",
-        ]);
-        if profile != "debug" {
-            cmd.args([
-                "--profile",
-                if profile == "release" {
-                    "release"
-                } else {
-                    profile
-                },
-            ]);
-        }
-        let status = cmd.status().expect("cargo runs");
-        assert!(status.success(), "building the app binaries failed");
+        let dir = testkit::build_binaries(
+            env!("CARGO_MANIFEST_DIR"),
+            &["sor", "raytracer", "barnes-hut", "ipl"],
+        );
         for b in ["sor", "raytracer", "barnes-hut", "ipl-run", "ipl-bench"] {
             assert!(dir.join(b).is_file(), "{b} missing in {}", dir.display());
         }
@@ -332,6 +306,19 @@ fn tiny_sweep_writes_results_and_charts_and_replots_identically() {
         assert!((eff - speedup).abs() < 1e-12);
         // One process, same problem: the same result as the sequential run.
         assert_eq!(row[col("checksum_matches")], "true", "{app}: {row:?}");
+        // Two processes: the same checksum, or for Barnes-Hut the same physics within its
+        // bounds; no run is wrong.
+        let p2 = rows
+            .iter()
+            .find(|r| {
+                r[col("app")] == app
+                    && r[col("version")] == "parallel"
+                    && r[col("nodes")] == "2"
+                    && r[col("threads")] == "1"
+            })
+            .unwrap_or_else(|| panic!("no P=2 T=1 row for {app}"));
+        assert_eq!(p2[col("checksum_matches")], "true", "{app}: {p2:?}");
+        assert_eq!(p2[col("wrong")], "0", "{app}: {p2:?}");
     }
     let summary: serde_json::Value =
         serde_json::from_str(&read(&set.join("summary.json"))).unwrap();
@@ -446,10 +433,10 @@ fn tiny_sweep_writes_results_and_charts_and_replots_identically() {
 
 #[test]
 fn bad_arguments_give_clear_errors() {
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 10] = [
         (
             &["run", "--apps", "sor,nbody"],
-            "unknown app 'nbody' (known apps: sor, raytracer, barnes-hut, master-worker)",
+            "unknown app 'nbody' (known apps: sor, raytracer, barnes-hut, master-worker, uts)",
         ),
         (
             &["run", "--nodes", "0"],
@@ -459,6 +446,11 @@ fn bad_arguments_give_clear_errors() {
         (&["run", "--threads", "1,x"], "'x': not a whole number"),
         (&["run", "--repeat", "0"], "--repeat"),
         (&["run", "--size", "huge"], "huge"),
+        // These panicked or took all memory.
+        (&["run", "--timeout", "1e300"], "at most 30 days"),
+        (&["run", "--repeat", "4294967295"], "at most 1000"),
+        (&["run", "--repeat", "-1"], "'-1'"),
+        (&["run", "--wan-latency", "500000000000y"], "at most 1m"),
     ];
     for (args, want) in cases {
         let o = harness(args);
@@ -524,8 +516,25 @@ fn bad_arguments_give_clear_errors() {
         out.to_str().unwrap(),
     ]);
     let err = text(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("IPL_LOCATION"), "{err}");
+    // So is a sweep too large to plan (the plan of --repeat 4294967295 took all memory).
+    let o = harness(&[
+        "run",
+        "--nodes",
+        "1,2,3,4,5,6,7,8",
+        "--threads",
+        "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16",
+        "--repeat",
+        "1000",
+        "--bin-dir",
+        empty.to_str().unwrap(),
+        "--results-dir",
+        out.to_str().unwrap(),
+    ]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("at most 100000"), "{err}");
     let left: Vec<_> = std::fs::read_dir(&out)
         .unwrap()
         .map(|e| e.unwrap().file_name())
@@ -654,31 +663,33 @@ fn cluster_launchers_build_command_lines_and_say_when_missing() {
         text(&o.stdout)
     );
     std::fs::remove_file(&hosts).unwrap();
-    // Without --dry-run, a launcher that is not installed is named, with the command.
+    // Without --dry-run, a launcher that is not installed is named, with the command: on a
+    // PATH without it, whatever this machine has installed.
+    let no_tools = out.join("no-tools");
+    std::fs::create_dir_all(&no_tools).unwrap();
     for launcher in ["mpirun", "srun"] {
-        let installed = std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).any(|d| d.join(launcher).is_file()))
-            .unwrap_or(false);
-        if installed {
-            continue;
-        }
-        let o = harness(&[
-            "run",
-            "--apps",
-            "sor",
-            "--size",
-            "tiny",
-            "--nodes",
-            "2",
-            "--repeat",
-            "1",
-            "--launcher",
-            launcher,
-            "--bin-dir",
-            b,
-            "--results-dir",
-            out.to_str().unwrap(),
-        ]);
+        let o = Command::new(HARNESS)
+            .args([
+                "run",
+                "--apps",
+                "sor",
+                "--size",
+                "tiny",
+                "--nodes",
+                "2",
+                "--repeat",
+                "1",
+                "--launcher",
+                launcher,
+                "--bin-dir",
+                b,
+                "--results-dir",
+                out.to_str().unwrap(),
+            ])
+            .env("PATH", &no_tools)
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("harness runs");
         let err = text(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{err}");
         assert!(
@@ -687,6 +698,7 @@ fn cluster_launchers_build_command_lines_and_say_when_missing() {
         );
         assert!(err.contains(&format!("{launcher} -n 2")), "{err}");
     }
+    std::fs::remove_dir(&no_tools).unwrap();
     assert_eq!(
         std::fs::read_dir(&out).unwrap().count(),
         0,
@@ -721,7 +733,13 @@ fn timeouts_are_recorded_and_interrupts_keep_measured_runs() {
         "--name",
         "timeout",
     ]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
+    // Every run timed out: the set is kept, and the sweep did not succeed.
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("error: all 2 of 2 runs failed or timed out"),
+        "{}",
+        text(&o.stderr)
+    );
     assert!(t.elapsed() < Duration::from_secs(30));
     let runs = jsonl(&out.join("timeout").join("runs.jsonl"));
     assert_eq!(runs.len(), 2);
@@ -787,5 +805,117 @@ fn timeouts_are_recorded_and_interrupts_keep_measured_runs() {
         "{}",
         text(&o.stdout)
     );
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+/// Processes whose environment holds the line `marker`, with their command lines.
+fn marked(marker: &str) -> Vec<(i32, String)> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(env) = std::fs::read(e.path().join("environ")) else {
+            continue;
+        };
+        if env.split(|&b| b == 0).any(|l| l == marker.as_bytes()) {
+            let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            let zombie = std::fs::read_to_string(e.path().join("stat"))
+                .map(|s| s.contains(") Z "))
+                .unwrap_or(true);
+            if !zombie {
+                v.push((pid, cmd));
+            }
+        }
+    }
+    v
+}
+
+#[test]
+fn sigterm_during_a_parallel_run_ends_ipl_run_and_its_ranks() {
+    let bins = bin_dir().to_str().unwrap().to_string();
+    let out = scratch("sigterm");
+    let marker = format!("BENCH_HARNESS_TEST_MARK=sigterm-{}", std::process::id());
+    let (k, v) = marker.split_once('=').unwrap();
+    // The sequential run cannot finish in time; it is killed at the timeout, and the run on
+    // two processes that follows is the one the signal interrupts.
+    let mut child = testkit::Reaped::start(
+        Command::new(HARNESS)
+            .args([
+                "run",
+                "--apps",
+                "sor",
+                "--args",
+                "sor=-n 64 --iterations 100000000",
+                "--nodes",
+                "2",
+                "--repeat",
+                "1",
+                "--timeout",
+                "2",
+                "--no-progress",
+                "--bin-dir",
+                &bins,
+                "--results-dir",
+                out.to_str().unwrap(),
+                "--name",
+                "sigterm",
+            ])
+            .env(k, v)
+            .env("RUST_LOG", "warn"),
+    );
+    let harness_pid = child.0.id() as i32;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let procs = marked(&marker);
+        let launcher = procs.iter().any(|(_, c)| c.contains("ipl-run"));
+        let ranks = procs
+            .iter()
+            .filter(|(_, c)| c.contains("/sor ") && !c.contains("ipl-run") && !c.contains("--seq"))
+            .count();
+        if launcher && ranks == 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no parallel run started: {procs:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: a signal to the harness this test started.
+    unsafe {
+        libc::kill(harness_pid, libc::SIGTERM);
+    }
+    let status = loop {
+        if let Some(s) = child.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the harness did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(130), "{status}");
+    // Nothing of the run is left: neither ipl-run nor either rank.
+    let left = loop {
+        let left = marked(&marker);
+        if left.is_empty() || Instant::now() > deadline {
+            break left;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    for (pid, _) in &left {
+        // SAFETY: kill(2) of a process this test's harness started.
+        unsafe {
+            libc::kill(*pid, libc::SIGKILL);
+        }
+    }
+    assert!(left.is_empty(), "left running after SIGTERM: {left:?}");
+    let meta: serde_json::Value =
+        serde_json::from_str(&read(&out.join("sigterm").join("meta.json"))).unwrap();
+    assert_eq!(meta["interrupted"], true);
+    let runs = jsonl(&out.join("sigterm").join("runs.jsonl"));
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[0]["status"], "timed-out");
+    assert_eq!(runs[1]["status"], "interrupted");
     std::fs::remove_dir_all(&out).unwrap();
 }

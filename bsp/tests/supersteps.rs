@@ -3,7 +3,7 @@
 mod common;
 
 use bsp::{Error, Options};
-use common::{run, try_run, Net, NETS};
+use common::{run, try_run, try_run_each, Net, NETS};
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize, Debug, PartialEq, Clone)]
@@ -377,27 +377,46 @@ fn bad_pids_and_failures_are_errors_that_say_what_failed() {
         departure_grace: std::time::Duration::from_millis(200),
         ..common::opts()
     };
-    for net in NETS {
-        let e = try_run(net, 3, opts.clone(), |bsp| {
-            if bsp.pid() == 2 {
-                return Ok(());
+    let leave_early = |bsp: &mut bsp::Bsp| {
+        if bsp.pid() == 2 {
+            return Ok(());
+        }
+        bsp.sync()?;
+        Ok(())
+    };
+    let e = try_run(Net::Local, 3, opts.clone(), leave_early).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::PeerGone {
+                peer: 2,
+                died: false,
+                ..
             }
-            bsp.sync()?;
-            Ok(())
-        })
-        .unwrap_err();
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("process 2"), "{e}");
+    // Over a pool each process reports what it saw: the first to notice names process 2, and
+    // the other may see that one leave first (it leaves as its sync fails).
+    for net in [Net::Tcp, Net::Shm] {
+        let each = try_run_each(net, 3, opts.clone(), leave_early);
+        assert!(each[2].is_ok(), "{net:?}: {:?}", each[2]);
+        for (pid, r) in each[..2].iter().enumerate() {
+            match r {
+                Err(Error::PeerGone {
+                    peer, died: false, ..
+                }) if *peer == 2 || *peer == 1 - pid => {}
+                other => panic!("{net:?}: process {pid}: {other:?}"),
+            }
+        }
         assert!(
-            matches!(
-                e,
-                Error::PeerGone {
-                    peer: 2,
-                    died: false,
-                    ..
-                }
-            ),
-            "{net:?}: {e}"
+            each[..2].iter().any(|r| matches!(
+                r,
+                Err(e @ Error::PeerGone { peer: 2, .. }) if e.to_string().contains("process 2")
+            )),
+            "{net:?}: neither process names process 2: {each:?}"
         );
-        assert!(e.to_string().contains("process 2"), "{e}");
     }
     // A panic is reported as such, not as the departures it causes.
     let e = try_run(Net::Local, 3, common::opts(), |bsp| {

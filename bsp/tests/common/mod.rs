@@ -63,6 +63,26 @@ where
         .unwrap_or_else(|_| panic!("{p} processes over {net:?} did not finish within {LIMIT:?}"))
 }
 
+/// Like [`try_run`] over a pool (`Net::Tcp` or `Net::Shm`), with what each process returned,
+/// by pid. Panics if the run takes longer than [`LIMIT`].
+pub fn try_run_each<T, F>(net: Net, p: usize, opts: Options, f: F) -> Vec<bsp::Result<T>>
+where
+    T: Send + 'static,
+    F: Fn(&mut Bsp) -> bsp::Result<T> + Send + Sync + 'static,
+{
+    let driver = match net {
+        Net::Tcp => ipl::Driver::Tcp,
+        Net::Shm => ipl::Driver::Shm,
+        Net::Local => panic!("try_run_each runs pools; the local form reports one result"),
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(run_pool_each(driver, p, opts, f));
+    });
+    rx.recv_timeout(LIMIT)
+        .unwrap_or_else(|_| panic!("{p} processes over {net:?} did not finish within {LIMIT:?}"))
+}
+
 /// Like [`try_run`], failing the test on an error.
 pub fn run<T, F>(net: Net, p: usize, f: F) -> Vec<T>
 where
@@ -72,8 +92,14 @@ where
     try_run(net, p, opts(), f).unwrap_or_else(|e| panic!("{p} processes over {net:?}: {e}"))
 }
 
-/// `p` threads, each a node of a pool over `driver` whose registry runs in this process.
-fn run_pool<T, F>(driver: ipl::Driver, p: usize, opts: Options, f: F) -> bsp::Result<Vec<T>>
+/// `p` threads, each a node of a pool over `driver` whose registry runs in this process: what
+/// each process returned, by pid.
+pub fn run_pool_each<T, F>(
+    driver: ipl::Driver,
+    p: usize,
+    opts: Options,
+    f: F,
+) -> Vec<bsp::Result<T>>
 where
     T: Send + 'static,
     F: Fn(&mut Bsp) -> bsp::Result<T> + Send + Sync + 'static,
@@ -101,11 +127,26 @@ where
             })
         })
         .collect();
+    let each = handles
+        .into_iter()
+        .map(|h| h.join().expect("process thread panicked"))
+        .collect();
+    drop(registry);
+    each
+}
+
+/// [`run_pool_each`] as one result: the outputs, or the first error that is not a peer's
+/// failure, else the first peer failure.
+fn run_pool<T, F>(driver: ipl::Driver, p: usize, opts: Options, f: F) -> bsp::Result<Vec<T>>
+where
+    T: Send + 'static,
+    F: Fn(&mut Bsp) -> bsp::Result<T> + Send + Sync + 'static,
+{
     let mut out = Vec::new();
     let mut first_err = None;
     let mut peer_err = None;
-    for h in handles {
-        match h.join().expect("process thread panicked") {
+    for r in run_pool_each(driver, p, opts, f) {
+        match r {
             Ok(v) => out.push(v),
             Err(e) if e.is_peer_failure() => {
                 peer_err.get_or_insert(e);
@@ -115,7 +156,6 @@ where
             }
         }
     }
-    drop(registry);
     match first_err.or(peer_err) {
         Some(e) => Err(e),
         None => Ok(out),

@@ -12,6 +12,12 @@
 //! [`SATIN`]; the file is written by the `tracing-chrome` layer on a thread of its own, so that
 //! a traced thread pays for building an event and queueing it, not for writing it.
 //!
+//! Tracing is compiled in by ipl's `trace` feature, on by default (satin and bsp forward it as
+//! their own `trace` feature). Compiled in but not asked for, it costs a load of a flag where
+//! a trace records something; a build without the feature refuses `IPL_TRACE` and `--trace`
+//! with an error, and is what the overhead of tracing is measured against
+//! (`scripts/bench-trace`).
+//!
 //! # What a trace holds
 //!
 //! Values of `args` are written as strings (`"42"`, `"true"`); `bench-harness timeline` reads
@@ -58,11 +64,14 @@
 //! ```
 
 use crate::error::{Error, Result};
+#[cfg(feature = "trace")]
 use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
-use tracing_subscriber::filter::{EnvFilter, FilterExt, Targets};
+#[cfg(feature = "trace")]
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::filter::{EnvFilter, FilterExt};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Layer;
@@ -88,13 +97,14 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 /// Messages of at least this many bytes get an event.
 static MESSAGE_MIN: AtomicU64 = AtomicU64::new(u64::MAX);
 /// The writer of this process's trace, until the trace is finished.
+#[cfg(feature = "trace")]
 static WRITER: Mutex<Option<tracing_chrome::FlushGuard>> = Mutex::new(None);
 
 /// Whether this process writes a trace: layers above ask before they do work that only a trace
 /// needs (a sampling thread, clock readings).
 #[inline]
 pub fn enabled() -> bool {
-    ENABLED.load(Ordering::Relaxed)
+    cfg!(feature = "trace") && ENABLED.load(Ordering::Relaxed)
 }
 
 /// Finishes this process's trace when dropped (see [`init`]).
@@ -144,6 +154,15 @@ pub fn init(default_filter: &str, dir: Option<&Path>) -> Result<TraceGuard> {
             .map_err(|e| Error::config("tracing", format!("cannot install the subscriber: {e}")))?;
         return Ok(TraceGuard { path: None });
     };
+    start_trace(fmt, &dir)
+}
+
+/// Installs the subscriber with `fmt` and a trace written in `dir`.
+#[cfg(feature = "trace")]
+fn start_trace<L>(fmt: L, dir: &Path) -> Result<TraceGuard>
+where
+    L: Layer<tracing_subscriber::Registry> + Send + Sync + 'static,
+{
     let message_min = match std::env::var(ENV_MESSAGES) {
         Ok(v) if !v.trim().is_empty() => v.trim().parse::<u64>().map_err(|_| {
             Error::config(
@@ -153,7 +172,7 @@ pub fn init(default_filter: &str, dir: Option<&Path>) -> Result<TraceGuard> {
         })?,
         _ => u64::MAX,
     };
-    std::fs::create_dir_all(&dir)
+    std::fs::create_dir_all(dir)
         .map_err(|e| Error::io(format!("creating the trace directory {}", dir.display()), e))?;
     let path = dir.join(format!(
         "{}-{}{FILE_SUFFIX}",
@@ -187,6 +206,20 @@ pub fn init(default_filter: &str, dir: Option<&Path>) -> Result<TraceGuard> {
     Ok(TraceGuard { path: Some(path) })
 }
 
+/// Without the `trace` feature nothing can write a trace: asking for one is an error rather
+/// than a run that silently leaves no file.
+#[cfg(not(feature = "trace"))]
+fn start_trace<L>(_fmt: L, dir: &Path) -> Result<TraceGuard> {
+    Err(Error::config(
+        ENV_DIR,
+        format!(
+            "a trace in {} was asked for, but this build of ipl has no tracing: build it with \
+             its `trace` feature (on by default)",
+            dir.display()
+        ),
+    ))
+}
+
 /// Starts tracing for a node that joins while `IPL_TRACE` is set, in a program that installed
 /// no subscriber of its own; warns once if it did (its subscriber cannot be extended from here).
 pub(crate) fn init_for_join() -> Result<()> {
@@ -211,15 +244,19 @@ pub(crate) fn init_for_join() -> Result<()> {
 
 /// Finishes the trace: writes its end and waits for the writer. Later events are dropped.
 fn finish() {
-    let writer = WRITER.lock().take();
-    if writer.is_some() {
-        ENABLED.store(false, Ordering::SeqCst);
+    #[cfg(feature = "trace")]
+    {
+        let writer = WRITER.lock().take();
+        if writer.is_some() {
+            ENABLED.store(false, Ordering::SeqCst);
+        }
+        drop(writer);
     }
-    drop(writer);
 }
 
 /// Finishes the trace when the process exits through `exit`, so that a program that ends with
 /// `std::process::exit` still leaves a complete file.
+#[cfg(feature = "trace")]
 fn finish_at_exit() {
     extern "C" fn at_exit() {
         // Unwinding out of a C callback would abort; a failed finish leaves the file cut short.
@@ -256,6 +293,7 @@ pub fn host_name() -> String {
 }
 
 /// `s` with every character a file name should not hold replaced by `_`.
+#[cfg_attr(not(feature = "trace"), allow(dead_code))]
 fn file_safe(s: &str) -> String {
     s.chars()
         .map(|c| {

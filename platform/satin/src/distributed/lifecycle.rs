@@ -177,9 +177,8 @@ impl Node {
         let outcome = {
             let mut st = self.run.lock();
             loop {
-                if let Some(e) = st.failure.clone() {
-                    break Err(e);
-                }
+                // The master's word on the end comes first: a failure seen here after the
+                // run ended (the master leaving once it is over) does not fail it.
                 if let Some((e, failure)) = &st.done {
                     if *e >= epoch {
                         break match failure {
@@ -190,6 +189,9 @@ impl Node {
                             }),
                         };
                     }
+                }
+                if let Some(e) = st.failure.clone() {
+                    break Err(e);
                 }
                 if self.leaving.load(Ordering::Acquire) && self.may_leave() {
                     break Ok(());
@@ -209,7 +211,8 @@ impl Node {
     pub(crate) fn fail_run(&self, epoch: Option<u64>, error: Error) {
         let root = {
             let mut st = self.run.lock();
-            if !st.active || epoch.is_some_and(|e| e != st.epoch) || st.failure.is_some() {
+            let over = st.done.as_ref().is_some_and(|(e, _)| *e >= st.epoch);
+            if !st.active || over || epoch.is_some_and(|e| e != st.epoch) || st.failure.is_some() {
                 return;
             }
             tracing::warn!(node = %self.me, epoch = st.epoch, "the run fails: {error}");
@@ -224,18 +227,23 @@ impl Node {
     }
 
     /// The master announces the end of run `epoch`.
+    ///
+    /// The end is recorded before it is confirmed: once confirmed, the master may leave, and
+    /// its departure must not fail a run that is already over here.
     pub(crate) fn on_done(&self, master: u32, epoch: u64, failure: Option<String>) {
+        {
+            let mut st = self.run.lock();
+            if st.done.as_ref().map_or(true, |(e, _)| *e < epoch) {
+                st.done = Some((epoch, failure));
+            }
+        }
+        self.changed.notify_all();
         let _ = self.send(
             master,
             Lane::Control,
             "confirming the end of the run",
             |l| proto::done_ack(l, epoch),
         );
-        let mut st = self.run.lock();
-        if st.done.as_ref().map_or(true, |(e, _)| *e < epoch) {
-            st.done = Some((epoch, failure));
-        }
-        self.changed.notify_all();
     }
 
     pub(crate) fn on_done_ack(&self, from: u32, epoch: u64) {

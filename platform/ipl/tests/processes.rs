@@ -33,16 +33,26 @@ fn child_process_entry() {
             println!("joined as rank {me}");
             return;
         }
+        // The joiners may be in before this node subscribed: the members it knows after
+        // subscribing, then the events, leave no gap.
         let until = Instant::now() + Duration::from_secs(60);
-        let mut joined = Vec::new();
+        let mut joined: std::collections::BTreeSet<u32> = ibis
+            .pool()
+            .members()
+            .iter()
+            .map(|n| n.rank())
+            .filter(|&r| r >= 2)
+            .collect();
         while joined.len() < 2 {
             match events.recv_deadline(until) {
-                Ok(PoolEvent::Joined(n)) if n.rank() >= 2 => joined.push(n.rank()),
+                Ok(PoolEvent::Joined(n)) if n.rank() >= 2 => {
+                    joined.insert(n.rank());
+                }
                 Ok(_) => continue,
                 Err(_) => panic!("rank {me} saw only {joined:?} join within 60 s"),
             }
         }
-        joined.sort();
+        let joined: Vec<u32> = joined.into_iter().collect();
         println!("rank {me} saw ranks {joined:?} join");
         return;
     }

@@ -152,15 +152,19 @@ fn an_abort_cancels_children_stolen_by_another_node() {
             let first = std::thread::scope(|scope| {
                 // Notes when this node has processed a cancellation of every job it received
                 // (the counts go up right after each job's root is aborted).
-                scope.spawn(|| {
-                    while !done.load(Ordering::SeqCst) {
-                        let s = rt.stats();
-                        if s.cancels_received >= 1 && s.cancels_received >= s.jobs_received {
-                            CANCELLED.store(true, Ordering::SeqCst);
-                            return;
-                        }
-                        std::thread::sleep(Duration::from_micros(100));
+                // The counts are looked at once more after the run: it may end between two
+                // looks.
+                scope.spawn(|| loop {
+                    let finished = done.load(Ordering::SeqCst);
+                    let s = rt.stats();
+                    if s.cancels_received >= 1 && s.cancels_received >= s.jobs_received {
+                        CANCELLED.store(true, Ordering::SeqCst);
+                        return;
                     }
+                    if finished {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_micros(100));
                 });
                 let first = rt.run(FirstOf).expect("the search");
                 done.store(true, Ordering::SeqCst);

@@ -108,6 +108,11 @@ fn abort_cancels_outstanding_work() {
         let started = STARTED.load(Ordering::SeqCst);
         let after = STARTED_AFTER_ABORT.load(Ordering::SeqCst);
         let full = 64 * ((1u64 << 13) - 1);
+        assert!(stats.aborts >= 1);
+        if std::env::var_os("SATIN_UNDER_MEMCHECK").is_some() {
+            // One thread at a time, for slices of thousands of jobs: no bound on the others.
+            continue;
+        }
         assert!(
             started < full / 4,
             "{threads} threads: {started} of {full} jobs ran despite the abort"
@@ -117,7 +122,6 @@ fn abort_cancels_outstanding_work() {
             after <= 4 * threads as u64,
             "{threads} threads: {after} jobs started after the abort"
         );
-        assert!(stats.aborts >= 1);
         assert!(stats.jobs_discarded >= 1, "{stats:?}");
     }
 }

@@ -20,6 +20,9 @@ const ACK_PATIENCE: Duration = Duration::from_secs(10);
 /// anyway (their owners then run them again), unless `SATIN_LEAVE_PATIENCE` says otherwise.
 const LEAVE_PATIENCE: Duration = Duration::from_secs(60);
 
+/// How many announced ends of runs a node remembers.
+const RECENT_ENDS: usize = 16;
+
 #[derive(Default)]
 pub(crate) struct RunState {
     /// The current run, or the last one.
@@ -31,6 +34,9 @@ pub(crate) struct RunState {
     pub(crate) root: Option<Arc<LocalRoot>>,
     /// The latest end of a run announced by the master: its epoch, and its error if it failed.
     pub(crate) done: Option<(u64, Option<String>)>,
+    /// How the latest runs ended, as the master announced them (at most [`RECENT_ENDS`]): a
+    /// node may learn of the end of a later run before it looks at the end of its own.
+    pub(crate) ended: std::collections::VecDeque<(u64, Option<String>)>,
     /// Nodes that confirmed the end of the current run (on the master).
     pub(crate) acks: HashSet<u32>,
     /// On a node that joined a running pool: the master's run it joins (from `WELCOME`).
@@ -179,16 +185,18 @@ impl Node {
             loop {
                 // The master's word on the end comes first: a failure seen here after the
                 // run ended (the master leaving once it is over) does not fail it.
-                if let Some((e, failure)) = &st.done {
-                    if *e >= epoch {
-                        break match failure {
-                            None => Ok(()),
-                            Some(why) => Err(Error::RunFailed {
-                                master: self.master.to_string(),
-                                reason: why.clone(),
-                            }),
-                        };
-                    }
+                if st.done.as_ref().is_some_and(|(e, _)| *e >= epoch) {
+                    let own = st.ended.iter().find(|(e, _)| *e == epoch);
+                    break match own.map(|(_, failure)| failure) {
+                        Some(None) => Ok(()),
+                        Some(Some(why)) => Err(Error::RunFailed {
+                            master: self.master.to_string(),
+                            reason: why.clone(),
+                        }),
+                        // Its end is no longer remembered (many later runs ended meanwhile):
+                        // what this node saw of it.
+                        None => st.failure.clone().map_or(Ok(()), Err),
+                    };
                 }
                 if let Some(e) = st.failure.clone() {
                     break Err(e);
@@ -234,7 +242,11 @@ impl Node {
         {
             let mut st = self.run.lock();
             if st.done.as_ref().map_or(true, |(e, _)| *e < epoch) {
-                st.done = Some((epoch, failure));
+                st.done = Some((epoch, failure.clone()));
+                if st.ended.len() == RECENT_ENDS {
+                    st.ended.pop_front();
+                }
+                st.ended.push_back((epoch, failure));
             }
         }
         self.changed.notify_all();

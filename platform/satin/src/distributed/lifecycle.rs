@@ -32,10 +32,9 @@ pub(crate) struct RunState {
     pub(crate) failure: Option<Error>,
     /// The root of the current run, on the master.
     pub(crate) root: Option<Arc<LocalRoot>>,
-    /// The latest end of a run announced by the master: its epoch, and its error if it failed.
-    pub(crate) done: Option<(u64, Option<String>)>,
-    /// How the latest runs ended, as the master announced them (at most [`RECENT_ENDS`]): a
-    /// node may learn of the end of a later run before it looks at the end of its own.
+    /// How the latest runs ended, as the master announced them, oldest first (at most
+    /// [`RECENT_ENDS`]): their epochs, and their errors if they failed. A node may learn of the
+    /// end of a later run before it looks at the end of its own.
     pub(crate) ended: std::collections::VecDeque<(u64, Option<String>)>,
     /// Nodes that confirmed the end of the current run (on the master).
     pub(crate) acks: HashSet<u32>,
@@ -43,6 +42,13 @@ pub(crate) struct RunState {
     pub(crate) welcome: Option<(u64, bool)>,
     /// When this node's part in the current run began.
     pub(crate) started: Option<Instant>,
+}
+
+impl RunState {
+    /// The epoch of the latest run whose end the master announced.
+    fn latest_end(&self) -> Option<u64> {
+        self.ended.back().map(|(epoch, _)| *epoch)
+    }
 }
 
 impl Node {
@@ -185,7 +191,7 @@ impl Node {
             loop {
                 // The master's word on the end comes first: a failure seen here after the
                 // run ended (the master leaving once it is over) does not fail it.
-                if st.done.as_ref().is_some_and(|(e, _)| *e >= epoch) {
+                if st.latest_end().is_some_and(|e| e >= epoch) {
                     let own = st.ended.iter().find(|(e, _)| *e == epoch);
                     break match own.map(|(_, failure)| failure) {
                         Some(None) => Ok(()),
@@ -219,7 +225,7 @@ impl Node {
     pub(crate) fn fail_run(&self, epoch: Option<u64>, error: Error) {
         let root = {
             let mut st = self.run.lock();
-            let over = st.done.as_ref().is_some_and(|(e, _)| *e >= st.epoch);
+            let over = st.latest_end().is_some_and(|e| e >= st.epoch);
             if !st.active || over || epoch.is_some_and(|e| e != st.epoch) || st.failure.is_some() {
                 return;
             }
@@ -241,8 +247,7 @@ impl Node {
     pub(crate) fn on_done(&self, master: u32, epoch: u64, failure: Option<String>) {
         {
             let mut st = self.run.lock();
-            if st.done.as_ref().map_or(true, |(e, _)| *e < epoch) {
-                st.done = Some((epoch, failure.clone()));
+            if st.latest_end().map_or(true, |e| e < epoch) {
                 if st.ended.len() == RECENT_ENDS {
                     st.ended.pop_front();
                 }

@@ -50,17 +50,10 @@ where
     T: Send + 'static,
     F: Fn(&mut Bsp) -> bsp::Result<T> + Send + Sync + 'static,
 {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let r = match net {
-            Net::Local => bsp::run_local_with(p, opts, f),
-            Net::Tcp => run_pool(ipl::Driver::Tcp, p, opts, f),
-            Net::Shm => run_pool(ipl::Driver::Shm, p, opts, f),
-        };
-        let _ = tx.send(r);
-    });
-    rx.recv_timeout(LIMIT)
-        .unwrap_or_else(|_| panic!("{p} processes over {net:?} did not finish within {LIMIT:?}"))
+    within_limit(net, p, move || match pool_driver(net) {
+        None => bsp::run_local_with(p, opts, f),
+        Some(driver) => run_pool(driver, p, opts, f),
+    })
 }
 
 /// Like [`try_run`] over a pool (`Net::Tcp` or `Net::Shm`), with what each process returned,
@@ -70,14 +63,29 @@ where
     T: Send + 'static,
     F: Fn(&mut Bsp) -> bsp::Result<T> + Send + Sync + 'static,
 {
-    let driver = match net {
-        Net::Tcp => ipl::Driver::Tcp,
-        Net::Shm => ipl::Driver::Shm,
-        Net::Local => panic!("try_run_each runs pools; the local form reports one result"),
-    };
+    let driver = pool_driver(net)
+        .unwrap_or_else(|| panic!("try_run_each runs pools; the local form reports one result"));
+    within_limit(net, p, move || run_pool_each(driver, p, opts, f))
+}
+
+/// The ipl driver of a pool over `net`; none for the local form.
+fn pool_driver(net: Net) -> Option<ipl::Driver> {
+    match net {
+        Net::Local => None,
+        Net::Tcp => Some(ipl::Driver::Tcp),
+        Net::Shm => Some(ipl::Driver::Shm),
+    }
+}
+
+/// What `run` returns, on a thread of its own; panics if it takes longer than [`LIMIT`].
+fn within_limit<R: Send + 'static>(
+    net: Net,
+    p: usize,
+    run: impl FnOnce() -> R + Send + 'static,
+) -> R {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let _ = tx.send(run_pool_each(driver, p, opts, f));
+        let _ = tx.send(run());
     });
     rx.recv_timeout(LIMIT)
         .unwrap_or_else(|_| panic!("{p} processes over {net:?} did not finish within {LIMIT:?}"))

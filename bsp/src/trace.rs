@@ -5,9 +5,10 @@
 //! compute, send and wait slices.
 //!
 //! One event per superstep, timed with the clock the process reads anyway, rather than a span
-//! per phase: each event costs the traced process a few microseconds (built, queued, written
-//! by the trace's thread), and a superstep of a fine-grained program lasts a few hundred, so
-//! four spans (eight events) per superstep would slow it by more than the 5% a trace may cost.
+//! per phase: each event costs the traced process its rendering (about a microsecond for this
+//! one's twelve fields), and a superstep of a fine-grained program such as SOR at its quick
+//! size lasts about fifty, so four spans (eight events) per superstep would cost more than the
+//! 5% a trace may.
 //!
 //! Collectives do not end supersteps; the event counts those called in the compute phase and
 //! the time they spent sending and receiving, so that a chart can tell computation from

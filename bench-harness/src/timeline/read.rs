@@ -233,6 +233,8 @@ pub fn parse(path: &Path, doc: &Value) -> Result<ProcessTrace> {
     };
     // Open spans per thread, innermost last: (index in `out.spans`).
     let mut open: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+    // When the join that names the process happened.
+    let mut first_join = f64::INFINITY;
     // The end of the last superstep of the whole machine per thread.
     let mut last_step: BTreeMap<u64, f64> = BTreeMap::new();
     for (i, ev) in events.iter().enumerate() {
@@ -307,9 +309,11 @@ pub fn parse(path: &Path, doc: &Value) -> Result<ProcessTrace> {
                         out.host = arg_str(&args, "host").unwrap_or("?").to_string();
                         out.os_pid = arg(&args, "os_pid").unwrap_or(0.0) as u64;
                     }
-                    // The first join names the process (nodes of one process as threads
-                    // join more than once).
-                    "ipl.join" if out.rank.is_none() => {
+                    // The earliest join names the process (nodes of one process as threads
+                    // join more than once, and threads' events come in batches, not in time
+                    // order).
+                    "ipl.join" if out.rank.is_none() || ts < first_join => {
+                        first_join = ts;
                         let rank = arg(&args, "rank")
                             .filter(|r| *r >= 0.0 && *r <= f64::from(u32::MAX))
                             .ok_or_else(|| at("ipl.join without a rank".into()))?;

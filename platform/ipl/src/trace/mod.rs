@@ -9,8 +9,9 @@
 //! platform does, and takes `--trace DIR` as well as `IPL_TRACE`); a program that installs no
 //! subscriber of its own gets one at [`Ibis::join`](crate::Ibis::join) when `IPL_TRACE` is set.
 //! The events are ordinary `tracing` spans and events with the targets [`IPL`], [`BSP`] and
-//! [`SATIN`]; the file is written by the `tracing-chrome` layer on a thread of its own, so that
-//! a traced thread pays for building an event and queueing it, not for writing it.
+//! [`SATIN`]. Each thread renders its events into a buffer of its own and writes them to the
+//! file in batches of 32 KiB, so that a traced thread pays for rendering an event and nothing
+//! else most of the time: no queue, no allocation, no writer thread to wake (see `chrome.rs`).
 //!
 //! Tracing is compiled in by ipl's `trace` feature, on by default (satin and bsp forward it as
 //! their own `trace` feature). Compiled in but not asked for, it costs a load of a flag where
@@ -63,6 +64,9 @@
 //! }
 //! ```
 
+#[cfg(feature = "trace")]
+mod chrome;
+
 use crate::error::{Error, Result};
 #[cfg(feature = "trace")]
 use parking_lot::Mutex;
@@ -98,7 +102,7 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 static MESSAGE_MIN: AtomicU64 = AtomicU64::new(u64::MAX);
 /// The writer of this process's trace, until the trace is finished.
 #[cfg(feature = "trace")]
-static WRITER: Mutex<Option<tracing_chrome::FlushGuard>> = Mutex::new(None);
+static WRITER: Mutex<Option<chrome::Finish>> = Mutex::new(None);
 
 /// Whether this process writes a trace: layers above ask before they do work that only a trace
 /// needs (a sampling thread, clock readings).
@@ -181,11 +185,9 @@ where
     ));
     let file = std::fs::File::create(&path)
         .map_err(|e| Error::io(format!("creating the trace file {}", path.display()), e))?;
-    let (chrome, writer) = tracing_chrome::ChromeLayerBuilder::new()
-        .writer(file)
-        .include_args(true)
-        .include_locations(false)
-        .build();
+    let process = format!("{}-{}", host_name(), std::process::id());
+    let (chrome, writer) = chrome::ChromeLayer::new(file, &process)
+        .map_err(|e| Error::io(format!("writing the trace file {}", path.display()), e))?;
     let chrome =
         chrome.with_filter(Targets::new().with_target(TARGET_PREFIX, tracing::Level::TRACE));
     tracing_subscriber::registry()

@@ -143,12 +143,12 @@ impl ChromeLayer {
 
     /// Renders one event with `render` into this thread's buffer (its first event also names
     /// the thread), and writes the buffer out once it holds a batch.
-    fn record(&self, render: impl FnOnce(&mut String, u64, f64)) {
+    fn record(&self, render: impl FnOnce(&mut String, u64, u64)) {
         let shared = &self.shared;
         if shared.finished.load(Ordering::Relaxed) {
             return;
         }
-        let ts = shared.start.elapsed().as_nanos() as f64 / 1000.0;
+        let ts = shared.start.elapsed().as_nanos() as u64;
         // A thread being torn down has no buffer any more: its late events are dropped.
         let _ = LOCAL.try_with(|local| {
             let mut local = local.borrow_mut();
@@ -193,12 +193,21 @@ impl ChromeLayer {
     }
 }
 
-/// Writes the start of an event: phase, thread, time, name and category.
-fn event_head(out: &mut String, ph: &str, tid: u64, ts: f64, meta: &tracing::Metadata<'_>) {
-    let _ = write!(
-        out,
-        ",\n{{\"ph\":\"{ph}\",\"pid\":1,\"tid\":{tid},\"ts\":{ts:?},\"name\":"
-    );
+/// Writes the start of an event: phase, thread, time (`ts_ns` nanoseconds since the trace
+/// began, written as microseconds with three decimals), name and category.
+fn event_head(out: &mut String, ph: &str, tid: u64, ts_ns: u64, meta: &tracing::Metadata<'_>) {
+    out.push_str(",\n{\"ph\":\"");
+    out.push_str(ph);
+    out.push_str("\",\"pid\":1,\"tid\":");
+    out.push_str(itoa::Buffer::new().format(tid));
+    out.push_str(",\"ts\":");
+    out.push_str(itoa::Buffer::new().format(ts_ns / 1000));
+    let frac = ts_ns % 1000;
+    out.push('.');
+    out.push(char::from(b'0' + (frac / 100) as u8));
+    out.push(char::from(b'0' + (frac / 10 % 10) as u8));
+    out.push(char::from(b'0' + (frac % 10) as u8));
+    out.push_str(",\"name\":");
     push_json_str(out, meta.name());
     out.push_str(",\"cat\":");
     push_json_str(out, meta.target());
@@ -286,7 +295,39 @@ impl Args<'_> {
     }
 }
 
+impl Args<'_> {
+    /// A value whose text needs no escaping (a number or a boolean).
+    fn plain(&mut self, field: &Field, text: &str) {
+        self.key(field);
+        self.out.push('"');
+        self.out.push_str(text);
+        self.out.push('"');
+    }
+}
+
 impl Visit for Args<'_> {
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.plain(field, itoa::Buffer::new().format(value));
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.plain(field, itoa::Buffer::new().format(value));
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.plain(field, if value { "true" } else { "false" });
+    }
+
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        // The shortest text that reads back as the same number; not-a-number and infinities
+        // as Rust writes them.
+        if value.is_finite() {
+            self.plain(field, ryu::Buffer::new().format_finite(value));
+        } else {
+            self.plain(field, &format!("{value:?}"));
+        }
+    }
+
     fn record_str(&mut self, field: &Field, value: &str) {
         self.key(field);
         push_json_str(self.out, value);
@@ -303,8 +344,17 @@ impl Visit for Args<'_> {
 /// `s` as a JSON string, quotes included.
 fn push_json_str(out: &mut String, s: &str) {
     out.push('"');
-    let _ = Escaped(out).write_str(s);
+    if s.bytes().any(needs_escape) {
+        let _ = Escaped(out).write_str(s);
+    } else {
+        out.push_str(s);
+    }
     out.push('"');
+}
+
+/// Whether a byte must be escaped in a JSON string.
+fn needs_escape(b: u8) -> bool {
+    b == b'"' || b == b'\\' || b < b' '
 }
 
 /// Writes text into a JSON string: quotes, backslashes and control characters escaped.
@@ -313,7 +363,8 @@ struct Escaped<'a>(&'a mut String);
 impl fmt::Write for Escaped<'_> {
     fn write_str(&mut self, s: &str) -> fmt::Result {
         let mut rest = s;
-        while let Some(i) = rest.find(|c: char| c == '"' || c == '\\' || c < ' ') {
+        // The bytes escaped are ASCII, so `i` is always at a character boundary.
+        while let Some(i) = rest.bytes().position(needs_escape) {
             self.0.push_str(&rest[..i]);
             let c = rest.as_bytes()[i];
             match c {

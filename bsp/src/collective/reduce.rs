@@ -50,6 +50,11 @@ pub(crate) trait Reduction {
     /// What each process contributes and ends with.
     type V;
     fn encode(&self, v: &Self::V, out: &mut Vec<u8>) -> Res<()>;
+    /// The encoding of `v` where it is `v`'s own memory (numbers in this machine's byte
+    /// order), so that it is sent from there without a copy; `None` where it must be encoded.
+    fn bytes<'v>(&self, _v: &'v Self::V) -> Option<&'v [u8]> {
+        None
+    }
     fn decode(&self, b: &[u8], swap: bool) -> Res<Self::V>;
     /// Combines a received value with `mine` in pid order: the received one first when it
     /// comes from lower pids.
@@ -95,6 +100,9 @@ impl<T: Number> Reduction for Numbers<T> {
     fn encode(&self, v: &Vec<T>, out: &mut Vec<u8>) -> Res<()> {
         out.extend_from_slice(bytemuck::cast_slice(v));
         Ok(())
+    }
+    fn bytes<'v>(&self, v: &'v Vec<T>) -> Option<&'v [u8]> {
+        Some(bytemuck::cast_slice(v))
     }
     fn decode(&self, b: &[u8], swap: bool) -> Res<Vec<T>> {
         numbers_from(b, swap, Some(self.n))
@@ -289,6 +297,9 @@ impl Bsp {
         v: &R::V,
         buf: &mut Vec<u8>,
     ) -> Result<()> {
+        if let Some(bytes) = red.bytes(v) {
+            return self.send_bytes(call, to, round, bytes, crate::wire::native_flag());
+        }
         buf.clear();
         red.encode(v, buf)
             .map_err(|why| self.encode_error::<R::V>(why))?;

@@ -108,6 +108,10 @@ pub struct Args {
     /// Measure the machine's BSP parameters r, g and l (Bisseling's bspbench) instead.
     #[arg(long)]
     probe: bool,
+    /// Measure only the empty superstep and the 8-byte all_reduce, not the other collectives
+    /// and combining: a short run for comparisons that repeat it many times.
+    #[arg(long, conflicts_with = "probe")]
+    supersteps_only: bool,
     /// h-relations (and DAXPY pairs) timed per h in the probe.
     #[arg(long, default_value_t = 100, value_parser = ranged(1u32, 1_000_000))]
     probe_iters: u32,
@@ -309,7 +313,8 @@ fn compare(args: &Args, dir: &Path, mpi: Option<&Path>) -> Result<serde_json::Va
             ("8-byte all_reduce vs MPI_Allreduce".to_string(), ba, ta, ma),
         ];
         let mut collectives = Vec::new();
-        for bytes in SIZES {
+        let sizes: &[usize] = if args.supersteps_only { &[] } else { &SIZES };
+        for &bytes in sizes {
             for (name, mpi_name) in COLLECTIVES {
                 let pick = |v: &[Timing]| {
                     v.iter()
@@ -362,11 +367,13 @@ fn compare(args: &Args, dir: &Path, mpi: Option<&Path>) -> Result<serde_json::Va
             combining.push((p, c, s));
         }
     }
-    println!(
-        "(sizes are per process: what each receives in scatter and reduce_scatter, \
-         contributes in all_gather, scan, exscan and reduce, sends each other process in \
-         all_to_all)"
-    );
+    if !args.supersteps_only {
+        println!(
+            "(sizes are per process: what each receives in scatter and reduce_scatter, \
+             contributes in all_gather, scan, exscan and reduce, sends each other process in \
+             all_to_all)"
+        );
+    }
     for (p, c, s) in combining {
         println!();
         println!(

@@ -95,6 +95,9 @@ fn latencies(bsp: &mut Bsp, args: &Args) -> Result<Figures, AnyError> {
         x = bsp.all_reduce(x, Op::Sum)? * 0.5;
         Ok(())
     })?;
+    if args.supersteps_only {
+        return Ok(fig);
+    }
     fig.collectives = collectives(bsp, args)?;
     if p == 2 {
         let (c, s) = combining(bsp, args)?;

@@ -15,6 +15,9 @@
 //! then OpenMPI, so both see the same machine load); ratios are against the reference measured
 //! in the same rounds.
 //!
+//! `--supersteps-only` measures the empty superstep and the 8-byte `all_reduce` alone: a run
+//! of a second or so, for comparisons that repeat it many times (`scripts/bench-trace`).
+//!
 //! `--probe` measures the machine's BSP parameters instead, as Bisseling's `bspbench` does:
 //! the computing rate `r`, and `g` and `l` of `T(h) = g h + l` for h-relations of single-word
 //! puts, next to the same h-relations done with `MPI_Alltoallv`.

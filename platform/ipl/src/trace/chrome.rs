@@ -54,16 +54,6 @@ struct Shared {
     start: Instant,
 }
 
-impl Shared {
-    /// Writes `bytes` at the end of the file, unless the trace is finished. A failed write
-    /// drops them: tracing must never fail the program it watches.
-    fn append(&self, bytes: &[u8]) {
-        if let Some(f) = lock(&self.file).as_mut() {
-            let _ = f.write_all(bytes);
-        }
-    }
-}
-
 /// This thread's place in the trace: its track number and its buffer.
 struct Local {
     shared: Arc<Shared>,
@@ -74,9 +64,23 @@ struct Local {
 impl Drop for Local {
     /// A thread that ends takes its buffer out of the trace and writes what it holds.
     fn drop(&mut self) {
-        let text = std::mem::take(&mut lock(&self.buf).text);
-        self.shared.append(text.as_bytes());
+        self.write_out();
         lock(&self.shared.threads).retain(|b| !Arc::ptr_eq(b, &self.buf));
+    }
+}
+
+impl Local {
+    /// Writes this thread's buffer to the file and empties it. Takes the file's lock before
+    /// the buffer's, as finishing the trace does, so that the two never wait for each other
+    /// and a thread's events reach the file in the order it recorded them.
+    fn write_out(&self) {
+        let mut file = lock(&self.shared.file);
+        let mut buf = lock(&self.buf);
+        if let Some(f) = file.as_mut() {
+            // A failed write drops the events: tracing must never fail the program it watches.
+            let _ = f.write_all(buf.text.as_bytes());
+        }
+        buf.text.clear();
     }
 }
 
@@ -151,7 +155,11 @@ impl ChromeLayer {
         let ts = shared.start.elapsed().as_nanos() as u64;
         // A thread being torn down has no buffer any more: its late events are dropped.
         let _ = LOCAL.try_with(|local| {
-            let mut local = local.borrow_mut();
+            // Busy: an event recorded while this thread renders another (a value whose Debug
+            // records one); it is dropped.
+            let Ok(mut local) = local.try_borrow_mut() else {
+                return;
+            };
             if !local
                 .as_ref()
                 .is_some_and(|l| Arc::ptr_eq(&l.shared, shared))
@@ -159,11 +167,13 @@ impl ChromeLayer {
                 *local = Some(self.register());
             }
             let Some(l) = local.as_ref() else { return };
-            let mut buf = lock(&l.buf);
-            render(&mut buf.text, l.tid, ts);
-            if buf.text.len() >= BATCH {
-                shared.append(buf.text.as_bytes());
-                buf.text.clear();
+            let full = {
+                let mut buf = lock(&l.buf);
+                render(&mut buf.text, l.tid, ts);
+                buf.text.len() >= BATCH
+            };
+            if full {
+                l.write_out();
             }
         });
     }
@@ -447,6 +457,32 @@ mod tests {
             named("process_name").next().unwrap()["args"]["name"],
             "host-1"
         );
+    }
+
+    /// A value whose Debug form records an event of its own.
+    struct Chatty;
+
+    impl fmt::Debug for Chatty {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            tracing::trace!(name: "inner", target: "ibis::t", n = 1u64);
+            f.write_str("chatty")
+        }
+    }
+
+    #[test]
+    fn an_event_recorded_while_one_renders_is_dropped_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.trace.json");
+        let (layer, finish) = ChromeLayer::new(File::create(&path).unwrap(), "host-3").unwrap();
+        let subscriber = tracing_subscriber::registry().with(layer);
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::trace!(name: "outer", target: "ibis::t", v = ?Chatty);
+        });
+        drop(finish);
+        let events = read(&path);
+        let outer = events.iter().find(|e| e["name"] == "outer").unwrap();
+        assert_eq!(outer["args"]["v"], "chatty");
+        assert!(!events.iter().any(|e| e["name"] == "inner"));
     }
 
     #[test]

@@ -128,6 +128,22 @@ pub(crate) unsafe fn finish(job: JobRef, state: u8, sched: &Scheduler) {
     }
 }
 
+/// Completes a root that no worker will run, because the runtime has shut down: drops its
+/// task and delivers [`Error::ShutDown`].
+///
+/// # Safety
+/// `job` must be a root made by [`submit`] that never ran, taken off the injector by the
+/// calling thread, and used by nothing else afterwards.
+pub(crate) unsafe fn fail_unrun(job: JobRef, sched: &Scheduler) {
+    debug_assert!(job.parent().is_none(), "only roots are failed unrun");
+    // SAFETY: it never ran, so its slot holds the task. A panic in the task's `Drop` leaves
+    // the run failing with `ShutDown` all the same.
+    let _ = unsafe { crate::worker::discard_task(job) };
+    job.root_state().fail(sched, Error::ShutDown);
+    // SAFETY: as the caller vouches; its slot is empty now.
+    unsafe { finish(job, crate::job::ABORTED, sched) };
+}
+
 /// A one-shot slot a thread can wait on.
 pub(crate) struct Latch<T> {
     value: Mutex<Option<T>>,

@@ -2,12 +2,12 @@
 //! the sleep bookkeeping, the signal words (publish requests and abort generations) and the
 //! counters.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::{self, JoinHandle, Thread};
 use std::time::Duration;
 
-use crossbeam_deque::{Injector, Stealer, Worker as Public};
+use crossbeam_deque::{Injector, Steal, Stealer, Worker as Public};
 use crossbeam_utils::CachePadded;
 use parking_lot::RwLock;
 
@@ -99,6 +99,9 @@ pub(crate) struct Scheduler {
     pub(crate) sleepers: CachePadded<AtomicUsize>,
     pub(crate) active_roots: AtomicUsize,
     pub(crate) shutdown: AtomicBool,
+    /// Set once the workers are gone: a root submitted from then on (through a
+    /// [`Remote`](crate::remote::Remote) that outlived its runtime) fails at once.
+    stopped: AtomicBool,
     pub(crate) shared_counters: SharedCounters,
     pub(crate) next_remote_id: AtomicU64,
     /// Round-robin start for the remote hook's search of a job to give away.
@@ -144,6 +147,7 @@ impl Scheduler {
             sleepers: CachePadded::new(AtomicUsize::new(0)),
             active_roots: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
             shared_counters: SharedCounters::default(),
             next_remote_id: AtomicU64::new(1),
             remote_cursor: AtomicUsize::new(0),
@@ -194,7 +198,24 @@ impl Scheduler {
         for h in handles {
             let _ = h.join();
         }
+        self.stopped.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        self.fail_stranded();
         tracing::debug!("satin runtime stopped");
+    }
+
+    /// Fails the roots left in the injector once no worker will take them.
+    fn fail_stranded(&self) {
+        loop {
+            match self.injector.steal() {
+                // SAFETY: taken off the injector by this thread, and never run: no worker is
+                // left to have run it. Only roots remain there once the workers are gone: a
+                // child goes there only while its parent's frame, and so its worker, waits.
+                Steal::Success(job) => unsafe { crate::root::fail_unrun(job, self) },
+                Steal::Empty => break,
+                Steal::Retry => std::hint::spin_loop(),
+            }
+        }
     }
 
     pub(crate) fn num_workers(&self) -> usize {
@@ -312,6 +333,14 @@ impl Scheduler {
     /// Queues a job for any worker and wakes one.
     pub(crate) fn inject(&self, job: JobRef) {
         self.injector.push(job);
+        // A root that comes after the workers left would wait forever. `stop` sets its flag
+        // and then empties the injector; with a fence on both sides, either it finds this job
+        // or this thread finds the flag (and empties the injector itself).
+        fence(Ordering::SeqCst);
+        if self.stopped.load(Ordering::SeqCst) {
+            self.fail_stranded();
+            return;
+        }
         self.wake_one();
     }
 }

@@ -201,15 +201,31 @@ fn serialized_work_runs_as_a_new_root() {
         let rt = Runtime::local().threads(2);
         let remote = rt.remote().unwrap();
         let task = postcard::to_allocvec(&Fib(20)).unwrap();
-        // Local work and received work share the workers.
-        let local = thread::spawn(move || rt.run(Fib(21)).unwrap());
-        let out = remote.run_serialized("tests/fib", &task).unwrap();
-        (
-            postcard::from_bytes::<u64>(&out).unwrap(),
-            local.join().unwrap(),
-        )
+        // Local work and received work share the workers; the runtime lives until both ended
+        // (a run submitted after it is gone fails: see the next test).
+        thread::scope(|s| {
+            let local = s.spawn(|| rt.run(Fib(21)).unwrap());
+            let out = remote.run_serialized("tests/fib", &task).unwrap();
+            (
+                postcard::from_bytes::<u64>(&out).unwrap(),
+                local.join().unwrap(),
+            )
+        })
     });
     assert_eq!(out, (fib(20), fib(21)));
+}
+
+#[test]
+fn work_submitted_after_the_runtime_is_gone_fails_instead_of_waiting_forever() {
+    let out = bounded("after shutdown", || {
+        let rt = Runtime::local().threads(2);
+        let remote = rt.remote().unwrap();
+        assert_eq!(rt.run(Fib(10)).unwrap(), fib(10));
+        drop(rt);
+        let task = postcard::to_allocvec(&Fib(10)).unwrap();
+        remote.run_serialized("tests/fib", &task)
+    });
+    assert!(matches!(out, Err(Error::ShutDown)), "got {out:?}");
 }
 
 #[test]

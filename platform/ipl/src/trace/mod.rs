@@ -24,8 +24,8 @@
 //! Values of `args` are written as strings (`"42"`, `"true"`); `bench-harness timeline` reads
 //! them back as numbers. Spans are `B`/`E` pairs on the thread that ran them; the others are
 //! instant events (`i`). A superstep is one event with the lengths of its phases, not a span
-//! per phase, because every event costs a few microseconds; the merged trace draws its phases
-//! as slices.
+//! per phase, because every event costs its rendering (about a microsecond for a superstep's);
+//! the merged trace draws its phases as slices.
 //!
 //! | name | kind | args |
 //! |---|---|---|
@@ -178,15 +178,11 @@ where
     };
     std::fs::create_dir_all(dir)
         .map_err(|e| Error::io(format!("creating the trace directory {}", dir.display()), e))?;
-    let path = dir.join(format!(
-        "{}-{}{FILE_SUFFIX}",
-        file_safe(&host_name()),
-        std::process::id()
-    ));
+    let (host, os_pid) = (host_name(), std::process::id());
+    let path = dir.join(format!("{}-{os_pid}{FILE_SUFFIX}", file_safe(&host)));
     let file = std::fs::File::create(&path)
         .map_err(|e| Error::io(format!("creating the trace file {}", path.display()), e))?;
-    let process = format!("{}-{}", host_name(), std::process::id());
-    let (chrome, writer) = chrome::ChromeLayer::new(file, &process)
+    let (chrome, writer) = chrome::ChromeLayer::new(file, &format!("{host}-{os_pid}"))
         .map_err(|e| Error::io(format!("writing the trace file {}", path.display()), e))?;
     let chrome =
         chrome.with_filter(Targets::new().with_target(TARGET_PREFIX, tracing::Level::TRACE));
@@ -202,8 +198,8 @@ where
     tracing::trace!(
         name: "trace.start", target: IPL,
         unix_us = unix_us(),
-        host = %host_name(),
-        os_pid = std::process::id(),
+        host = %host,
+        os_pid,
     );
     Ok(TraceGuard { path: Some(path) })
 }
@@ -244,7 +240,8 @@ pub(crate) fn init_for_join() -> Result<()> {
     Ok(())
 }
 
-/// Finishes the trace: writes its end and waits for the writer. Later events are dropped.
+/// Finishes the trace: writes every thread's buffered events and the end of the file. Later
+/// events are dropped.
 fn finish() {
     #[cfg(feature = "trace")]
     {

@@ -399,19 +399,22 @@ mod tests {
     use super::*;
     use tracing_subscriber::layer::SubscriberExt;
 
-    fn read(path: &std::path::Path) -> Vec<serde_json::Value> {
-        let text = std::fs::read_to_string(path).unwrap();
+    /// Runs `f` with a layer writing the trace of process `process` as the default
+    /// subscriber (`f` may finish the trace itself), finishes it, and returns its events.
+    fn traced(process: &str, f: impl FnOnce(Finish)) -> Vec<serde_json::Value> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.trace.json");
+        let (layer, finish) = ChromeLayer::new(File::create(&path).unwrap(), process).unwrap();
+        let subscriber = tracing_subscriber::registry().with(layer);
+        tracing::subscriber::with_default(subscriber, || f(finish));
+        let text = std::fs::read_to_string(&path).unwrap();
         serde_json::from_str::<Vec<serde_json::Value>>(&text)
             .unwrap_or_else(|e| panic!("not a JSON array ({e}):\n{text}"))
     }
 
     #[test]
     fn events_spans_and_threads_make_one_valid_array() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("t.trace.json");
-        let (layer, finish) = ChromeLayer::new(File::create(&path).unwrap(), "host-1").unwrap();
-        let subscriber = tracing_subscriber::registry().with(layer);
-        tracing::subscriber::with_default(subscriber, || {
+        let events = traced("host-1", |_finish| {
             tracing::trace!(name: "a.event", target: "ibis::t", n = 42u64, x = 1.5f64,
                             word = %"say \"hi\"\n", flag = true);
             {
@@ -431,8 +434,6 @@ mod tests {
                 .join()
                 .unwrap();
         });
-        drop(finish);
-        let events = read(&path);
         let named = |n: &'static str| events.iter().filter(move |e| e["name"] == n);
         let ev = named("a.event").next().expect("the event");
         assert_eq!(ev["ph"], "i");
@@ -471,15 +472,9 @@ mod tests {
 
     #[test]
     fn an_event_recorded_while_one_renders_is_dropped_not_a_panic() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("t.trace.json");
-        let (layer, finish) = ChromeLayer::new(File::create(&path).unwrap(), "host-3").unwrap();
-        let subscriber = tracing_subscriber::registry().with(layer);
-        tracing::subscriber::with_default(subscriber, || {
+        let events = traced("host-3", |_finish| {
             tracing::trace!(name: "outer", target: "ibis::t", v = ?Chatty);
         });
-        drop(finish);
-        let events = read(&path);
         let outer = events.iter().find(|e| e["name"] == "outer").unwrap();
         assert_eq!(outer["args"]["v"], "chatty");
         assert!(!events.iter().any(|e| e["name"] == "inner"));
@@ -487,16 +482,11 @@ mod tests {
 
     #[test]
     fn events_after_the_finish_are_dropped_and_the_file_stays_valid() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("t.trace.json");
-        let (layer, finish) = ChromeLayer::new(File::create(&path).unwrap(), "host-2").unwrap();
-        let subscriber = tracing_subscriber::registry().with(layer);
-        tracing::subscriber::with_default(subscriber, || {
+        let events = traced("host-2", |finish| {
             tracing::trace!(name: "before", target: "ibis::t", n = 1u64);
             drop(finish);
             tracing::trace!(name: "after", target: "ibis::t", n = 2u64);
         });
-        let events = read(&path);
         assert!(events.iter().any(|e| e["name"] == "before"));
         assert!(!events.iter().any(|e| e["name"] == "after"));
     }

@@ -49,12 +49,10 @@ fn number_sig<T: Number>(op: &Op<T>, n: usize) -> u64 {
 pub(crate) trait Reduction {
     /// What each process contributes and ends with.
     type V;
-    fn encode(&self, v: &Self::V, out: &mut Vec<u8>) -> Res<()>;
-    /// The encoding of `v` where it is `v`'s own memory (numbers in this machine's byte
-    /// order), so that it is sent from there without a copy; `None` where it must be encoded.
-    fn bytes<'v>(&self, _v: &'v Self::V) -> Option<&'v [u8]> {
-        None
-    }
+    /// The bytes that carry `v`: its own memory where that is its encoding (numbers in this
+    /// machine's byte order, sent from there without a copy), else its encoding written into
+    /// `buf`.
+    fn wire<'a>(&self, v: &'a Self::V, buf: &'a mut Vec<u8>) -> Res<&'a [u8]>;
     fn decode(&self, b: &[u8], swap: bool) -> Res<Self::V>;
     /// Combines a received value with `mine` in pid order: the received one first when it
     /// comes from lower pids.
@@ -97,12 +95,8 @@ pub(crate) struct Numbers<T> {
 
 impl<T: Number> Reduction for Numbers<T> {
     type V = Vec<T>;
-    fn encode(&self, v: &Vec<T>, out: &mut Vec<u8>) -> Res<()> {
-        out.extend_from_slice(bytemuck::cast_slice(v));
-        Ok(())
-    }
-    fn bytes<'v>(&self, v: &'v Vec<T>) -> Option<&'v [u8]> {
-        Some(bytemuck::cast_slice(v))
+    fn wire<'a>(&self, v: &'a Vec<T>, _buf: &'a mut Vec<u8>) -> Res<&'a [u8]> {
+        Ok(bytemuck::cast_slice(v))
     }
     fn decode(&self, b: &[u8], swap: bool) -> Res<Vec<T>> {
         numbers_from(b, swap, Some(self.n))
@@ -124,9 +118,8 @@ struct One<T>(Op<T>);
 
 impl<T: Number> Reduction for One<T> {
     type V = T;
-    fn encode(&self, v: &T, out: &mut Vec<u8>) -> Res<()> {
-        out.extend_from_slice(bytemuck::bytes_of(v));
-        Ok(())
+    fn wire<'a>(&self, v: &'a T, _buf: &'a mut Vec<u8>) -> Res<&'a [u8]> {
+        Ok(bytemuck::bytes_of(v))
     }
     fn decode(&self, b: &[u8], swap: bool) -> Res<T> {
         Ok(numbers_from::<T>(b, swap, Some(1))?[0])
@@ -159,8 +152,10 @@ where
     F: Fn(T, T) -> T,
 {
     type V = T;
-    fn encode(&self, v: &T, out: &mut Vec<u8>) -> Res<()> {
-        crate::codec::encode_into(v, out).map_err(|e| e.0)
+    fn wire<'a>(&self, v: &'a T, buf: &'a mut Vec<u8>) -> Res<&'a [u8]> {
+        buf.clear();
+        crate::codec::encode_into(v, buf).map_err(|e| e.0)?;
+        Ok(buf)
     }
     fn decode(&self, b: &[u8], swap: bool) -> Res<T> {
         crate::codec::decode::<T>(b, swap).map_err(|e| e.0)
@@ -297,13 +292,10 @@ impl Bsp {
         v: &R::V,
         buf: &mut Vec<u8>,
     ) -> Result<()> {
-        if let Some(bytes) = red.bytes(v) {
-            return self.send_bytes(call, to, round, bytes, crate::wire::native_flag());
-        }
-        buf.clear();
-        red.encode(v, buf)
+        let bytes = red
+            .wire(v, buf)
             .map_err(|why| self.encode_error::<R::V>(why))?;
-        self.send_bytes(call, to, round, buf, crate::wire::native_flag())
+        self.send_bytes(call, to, round, bytes, crate::wire::native_flag())
     }
 
     /// Receives round `round` of `call` from `from` and combines it with `mine`.

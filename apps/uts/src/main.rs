@@ -67,6 +67,11 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = SplitPolicy::default().chunk,
           value_parser = clap::value_parser!(u32).range(1..))]
     chunk: u32,
+
+    /// Write a trace of each process (steals, idle periods, spawn and sync counts) to a file of
+    /// its own in DIR, as IPL_TRACE=DIR does; `bench-harness timeline DIR` merges and draws them.
+    #[arg(long, value_name = "DIR")]
+    trace: Option<std::path::PathBuf>,
 }
 
 /// The ids of the tree flags, which `--sample` replaces.
@@ -425,14 +430,15 @@ fn tree_params(args: &Args) -> Result<TreeParams, clap::Error> {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
     let args = Args::parse();
+    // Logs as RUST_LOG says; the trace, if asked for, is complete when this guard drops.
+    let _trace = match ipl::trace::init("warn", args.trace.as_deref()) {
+        Ok(guard) => guard,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let params = match tree_params(&args) {
         Ok(p) => p,
         Err(e) => e.exit(),

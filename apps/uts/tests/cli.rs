@@ -205,3 +205,43 @@ fn a_tree_that_never_ends_stops_at_the_node_limit_with_status_2() {
     );
     assert!(!out.contains("{\"app\""), "{out}");
 }
+
+#[test]
+fn a_traced_run_writes_its_steals_and_idle_periods() {
+    let d = Instant::now() + LIMIT;
+    let dir = std::env::temp_dir().join(format!("uts-trace-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let run = result_line(
+        uts()
+            .args(["--sample", "T1", "--threads", "2", "--trace"])
+            .arg(&dir),
+        d,
+    );
+    assert_eq!(counts(&run), T1);
+    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "one trace file for one process: {files:?}");
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    let events: serde_json::Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{} is not JSON ({e})", files[0].display()));
+    let names: Vec<&str> = events
+        .as_array()
+        .expect("an array of events")
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    for want in ["satin.start", "satin.counts"] {
+        assert!(names.contains(&want), "no {want} in {names:?}");
+    }
+    // A run on two workers of four million nodes hands out work: the idle worker steals.
+    assert!(names.contains(&"satin.steal"), "no steal in {names:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    // A trace that cannot be written is refused before the run, with status 2.
+    let (status, out, err) = output(uts().args(["--trace", "/proc/version/not-a-directory"]), d);
+    assert_eq!(status.code(), Some(2), "{status}\n{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("trace directory"), "{err}");
+}

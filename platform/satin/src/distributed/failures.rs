@@ -114,6 +114,9 @@ impl Node {
         self.forget_orphans_of(rank);
         if active {
             self.recover_from(rank, self.epoch.load(Ordering::Acquire));
+        } else {
+            // It may have been the last one whose confirmation of the end was missing.
+            self.announce_if_all_confirmed();
         }
     }
 

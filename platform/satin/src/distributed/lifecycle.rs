@@ -16,6 +16,10 @@ use crate::{Error, Task};
 
 /// How long the master waits for the other nodes to confirm the end of a run.
 const ACK_PATIENCE: Duration = Duration::from_secs(10);
+/// How long a node waits before closing its mesh for the others to see the end of the last
+/// run: a little longer than the master waits for their confirmations, after which it tells
+/// them not to wait any longer.
+const CLOSE_PATIENCE: Duration = Duration::from_secs(12);
 /// How long a leaving node waits for the jobs it runs for others to finish before it leaves
 /// anyway (their owners then run them again), unless `SATIN_LEAVE_PATIENCE` says otherwise.
 const LEAVE_PATIENCE: Duration = Duration::from_secs(60);
@@ -42,6 +46,13 @@ pub(crate) struct RunState {
     pub(crate) welcome: Option<(u64, bool)>,
     /// When this node's part in the current run began.
     pub(crate) started: Option<Instant>,
+    /// Messages about the end of a run that are being sent (confirmations, and on the master
+    /// `ALL_DONE`): the mesh must stay open until they are out (see
+    /// [`Node::wait_before_closing`]).
+    pub(crate) ending_messages: u32,
+    /// The latest run that every node confirmed the end of, as the master announced it
+    /// (`ALL_DONE`); on the master, the latest it announced.
+    pub(crate) all_done: u64,
 }
 
 impl RunState {
@@ -183,6 +194,10 @@ impl Node {
             }
             self.changed.wait_for(&mut st, WAIT_SLICE);
         }
+        // Also when some never confirmed: the others need not wait for them any longer.
+        let epoch = st.epoch;
+        drop(st);
+        self.announce_all_done(epoch);
     }
 
     fn run_other(&self, epoch: u64) -> Result<(), Error> {
@@ -244,6 +259,10 @@ impl Node {
     ///
     /// The end is recorded before it is confirmed: once confirmed, the master may leave, and
     /// its departure must not fail a run that is already over here.
+    ///
+    /// Recording the end lets this node's `run` return, and its program may then drop the
+    /// runtime at once; the confirmation still to be sent keeps the mesh open until it is out
+    /// (counted in [`RunState::ending_messages`]), or the master would wait for it in vain.
     pub(crate) fn on_done(&self, master: u32, epoch: u64, failure: Option<String>) {
         {
             let mut st = self.run.lock();
@@ -253,6 +272,7 @@ impl Node {
                 }
                 st.ended.push_back((epoch, failure));
             }
+            st.ending_messages += 1;
         }
         self.changed.notify_all();
         let _ = self.send(
@@ -261,14 +281,98 @@ impl Node {
             "confirming the end of the run",
             |l| proto::done_ack(l, epoch),
         );
+        self.run.lock().ending_messages -= 1;
+        self.changed.notify_all();
+    }
+
+    /// Waits before this node's mesh closes, so that no node still in the run finds it gone:
+    /// until every message about the end of a run has been sent from here and, off the master,
+    /// until the master announced that every node has seen the end of the last run
+    /// (`ALL_DONE`), or has gone. Nodes learn of the end at different times (a wide-area link
+    /// delays the news by its latency); one that closed at once would leave the others, still
+    /// asking it for work, with broken connections that look like its death, or with a
+    /// connection attempt that waits out the connect timeout for a port that will not come
+    /// back. At most `CLOSE_PATIENCE`.
+    ///
+    /// A node that leaves the pool waits only for its own messages (`for_others` false): it
+    /// told every member that it leaves, and the runs go on without it.
+    pub(crate) fn wait_before_closing(&self, for_others: bool) {
+        let deadline = Instant::now() + CLOSE_PATIENCE;
+        let master = self.master.rank();
+        let mut st = self.run.lock();
+        loop {
+            let others_running = for_others
+                && !self.is_master()
+                && st.latest_end().is_some_and(|e| e > st.all_done)
+                && self.members.read().live.contains_key(&master);
+            if (st.ending_messages == 0 && !others_running) || Instant::now() >= deadline {
+                break;
+            }
+            self.changed.wait_for(&mut st, WAIT_SLICE);
+        }
     }
 
     pub(crate) fn on_done_ack(&self, from: u32, epoch: u64) {
-        let mut st = self.run.lock();
-        if st.epoch == epoch {
+        {
+            let mut st = self.run.lock();
+            if st.epoch != epoch {
+                return;
+            }
             st.acks.insert(from);
             self.changed.notify_all();
         }
+        self.announce_if_all_confirmed();
+    }
+
+    /// On the master, between runs: announces `ALL_DONE` once every member still there has
+    /// confirmed the end of the last run (after a confirmation, or a member's departure).
+    pub(crate) fn announce_if_all_confirmed(&self) {
+        if !self.is_master() {
+            return;
+        }
+        let epoch = {
+            let st = self.run.lock();
+            let everyone = self
+                .members
+                .read()
+                .others
+                .iter()
+                .all(|r| st.acks.contains(r));
+            if !everyone || st.active || st.epoch == 0 || st.all_done >= st.epoch {
+                return;
+            }
+            st.epoch
+        };
+        self.announce_all_done(epoch);
+    }
+
+    /// On the master: tells every node that all have seen the end of run `epoch`, once.
+    fn announce_all_done(&self, epoch: u64) {
+        {
+            let mut st = self.run.lock();
+            if st.all_done >= epoch {
+                return;
+            }
+            st.all_done = epoch;
+            st.ending_messages += 1;
+        }
+        self.broadcast(
+            Lane::Control,
+            "announcing that every node saw the end",
+            |l| proto::all_done(l, epoch),
+        );
+        self.run.lock().ending_messages -= 1;
+        self.changed.notify_all();
+    }
+
+    /// The master announced that every node has seen the end of run `epoch`.
+    pub(crate) fn on_all_done(&self, from: u32, epoch: u64) {
+        if from != self.master.rank() {
+            return;
+        }
+        let mut st = self.run.lock();
+        st.all_done = st.all_done.max(epoch);
+        self.changed.notify_all();
     }
 
     // ---------------------------------------------------------------- joining
@@ -373,6 +477,7 @@ impl Node {
             return;
         }
         self.remote.clear_idle_hook();
+        self.wait_before_closing(false);
         self.close_mesh();
         if let Err(e) = self.ibis.clone().end() {
             tracing::warn!(node = %self.me, "leaving the pool: {e}");

@@ -47,6 +47,7 @@ impl Node {
             Msg::OrphanResult { job, output } => self.on_orphan_result(from, epoch, job, output),
             Msg::Returned { job } => self.on_returned(from, job),
             Msg::Leaving => self.on_leaving(from),
+            Msg::AllDone => self.on_all_done(from, epoch),
         }
     }
 

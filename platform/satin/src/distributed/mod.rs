@@ -90,6 +90,7 @@ impl Drop for Net {
         if let Some(w) = self.watcher.take() {
             let _ = w.join();
         }
+        self.node.wait_before_closing(true);
         // Stops the upcall threads.
         self.node.close_mesh();
     }

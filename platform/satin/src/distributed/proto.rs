@@ -22,6 +22,7 @@
 //! | `ORPHAN_RESULT` | any to all         | type name bytes, task bytes, output bytes            |
 //! | `RETURNED`      | leaver to owner    | job id                                               |
 //! | `LEAVING`       | leaver to all      | (nothing)                                            |
+//! | `ALL_DONE`      | master to all      | (nothing): every node confirmed the end of the run   |
 
 use ipl::{Link, ReadMessage};
 
@@ -45,6 +46,7 @@ const ORPHANS: u8 = 10;
 const ORPHAN_RESULT: u8 = 11;
 const RETURNED: u8 = 12;
 const LEAVING: u8 = 13;
+const ALL_DONE: u8 = 14;
 
 /// A job travelling from victim to thief.
 pub(crate) struct Shipped {
@@ -105,6 +107,7 @@ pub(crate) enum Msg {
         job: u64,
     },
     Leaving,
+    AllDone,
 }
 
 fn text(m: &mut ReadMessage) -> ipl::Result<String> {
@@ -181,6 +184,7 @@ pub(crate) fn decode(m: &mut ReadMessage) -> ipl::Result<(u64, Msg)> {
         },
         RETURNED => Msg::Returned { job: m.read_u64()? },
         LEAVING => Msg::Leaving,
+        ALL_DONE => Msg::AllDone,
         other => {
             return Err(ipl::Error::Decode {
                 origin: m.origin().to_string(),
@@ -278,6 +282,10 @@ pub(crate) fn done(l: &Link, epoch: u64, failure: Option<&str>) -> ipl::Result<u
 
 pub(crate) fn done_ack(l: &Link, epoch: u64) -> ipl::Result<u64> {
     bare(l, DONE_ACK, epoch)
+}
+
+pub(crate) fn all_done(l: &Link, epoch: u64) -> ipl::Result<u64> {
+    bare(l, ALL_DONE, epoch)
 }
 
 pub(crate) fn failed(l: &Link, epoch: u64, reason: &str) -> ipl::Result<u64> {

@@ -8,7 +8,7 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::tasks::{queens, Fib, RandomTree};
+use common::tasks::{queens, Fib, Nop, RandomTree, Sleepy};
 use common::{fib, on_nodes, on_nodes_until, Layout, LIMIT};
 use ipl::Driver;
 use satin::{Context, Error, Runtime, Stats, Steal, Task};
@@ -34,6 +34,10 @@ fn series(ibis: ipl::Ibis, threads: usize, policy: Steal) -> NodeReport {
     for seed in TREE_SEEDS {
         outputs.push(rt.run(RandomTree { seed, depth: 8 }).expect("tree"));
     }
+    report(&rt, outputs)
+}
+
+fn report(rt: &satin::PoolRuntime, outputs: Vec<Option<u64>>) -> NodeReport {
     NodeReport {
         outputs,
         stats: rt.stats(),
@@ -157,11 +161,23 @@ fn cluster_aware_stealing_crosses_a_wide_area_link() {
         wan_latency: Duration::from_millis(5),
         ..Layout::new(Driver::Wan, 4, 2)
     };
+    let reports = on_nodes_until(layout, deadline, |ibis| {
+        series(ibis, 1, Steal::ClusterAware)
+    });
+    check(layout, Steal::ClusterAware, &reports);
+    // Work that lasts as long in every build, and long against the link's latency: 32
+    // leaves of 20 ms, which the master's location alone would take 320 ms for.
+    let naps = Sleepy { depth: 5, ms: 20 };
     loop {
-        let reports = on_nodes_until(layout, deadline, |ibis| {
-            series(ibis, 1, Steal::ClusterAware)
+        let reports = on_nodes_until(layout, deadline, move |ibis| {
+            let rt = Runtime::in_pool(ibis).steal(Steal::ClusterAware);
+            let leaves = rt.run(naps).expect("sleepy");
+            report(&rt, vec![leaves])
         });
-        check(layout, Steal::ClusterAware, &reports);
+        for r in &reports {
+            let want = (r.me == r.master).then_some(1u64 << naps.depth);
+            assert_eq!(r.outputs, vec![want], "on {}", r.me);
+        }
         let crossed: u64 = reports.iter().map(|r| r.stats.wide_steals).sum();
         let asked: u64 = reports.iter().map(|r| r.stats.wide_steal_attempts).sum();
         assert!(crossed <= asked);
@@ -177,7 +193,7 @@ fn cluster_aware_stealing_crosses_a_wide_area_link() {
         }
         assert!(
             Instant::now() < deadline,
-            "no job crossed the wide-area link in any series ({asked} requests in the last)"
+            "no job crossed the wide-area link in any run ({asked} requests in the last)"
         );
     }
 }
@@ -197,15 +213,6 @@ impl Task for Boom {
     }
 }
 satin::register!(Boom);
-
-#[derive(Serialize, Deserialize)]
-struct Nop;
-
-impl Task for Nop {
-    type Output = ();
-    fn run(self, _cx: &mut Context) {}
-}
-satin::register!(Nop);
 
 /// Keeps its worker busy (spawning, so that waiting jobs stay visible to thieves) until a
 /// `Boom` has started, which on a one-thread master can only happen on another node.

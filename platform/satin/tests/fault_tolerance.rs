@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use common::processes::{role, secs, Processes};
-use common::tasks::queens;
+use common::tasks::{queens, wait_in_steps, Sleepy};
 use common::{fib, queens_seq};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -87,27 +87,6 @@ impl Task for Hold {
 satin::register!(Hold);
 
 #[derive(Serialize, Deserialize)]
-struct Nop;
-
-impl Task for Nop {
-    type Output = ();
-    fn run(self, _cx: &mut Context) {}
-}
-satin::register!(Nop);
-
-/// Sleeps `ms` in steps of 10 ms with a spawn between steps: a worker publishes its queued
-/// jobs for thieves at its spawns and syncs, so jobs queued behind a waiting task stay
-/// within reach, as they do behind a task that computes in steps.
-fn wait_in_steps(cx: &mut Context, ms: u64) {
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_millis(ms) {
-        std::thread::sleep(Duration::from_millis(10));
-        cx.spawn(Nop);
-        cx.sync();
-    }
-}
-
-#[derive(Serialize, Deserialize)]
 struct Middle {
     leaves: u32,
     leaf_ms: u64,
@@ -147,33 +126,6 @@ impl Task for Slow {
     }
 }
 satin::register!(Slow);
-
-/// A binary tree of `2^depth` leaves that each take `ms` milliseconds: work that keeps a
-/// pool busy for a known time however loaded the machine is.
-#[derive(Serialize, Deserialize)]
-struct Sleepy {
-    depth: u32,
-    ms: u64,
-}
-
-impl Task for Sleepy {
-    type Output = u64;
-    fn run(self, cx: &mut Context) -> u64 {
-        if self.depth == 0 {
-            wait_in_steps(cx, self.ms);
-            return 1;
-        }
-        let half = || Sleepy {
-            depth: self.depth - 1,
-            ms: self.ms,
-        };
-        let a = cx.spawn(half());
-        let b = cx.spawn(half());
-        cx.sync();
-        a.take() + b.take()
-    }
-}
-satin::register!(Sleepy);
 
 fn orphan_answer(leaves: u32) -> u64 {
     (0..leaves).map(|i| u64::from(i) * u64::from(i) + 1).sum()
@@ -480,8 +432,8 @@ fn a_killed_master_ends_the_run_on_every_other_process_within_15_s_naming_it() {
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut rng = StdRng::seed_from_u64(seed());
-    // Far more work than the test waits for.
-    let mut p = start_pool("master", 4, "fib 40 18", deadline);
+    // Far more work than the test waits for, in any build: 512 leaves of 20 ms.
+    let mut p = start_pool("master", 4, "sleepy 9 20", deadline);
     std::thread::sleep(Duration::from_millis(rng.gen_range(100..400)));
     p.children[0].signal(libc::SIGKILL);
     let killed = Instant::now();
@@ -517,13 +469,15 @@ fn a_process_leaving_on_sigterm_mid_run_costs_no_recomputation() {
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut rng = StdRng::seed_from_u64(seed());
-    let task = "fib 38 20";
+    // Work that lasts as long in every build (128 leaves of 20 ms, about a second on
+    // three processes), so that the leave comes mid-run.
+    let task = "sleepy 7 20";
     let mut p = start_pool("leave", 3, task, deadline);
     let leaver = rng.gen_range(1..3);
     std::thread::sleep(Duration::from_millis(rng.gen_range(50..300)));
     p.children[leaver].signal(libc::SIGTERM);
     let out = collect(&mut p, 3, deadline);
-    assert_eq!(out.result, Some(fib(38)), "{:#?}", p.seen);
+    assert_eq!(out.result, Some(1 << 7), "{:#?}", p.seen);
     for (rank, c) in &out.stats {
         assert_eq!(
             c.reexecuted, 0,

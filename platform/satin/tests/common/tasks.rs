@@ -2,6 +2,8 @@
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use std::time::{Duration, Instant};
+
 use satin::{Context, Task};
 use serde::{Deserialize, Serialize};
 
@@ -126,3 +128,51 @@ impl Task for RandomTree {
     }
 }
 satin::register!(RandomTree);
+
+#[derive(Serialize, Deserialize)]
+pub struct Nop;
+
+impl Task for Nop {
+    type Output = ();
+    fn run(self, _cx: &mut Context) {}
+}
+satin::register!(Nop);
+
+/// Sleeps `ms` in steps of 10 ms with a spawn between steps: a worker publishes its queued
+/// jobs for thieves at its spawns and syncs, so jobs queued behind a waiting task stay
+/// within reach, as they do behind a task that computes in steps.
+pub fn wait_in_steps(cx: &mut Context, ms: u64) {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(ms) {
+        std::thread::sleep(Duration::from_millis(10));
+        cx.spawn(Nop);
+        cx.sync();
+    }
+}
+
+/// A binary tree of `2^depth` leaves that each take `ms` milliseconds: work that keeps a
+/// pool busy for a known time however loaded the machine is.
+#[derive(Serialize, Deserialize, Clone, Copy)]
+pub struct Sleepy {
+    pub depth: u32,
+    pub ms: u64,
+}
+
+impl Task for Sleepy {
+    type Output = u64;
+    fn run(self, cx: &mut Context) -> u64 {
+        if self.depth == 0 {
+            wait_in_steps(cx, self.ms);
+            return 1;
+        }
+        let half = || Sleepy {
+            depth: self.depth - 1,
+            ms: self.ms,
+        };
+        let a = cx.spawn(half());
+        let b = cx.spawn(half());
+        cx.sync();
+        a.take() + b.take()
+    }
+}
+satin::register!(Sleepy);

@@ -198,6 +198,33 @@ fn cluster_aware_stealing_crosses_a_wide_area_link() {
     }
 }
 
+/// Nodes learn of the end of a run at different times (here 5 ms apart across the link) and
+/// drop their runtimes at once: none may take another's closing for a death, and none may
+/// wait out a timeout (the master's 10 s for confirmations, a 30 s connect) before it is done.
+#[test]
+fn nodes_that_end_at_different_times_close_promptly_and_count_no_deaths() {
+    let deadline = Instant::now() + LIMIT;
+    let layout = Layout {
+        wan_latency: Duration::from_millis(5),
+        ..Layout::new(Driver::Wan, 4, 2)
+    };
+    for _ in 0..5 {
+        let started = Instant::now();
+        let reports = on_nodes_until(layout, deadline, |ibis| {
+            series(ibis, 1, Steal::ClusterAware)
+        });
+        check(layout, Steal::ClusterAware, &reports);
+        for r in &reports {
+            assert_eq!(r.stats.nodes_died, 0, "{} counted a death", r.me);
+        }
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(8),
+            "a pool of four took {took:?} to run and close"
+        );
+    }
+}
+
 /// Set once a `Boom` has started; per test binary, so only one test uses it.
 static BOOM_STARTED: AtomicBool = AtomicBool::new(false);
 

@@ -81,7 +81,7 @@ where
     let job = unsafe { JobRef::from_ptr(record.cast()) };
     sched.active_roots.fetch_add(1, Ordering::SeqCst);
     tracing::debug!(task = std::any::type_name::<T>(), "root submitted");
-    sched.inject(job);
+    sched.inject_root(job);
     state
 }
 

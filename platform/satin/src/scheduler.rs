@@ -222,6 +222,12 @@ impl Scheduler {
         self.workers.len()
     }
 
+    /// True while some root of this runtime runs: more jobs are likely to appear soon.
+    #[inline]
+    pub(crate) fn runs_active(&self) -> bool {
+        self.active_roots.load(Ordering::Relaxed) > 0
+    }
+
     pub(crate) fn park_timeout(&self) -> Duration {
         // With an idle hook, a sleeping worker is also the one that asks other processes for
         // work, so it must come back soon even when this process has nothing running.
@@ -332,6 +338,22 @@ impl Scheduler {
 
     /// Queues a job for any worker and wakes one.
     pub(crate) fn inject(&self, job: JobRef) {
+        if self.push_injected(job) {
+            self.wake_one();
+        }
+    }
+
+    /// Queues a new root and wakes every worker: one takes the root, and the others are up
+    /// by the time it spawns its first children, rather than starting to wake only then
+    /// (waking a thread can take milliseconds, see [`Worker`]'s idle loop).
+    pub(crate) fn inject_root(&self, job: JobRef) {
+        if self.push_injected(job) {
+            self.wake_all();
+        }
+    }
+
+    /// Pushes `job` on the injector; false if the workers are gone, the job then failed.
+    fn push_injected(&self, job: JobRef) -> bool {
         self.injector.push(job);
         // A root that comes after the workers left would wait forever. `stop` sets its flag
         // and then empties the injector; with a fence on both sides, either it finds this job
@@ -339,8 +361,8 @@ impl Scheduler {
         fence(Ordering::SeqCst);
         if self.stopped.load(Ordering::SeqCst) {
             self.fail_stranded();
-            return;
+            return false;
         }
-        self.wake_one();
+        true
     }
 }

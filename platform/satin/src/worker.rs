@@ -9,7 +9,7 @@ use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_deque::{Steal, Worker as Public};
 use rand::rngs::SmallRng;
@@ -38,6 +38,12 @@ pub(crate) enum Mode {
 /// Rounds of pure spinning before yielding, then rounds of yielding before parking.
 const SPIN_ROUNDS: u32 = 6;
 const YIELD_ROUNDS: u32 = 10;
+/// While a run is active, an idle worker keeps yielding (rather than parking) until it has
+/// been idle this long. Waking a parked thread can take milliseconds where the kernel queues
+/// the woken thread behind a busy one (virtual machines that pack vCPUs do), while the next
+/// job of a running computation usually appears within microseconds; a yielding worker gives
+/// its core to any other runnable thread, so it costs only a core nobody else wanted.
+const YIELD_WHILE_ACTIVE: Duration = Duration::from_millis(2);
 
 thread_local! {
     static CURRENT: Cell<*const Worker> = const { Cell::new(ptr::null()) };
@@ -670,6 +676,8 @@ pub(crate) unsafe fn run_taken<T: Task>(job: JobRef, worker: &Worker, seen_gen: 
 struct Idle {
     rounds: u32,
     since: Option<Instant>,
+    /// When the idle stretch began.
+    began: Option<Instant>,
     /// The traced idle period, from the end of the spinning on.
     span: Option<tracing::span::EnteredSpan>,
 }
@@ -679,13 +687,16 @@ impl Idle {
         Idle {
             rounds: 0,
             since: None,
+            began: None,
             span: None,
         }
     }
 
     fn step(&mut self, worker: &Worker, ready: impl Fn() -> bool) {
         if self.since.is_none() {
-            self.since = Some(Instant::now());
+            let now = Instant::now();
+            self.since = Some(now);
+            self.began = Some(now);
         }
         if self.rounds < SPIN_ROUNDS {
             for _ in 0..(1u32 << self.rounds) {
@@ -698,18 +709,26 @@ impl Idle {
             if self.rounds == SPIN_ROUNDS {
                 self.span = crate::trace::idle(worker.index);
             }
+            let sleep = self.rounds >= SPIN_ROUNDS + YIELD_ROUNDS
+                && !(worker.sched.runs_active() && self.idle_for() < YIELD_WHILE_ACTIVE);
             // Local stealing has failed for a while: let a distributed layer look elsewhere,
-            // once when the worker starts yielding and again before every sleep.
-            if self.rounds == SPIN_ROUNDS || self.rounds >= SPIN_ROUNDS + YIELD_ROUNDS {
+            // when the worker starts yielding, every so many rounds of yielding, and before
+            // every sleep.
+            if (self.rounds - SPIN_ROUNDS) % YIELD_ROUNDS == 0 || sleep {
                 worker.sched.call_idle_hook(worker.index);
             }
-            if self.rounds < SPIN_ROUNDS + YIELD_ROUNDS {
-                thread::yield_now();
-            } else {
+            if sleep {
                 worker.sleep(ready);
+            } else {
+                thread::yield_now();
             }
         }
         self.rounds = self.rounds.saturating_add(1);
+    }
+
+    /// How long the worker has been idle in this stretch.
+    fn idle_for(&self) -> Duration {
+        self.began.map_or(Duration::ZERO, |t| t.elapsed())
     }
 
     fn flush(&mut self, counters: &WorkerCounters) {
@@ -723,6 +742,7 @@ impl Idle {
     fn reset(&mut self, counters: &WorkerCounters) {
         self.flush(counters);
         self.since = None;
+        self.began = None;
         self.rounds = 0;
         self.span = None;
     }

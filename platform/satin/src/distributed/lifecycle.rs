@@ -312,6 +312,11 @@ impl Node {
         }
     }
 
+    /// True once the master announced here that run `epoch` is over.
+    pub(crate) fn has_ended(&self, epoch: u64) -> bool {
+        self.run.lock().latest_end().is_some_and(|e| e >= epoch)
+    }
+
     pub(crate) fn on_done_ack(&self, from: u32, epoch: u64) {
         {
             let mut st = self.run.lock();

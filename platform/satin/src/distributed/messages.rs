@@ -94,9 +94,14 @@ impl Node {
         };
         tracing::trace!(node = %self.me, thief, req, wide, found = job.is_some(), "steal request answered");
         let Some(job) = job else {
-            let _ = self.send(thief, Lane::Control, "answering a steal request", |l| {
-                proto::reply(l, epoch, req, wide, None)
-            });
+            // No answer for a run that is over: the master tells every node of its end, and
+            // the thief stops waiting then; it may have closed its mesh already. A thief in a
+            // run that has not started here gets its empty answer.
+            if !self.has_ended(epoch) {
+                let _ = self.send(thief, Lane::Control, "answering a steal request", |l| {
+                    proto::reply(l, epoch, req, wide, None)
+                });
+            }
             return;
         };
         // Counted before the job is visible to the watcher, so that no abort is missed, and

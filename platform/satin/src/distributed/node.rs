@@ -335,7 +335,10 @@ impl Node {
             || matches!(&error, MeshError::Ipl { source, .. }
                 if matches!(**source, ipl::Error::NodeDied(_) | ipl::Error::NodeLeft(_)))
             || !self.members.read().live.contains_key(&to);
-        if departed {
+        // Between runs (and once this node knows a run is over) a broken connection is most
+        // likely a node that closed its runtime after the end, not a death; the pool's own
+        // failure detection still catches a real one.
+        if departed || !self.active.load(Ordering::Acquire) {
             tracing::debug!(node = %self.me, to = %node, "{what} failed: {error}");
         } else {
             tracing::warn!(node = %self.me, to = %node, "{what} failed: {error}");

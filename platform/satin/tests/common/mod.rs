@@ -106,7 +106,9 @@ where
 }
 
 /// Like [`on_nodes`], failing the test if the nodes have not all finished by `deadline`
-/// (for tests that run several pools within one time limit).
+/// (for tests that run several pools within one time limit). Returns once every node has left
+/// the pool and its thread has ended, so that nothing of one pool outlives its test (its
+/// registry included, which would otherwise declare the nodes still in it dead).
 pub fn on_nodes_until<T, F>(layout: Layout, deadline: std::time::Instant, f: F) -> Vec<T>
 where
     T: Send + 'static,
@@ -122,6 +124,8 @@ where
     let f = std::sync::Arc::new(f);
     let (results, collected) = mpsc::channel();
     let (release_tx, release) = crossbeam_channel::bounded::<()>(0);
+    let (left_tx, left) = mpsc::channel::<()>();
+    let mut threads = Vec::new();
     for rank in 0..layout.nodes {
         let mut cfg = match &registry {
             None => ipl::Config::inproc(&pool, layout.nodes),
@@ -136,7 +140,8 @@ where
         let f = std::sync::Arc::clone(&f);
         let results = results.clone();
         let release = release.clone();
-        thread::Builder::new()
+        let left_tx = left_tx.clone();
+        let node = thread::Builder::new()
             .name(format!("node {rank}"))
             .spawn(move || {
                 let ibis = ipl::Ibis::join(cfg).expect("join the pool");
@@ -145,10 +150,13 @@ where
                 // Stay in the pool until every node is done (the channel closes then).
                 let _ = release.recv_timeout(LIMIT);
                 drop(ibis);
+                let _ = left_tx.send(());
             })
             .expect("spawn node thread");
+        threads.push(node);
     }
     drop(results);
+    drop(left_tx);
     let mut out: Vec<Option<T>> = (0..layout.nodes).map(|_| None).collect();
     for _ in 0..layout.nodes {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
@@ -161,6 +169,16 @@ where
         }
     }
     drop(release_tx);
+    // Leaving may wait for the others to see the end of the last run (at most 12 s).
+    let leave_by = deadline.max(std::time::Instant::now() + Duration::from_secs(15));
+    for _ in 0..layout.nodes {
+        let left_in = leave_by.saturating_duration_since(std::time::Instant::now());
+        left.recv_timeout(left_in)
+            .unwrap_or_else(|_| panic!("{layout:?}: the nodes did not leave the pool in time"));
+    }
+    for node in threads {
+        node.join().expect("a node thread ended");
+    }
     out.into_iter()
         .map(|o| o.expect("every node reported"))
         .collect()

@@ -60,6 +60,11 @@ impl RunState {
     fn latest_end(&self) -> Option<u64> {
         self.ended.back().map(|(epoch, _)| *epoch)
     }
+
+    /// True once the master announced the end of run `epoch` (or of a later one).
+    fn has_ended(&self, epoch: u64) -> bool {
+        self.latest_end().is_some_and(|e| e >= epoch)
+    }
 }
 
 impl Node {
@@ -206,7 +211,7 @@ impl Node {
             loop {
                 // The master's word on the end comes first: a failure seen here after the
                 // run ended (the master leaving once it is over) does not fail it.
-                if st.latest_end().is_some_and(|e| e >= epoch) {
+                if st.has_ended(epoch) {
                     let own = st.ended.iter().find(|(e, _)| *e == epoch);
                     break match own.map(|(_, failure)| failure) {
                         Some(None) => Ok(()),
@@ -240,7 +245,7 @@ impl Node {
     pub(crate) fn fail_run(&self, epoch: Option<u64>, error: Error) {
         let root = {
             let mut st = self.run.lock();
-            let over = st.latest_end().is_some_and(|e| e >= st.epoch);
+            let over = st.has_ended(st.epoch);
             if !st.active || over || epoch.is_some_and(|e| e != st.epoch) || st.failure.is_some() {
                 return;
             }
@@ -266,7 +271,7 @@ impl Node {
     pub(crate) fn on_done(&self, master: u32, epoch: u64, failure: Option<String>) {
         {
             let mut st = self.run.lock();
-            if st.latest_end().map_or(true, |e| e < epoch) {
+            if !st.has_ended(epoch) {
                 if st.ended.len() == RECENT_ENDS {
                     st.ended.pop_front();
                 }
@@ -314,7 +319,7 @@ impl Node {
 
     /// True once the master announced here that run `epoch` is over.
     pub(crate) fn has_ended(&self, epoch: u64) -> bool {
-        self.run.lock().latest_end().is_some_and(|e| e >= epoch)
+        self.run.lock().has_ended(epoch)
     }
 
     pub(crate) fn on_done_ack(&self, from: u32, epoch: u64) {

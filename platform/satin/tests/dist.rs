@@ -154,13 +154,18 @@ fn shm_cluster_aware_stealing_matches_sequential() {
     all_sizes(Driver::Shm, Steal::ClusterAware);
 }
 
+/// Four nodes in two locations, 5 ms apart over the wide-area emulation.
+fn two_locations() -> Layout {
+    Layout {
+        wan_latency: Duration::from_millis(5),
+        ..Layout::new(Driver::Wan, 4, 2)
+    }
+}
+
 #[test]
 fn cluster_aware_stealing_crosses_a_wide_area_link() {
     let deadline = Instant::now() + LIMIT;
-    let layout = Layout {
-        wan_latency: Duration::from_millis(5),
-        ..Layout::new(Driver::Wan, 4, 2)
-    };
+    let layout = two_locations();
     let reports = on_nodes_until(layout, deadline, |ibis| {
         series(ibis, 1, Steal::ClusterAware)
     });
@@ -204,10 +209,7 @@ fn cluster_aware_stealing_crosses_a_wide_area_link() {
 #[test]
 fn nodes_that_end_at_different_times_close_promptly_and_count_no_deaths() {
     let deadline = Instant::now() + LIMIT;
-    let layout = Layout {
-        wan_latency: Duration::from_millis(5),
-        ..Layout::new(Driver::Wan, 4, 2)
-    };
+    let layout = two_locations();
     for _ in 0..5 {
         let started = Instant::now();
         let reports = on_nodes_until(layout, deadline, |ibis| {

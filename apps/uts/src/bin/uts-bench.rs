@@ -5,8 +5,9 @@
 //!
 //! Each round runs, for every tree and in this order: the reference C code (`--reference`,
 //! the UTS distribution's depth-first `uts-dfs`; see the crate's README for where it comes
-//! from and how it is compiled), the sequential search, satin on T threads, rayon on T
-//! threads (same walk and split policy), and P processes of one thread under `ipl-run`
+//! from and how it is compiled), the sequential search, satin on T threads and rayon on T
+//! threads (same walk and split policy; satin first in odd rounds, rayon first in even
+//! ones), and P processes of one thread under `ipl-run`
 //! (the `uts` binary next to this one; its own timer excludes starting the pool). Every run's
 //! counts are checked against the published ones. The summary gives medians over the rounds:
 //! node rates, and speedups and time ratios as medians of the per-round ratios.
@@ -283,17 +284,31 @@ fn run(args: Args) -> Result<(), String> {
                 SharedSearch::new(params, u64::MAX, SplitPolicy::default())
                     .map_err(|e| e.to_string())
             };
-            let s_satin = search(())?;
-            let (c, s) =
-                timed(|| search_satin_shared(&satin, &s_satin).map_err(|e| e.to_string()))?;
-            check("satin", tree, c)?;
-            line += &format!("  satin {s:.3}s");
-            t.satin.push(s);
-            let s_rayon = search(())?;
-            let (c, s) = timed(|| search_rayon(&rayon, &s_rayon).map_err(|e| e.to_string()))?;
-            check("rayon", tree, c)?;
-            line += &format!("  rayon {s:.3}s");
-            t.rayon.push(s);
+            // Each runtime runs first in every other round, so that neither always meets
+            // the caches and the cores' state the other left behind.
+            let satin_run = || -> Result<f64, String> {
+                let s = search(())?;
+                let (c, secs) =
+                    timed(|| search_satin_shared(&satin, &s).map_err(|e| e.to_string()))?;
+                check("satin", tree, c)?;
+                Ok(secs)
+            };
+            let rayon_run = || -> Result<f64, String> {
+                let s = search(())?;
+                let (c, secs) = timed(|| search_rayon(&rayon, &s).map_err(|e| e.to_string()))?;
+                check("rayon", tree, c)?;
+                Ok(secs)
+            };
+            let (s_satin, s_rayon) = if round % 2 == 1 {
+                let a = satin_run()?;
+                (a, rayon_run()?)
+            } else {
+                let b = rayon_run()?;
+                (satin_run()?, b)
+            };
+            line += &format!("  satin {s_satin:.3}s  rayon {s_rayon:.3}s");
+            t.satin.push(s_satin);
+            t.rayon.push(s_rayon);
             if args.processes > 0 {
                 let s = run_processes(&bin_dir, tree, args.processes, limit)?;
                 line += &format!("  {}x1 processes {s:.3}s", args.processes);

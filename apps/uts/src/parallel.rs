@@ -317,6 +317,81 @@ impl TryFrom<SubtreesWire> for Subtrees {
     }
 }
 
+/// The walk of one task between two hand-outs of work, as its [`SplitPolicy`] says, with
+/// the node budget kept on the way.
+///
+/// The satin and the rayon tasks both drive their walk through [`Stretch::next_part`], which
+/// is out of line: the two runtimes then run the very same machine code per node, and a
+/// comparison of the two measures the runtimes rather than where the compiler placed two
+/// copies of the loop.
+struct Stretch<'s> {
+    walk: Walk<'s>,
+    budget: &'s Budget,
+    split: SplitPolicy,
+    may_split: bool,
+    since_split: u32,
+    charged: u64,
+    stopped: bool,
+}
+
+impl<'s> Stretch<'s> {
+    /// A walk below `pending`; it hands out work only if `may_split`.
+    fn new(state: &'s SearchState, pending: Vec<Pending>, may_split: bool) -> Stretch<'s> {
+        Stretch {
+            walk: Walk::new(&state.tree, pending),
+            budget: &state.budget,
+            split: state.split,
+            may_split,
+            since_split: 0,
+            charged: 0,
+            stopped: false,
+        }
+    }
+
+    /// Walks on until it is time to hand out work, and returns the oldest pending nodes to
+    /// hand out; `None` once nothing is pending (or the node limit stopped the walk).
+    #[inline(never)]
+    fn next_part(&mut self) -> Option<Vec<Pending>> {
+        let SplitPolicy { every, chunk } = self.split;
+        // Locals, so that the loop keeps them in registers.
+        let mut since_split = self.since_split;
+        let mut charged = self.charged;
+        let walk = &mut self.walk;
+        let mut part = None;
+        while walk.step() {
+            since_split += 1;
+            if self.may_split && since_split >= every && walk.pending() >= 2 {
+                since_split = 0;
+                part = Some(walk.split_oldest((walk.pending() / 2).min(chunk as usize)));
+                break;
+            }
+            let nodes = walk.counts().nodes;
+            if nodes - charged >= CHARGE_EVERY {
+                let within = self.budget.charge(nodes - charged);
+                charged = nodes;
+                if !within {
+                    self.stopped = true;
+                    walk.abandon();
+                }
+            }
+        }
+        self.since_split = since_split;
+        self.charged = charged;
+        part
+    }
+
+    /// Charges what the budget has not seen yet; the counts of the walk, and whether the node
+    /// limit stopped it.
+    fn finish(self) -> Partial {
+        let counts = self.walk.counts();
+        self.budget.charge(counts.nodes - self.charged);
+        Partial {
+            counts,
+            stopped: self.stopped,
+        }
+    }
+}
+
 /// Outstanding children a task keeps before it takes the outputs of finished ones.
 const HARVEST_AT: usize = 64;
 
@@ -333,36 +408,18 @@ impl satin::Task for Subtrees {
         }
         let nesting = Nesting::enter();
         let may_split = nesting.0 < MAX_NESTING;
-        let SplitPolicy { every, chunk } = state.split;
-        let mut walk = Walk::new(&state.tree, pending);
+        let mut stretch = Stretch::new(state, pending, may_split);
         let mut children: Vec<satin::Handle<Partial>> = Vec::new();
-        let mut since_split = 0;
-        let mut charged = 0;
-        while walk.step() {
-            since_split += 1;
-            if may_split && since_split >= every && walk.pending() >= 2 {
-                since_split = 0;
-                let part = walk.split_oldest((walk.pending() / 2).min(chunk as usize));
-                children.push(cx.spawn(Subtrees {
-                    search: search.clone(),
-                    pending: part,
-                }));
-                if children.len() >= HARVEST_AT {
-                    harvest(&mut children, &mut out);
-                }
-            }
-            let nodes = walk.counts().nodes;
-            if nodes - charged >= CHARGE_EVERY {
-                let within = state.budget.charge(nodes - charged);
-                charged = nodes;
-                if !within {
-                    out.stopped = true;
-                    walk.abandon();
-                }
+        while let Some(part) = stretch.next_part() {
+            children.push(cx.spawn(Subtrees {
+                search: search.clone(),
+                pending: part,
+            }));
+            if children.len() >= HARVEST_AT {
+                harvest(&mut children, &mut out);
             }
         }
-        state.budget.charge(walk.counts().nodes - charged);
-        out.counts.merge(walk.counts());
+        out.merge(stretch.finish());
         cx.sync();
         for child in children {
             out.merge(child.take());
@@ -526,32 +583,19 @@ fn rayon_walk<'s>(
         totals.stopped.store(true, Ordering::Relaxed);
         return;
     }
-    let SplitPolicy { every, chunk } = state.split;
-    let mut walk = Walk::new(&state.tree, pending);
-    let mut since_split = 0;
-    let mut charged = 0;
-    while walk.step() {
-        since_split += 1;
-        if since_split >= every && walk.pending() >= 2 {
-            since_split = 0;
-            let part = walk.split_oldest((walk.pending() / 2).min(chunk as usize));
-            s.spawn(move |s| rayon_walk(s, state, totals, part));
-        }
-        let nodes = walk.counts().nodes;
-        if nodes - charged >= CHARGE_EVERY {
-            let within = state.budget.charge(nodes - charged);
-            charged = nodes;
-            if !within {
-                totals.stopped.store(true, Ordering::Relaxed);
-                walk.abandon();
-            }
-        }
+    let mut stretch = Stretch::new(state, pending, true);
+    while let Some(part) = stretch.next_part() {
+        s.spawn(move |s| rayon_walk(s, state, totals, part));
     }
-    let c = walk.counts();
-    state.budget.charge(c.nodes - charged);
-    totals.nodes.fetch_add(c.nodes, Ordering::Relaxed);
-    totals.leaves.fetch_add(c.leaves, Ordering::Relaxed);
-    totals.max_depth.fetch_max(c.max_depth, Ordering::Relaxed);
+    let p = stretch.finish();
+    if p.stopped {
+        totals.stopped.store(true, Ordering::Relaxed);
+    }
+    totals.nodes.fetch_add(p.counts.nodes, Ordering::Relaxed);
+    totals.leaves.fetch_add(p.counts.leaves, Ordering::Relaxed);
+    totals
+        .max_depth
+        .fetch_max(p.counts.max_depth, Ordering::Relaxed);
 }
 
 #[cfg(test)]

@@ -270,7 +270,7 @@ fn run(args: Args) -> Result<(), String> {
             let mut line = format!("round {round} {:<3}", tree.name);
             if let Some(path) = &args.reference {
                 let s = run_reference(path, tree, limit)?;
-                line += &format!("  reference {s:.3}s");
+                line += &format!("  reference {s:.4}s");
                 t.reference.push(s);
             }
             let table = Tree::new(params).map_err(|e| e.to_string())?;
@@ -278,7 +278,7 @@ fn run(args: Args) -> Result<(), String> {
                 search_sequential(&table, &Budget::new(u64::MAX)).map_err(|e| e.to_string())
             })?;
             check("the sequential search", tree, c)?;
-            line += &format!("  sequential {s:.3}s");
+            line += &format!("  sequential {s:.4}s");
             t.sequential.push(s);
             let search = |_: ()| {
                 SharedSearch::new(params, u64::MAX, SplitPolicy::default())
@@ -306,12 +306,12 @@ fn run(args: Args) -> Result<(), String> {
                 let b = rayon_run()?;
                 (satin_run()?, b)
             };
-            line += &format!("  satin {s_satin:.3}s  rayon {s_rayon:.3}s");
+            line += &format!("  satin {s_satin:.4}s  rayon {s_rayon:.4}s");
             t.satin.push(s_satin);
             t.rayon.push(s_rayon);
             if args.processes > 0 {
                 let s = run_processes(&bin_dir, tree, args.processes, limit)?;
-                line += &format!("  {}x1 processes {s:.3}s", args.processes);
+                line += &format!("  {}x1 processes {s:.4}s", args.processes);
                 t.processes.push(s);
             }
             println!("{line}");
@@ -340,7 +340,7 @@ fn run(args: Args) -> Result<(), String> {
             fmt(ratio(&t.reference, &t.sequential), 2),
             fmt(ratio(&t.sequential, &t.satin), 2),
             fmt(ratio(&t.sequential, &t.rayon), 2),
-            fmt(ratio(&t.satin, &t.rayon), 2),
+            fmt(ratio(&t.satin, &t.rayon), 3),
             fmt(ratio(&t.sequential, &t.processes), 2),
         );
     }

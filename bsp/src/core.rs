@@ -112,6 +112,8 @@ pub struct Bsp {
     /// Data messages sent to each process in this superstep, by connection.
     via_control: Vec<u32>,
     via_data: Vec<u32>,
+    /// The vector the next sync gathers those counts in (kept from sync to sync).
+    counts: Vec<u64>,
     incoming: Incoming,
     pub(crate) regs: Vec<Option<Box<dyn Slot>>>,
     pub(crate) gets: Vec<PendingGet>,
@@ -204,6 +206,7 @@ impl Bsp {
             buffered: 0,
             via_control: vec![0; p],
             via_data: vec![0; p],
+            counts: Vec::with_capacity(p),
             incoming: Incoming::new(pid, 0, Vec::new()),
             regs: Vec::new(),
             gets: Vec::new(),
@@ -511,11 +514,16 @@ impl Bsp {
         }
         // Each process learns how many data messages are on their way to it: the element-wise
         // sum of every process's per-destination counts, control connection in the high half.
-        let counts: Vec<u64> = (0..self.nprocs)
-            .map(|d| (u64::from(self.via_control[d]) << 32) | u64::from(self.via_data[d]))
-            .collect();
+        let mut counts = std::mem::take(&mut self.counts);
+        counts.clear();
+        counts.extend(
+            (0..self.nprocs)
+                .map(|d| (u64::from(self.via_control[d]) << 32) | u64::from(self.via_data[d])),
+        );
         let total = self.reduce_counts(seq, &ctx, counts)?;
         let mine = total[self.pid];
+        // The vector of sums serves the next sync's counts.
+        self.counts = total;
         let mut wait = StepWait::new(self.comm, s, (mine >> 32) as u32, mine as u32);
         let mut parts = loop {
             if let Some(parts) = self.net().superstep_step(&mut wait, &ctx)? {
@@ -538,7 +546,13 @@ impl Bsp {
                 }
             }
         }
-        parts.push(InPart::from_outbox(self.pid, self.out[self.pid].take()));
+        // Packets to itself are handed over as they are; a superstep that sent itself nothing
+        // adds no part (and leaves the buffer's memory where it is).
+        if self.out[self.pid].is_empty() {
+            self.out[self.pid].clear();
+        } else {
+            parts.push(InPart::from_outbox(self.pid, self.out[self.pid].take()));
+        }
         parts.sort_by_key(|p| (p.src, p.seq));
         let drma = self.drma_phase(&parts, seq, &ctx);
         if tracing::enabled!(tracing::Level::DEBUG) {
@@ -559,7 +573,9 @@ impl Bsp {
         );
         {
             let mut net = self.net();
-            net.recycle(old.into_buffers());
+            if old.has_parts() {
+                net.recycle(old.into_buffers());
+            }
             net.stats.supersteps += 1;
         }
         self.via_control.iter_mut().for_each(|c| *c = 0);

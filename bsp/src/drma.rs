@@ -237,9 +237,12 @@ impl Bsp {
     /// Runs the whole exchange even after a local error, so that peers waiting for replies are
     /// not left waiting; the first error is returned at the end.
     pub(crate) fn drma_phase(&mut self, parts: &[InPart], seq: u64, ctx: &Ctx) -> Result<()> {
+        let any_drma = parts.iter().any(|p| !p.drma.is_empty());
+        if !any_drma && self.gets.is_empty() {
+            return Ok(());
+        }
         let mut first: Option<Error> = None;
         let mut replies: BTreeMap<usize, Vec<u8>> = BTreeMap::new();
-        let any_drma = parts.iter().any(|p| !p.drma.is_empty());
         if any_drma {
             for part in parts.iter().filter(|p| !p.drma.is_empty()) {
                 self.serve_gets(part, &mut replies)?;

@@ -287,6 +287,13 @@ impl Incoming {
         }))
     }
 
+    /// Whether any process's packets arrived (whose buffers [`into_buffers`] hands back).
+    ///
+    /// [`into_buffers`]: Incoming::into_buffers
+    pub(crate) fn has_parts(&self) -> bool {
+        !self.parts.is_empty()
+    }
+
     /// The packet buffers, for reuse.
     pub(crate) fn into_buffers(self) -> impl Iterator<Item = Vec<u8>> {
         self.parts.into_iter().map(|p| p.packets)

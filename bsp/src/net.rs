@@ -734,6 +734,11 @@ impl Net {
         let (comm, seq, src, op) = (key.0, key.1, key.3 as usize, wait.op);
         if wait.notice.is_none() {
             let Some(msg) = self.stash.remove(&key) else {
+                // Nothing stashed: nothing can be a mismatch.
+                if self.stash.is_empty() {
+                    self.pump(&mut wait.w, ctx)?;
+                    return Ok(None);
+                }
                 // Get replies belong to the sync whose sequence number they carry.
                 let family = |o: u8| if o == op::GET_REPLY { op::SYNC } else { o };
                 if let Some((k, m)) = self

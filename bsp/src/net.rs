@@ -733,18 +733,32 @@ impl Net {
         let key = wait.key;
         let (comm, seq, src, op) = (key.0, key.1, key.3 as usize, wait.op);
         if wait.notice.is_none() {
-            let msg = match self.stash.remove(&key) {
-                Some(msg) => msg,
-                None => {
-                    self.look_for_mismatch(src, comm, seq, op)?;
+            let Some(msg) = self.stash.remove(&key) else {
+                // Nothing stashed: nothing can be a mismatch.
+                if self.stash.is_empty() {
                     self.pump(&mut wait.w, ctx)?;
-                    // What the pump filed may be the message awaited: take it now rather
-                    // than in another step.
-                    match self.stash.remove(&key) {
-                        Some(msg) => msg,
-                        None => return Ok(None),
-                    }
+                    return Ok(None);
                 }
+                // Get replies belong to the sync whose sequence number they carry.
+                let family = |o: u8| if o == op::GET_REPLY { op::SYNC } else { o };
+                if let Some((k, m)) = self
+                    .stash
+                    .iter()
+                    .find(|(k, m)| k.0 == comm && k.1 == seq && family(m.hdr.op) != family(op))
+                {
+                    return Err(Error::CollectiveMismatch {
+                        pid: self.pid,
+                        seq,
+                        mine: format!("{} {}", op::name(op), self.describe(comm)),
+                        peer: k.3 as usize,
+                        theirs: format!("called {}", op::name(m.hdr.op)),
+                    });
+                }
+                if let Some(e) = self.crossed(src, comm, seq, op) {
+                    return Err(e);
+                }
+                self.pump(&mut wait.w, ctx)?;
+                return Ok(None);
             };
             if msg.hdr.flags & FLAG_NOTICE == 0 {
                 return Ok(Some(msg));
@@ -759,35 +773,6 @@ impl Net {
             return Err(self.decode_error(ctx, src, "bulk payload of another operation".into()));
         }
         Ok(Some(bulk))
-    }
-
-    /// While this process waits for round messages of operation `seq` (an `op`) of group
-    /// `comm` from `src`: the error for a stashed message that shows the wait cannot end (see
-    /// [`Net::recv_round_step`]).
-    fn look_for_mismatch(&self, src: usize, comm: u64, seq: u64, op: u8) -> Result<()> {
-        // Nothing stashed: nothing can be a mismatch.
-        if self.stash.is_empty() {
-            return Ok(());
-        }
-        // Get replies belong to the sync whose sequence number they carry.
-        let family = |o: u8| if o == op::GET_REPLY { op::SYNC } else { o };
-        if let Some((k, m)) = self
-            .stash
-            .iter()
-            .find(|(k, m)| k.0 == comm && k.1 == seq && family(m.hdr.op) != family(op))
-        {
-            return Err(Error::CollectiveMismatch {
-                pid: self.pid,
-                seq,
-                mine: format!("{} {}", op::name(op), self.describe(comm)),
-                peer: k.3 as usize,
-                theirs: format!("called {}", op::name(m.hdr.op)),
-            });
-        }
-        if let Some(e) = self.crossed(src, comm, seq, op) {
-            return Err(e);
-        }
-        Ok(())
     }
 
     /// While this process waits for `src` in operation `seq` of group `comm`: whether `src`

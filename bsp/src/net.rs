@@ -258,9 +258,11 @@ pub struct Stats {
 }
 
 /// A wait in progress: when it started, and a departed peer being given its grace period.
+/// Its clocks start at the first look that finds nothing, so that a wait whose message is
+/// already there reads no clock (a clock read costs about as much as the look).
 struct Watch {
-    started: Instant,
-    last_check: Instant,
+    started: Option<Instant>,
+    last_check: Option<Instant>,
     gone: Option<(Departure, Instant)>,
     /// When it started waiting on the data mailbox.
     mail_since: Option<Instant>,
@@ -268,13 +270,27 @@ struct Watch {
 
 impl Watch {
     fn new() -> Self {
-        let now = Instant::now();
         Watch {
-            started: now,
-            last_check: now,
+            started: None,
+            last_check: None,
             gone: None,
             mail_since: None,
         }
+    }
+
+    /// Starts the wait's clocks if they have not started; returns when the wait started.
+    fn start(&mut self) -> Instant {
+        *self.started.get_or_insert_with(|| {
+            let now = Instant::now();
+            self.last_check = Some(now);
+            now
+        })
+    }
+
+    /// Time since the last look at failures (since the start at first).
+    fn since_check(&mut self) -> Duration {
+        self.start();
+        self.last_check.map_or(Duration::ZERO, |t| t.elapsed())
     }
 }
 
@@ -648,18 +664,19 @@ impl Net {
     /// After a wait slice: fails when the data thread found bad data, the operation ran past its
     /// time limit, or a peer is gone (after its grace period).
     fn check(&mut self, w: &mut Watch, ctx: &Ctx) -> Result<()> {
+        let started = w.start();
         let now = Instant::now();
-        w.last_check = now;
+        w.last_check = Some(now);
         if let Some((src, why)) = self.shared.mail.lock().failure.clone() {
             return Err(self.decode_error(ctx, src, why));
         }
         if let Some(limit) = self.opts.sync_timeout {
-            if now.duration_since(w.started) > limit {
+            if now.duration_since(started) > limit {
                 return Err(Error::Timeout {
                     pid: self.pid,
                     superstep: ctx.superstep,
                     during: ctx.during(),
-                    waited: now.duration_since(w.started),
+                    waited: now.duration_since(started),
                 });
             }
         }
@@ -696,10 +713,11 @@ impl Net {
     /// wait it polls, giving the processor away between polls (a peer that shares this core
     /// can then run and answer); after that it blocks for at most one wait slice.
     fn pump(&mut self, w: &mut Watch, ctx: &Ctx) -> Result<()> {
-        if w.started.elapsed() < POLL_PHASE {
+        if w.started.map_or(true, |s| s.elapsed() < POLL_PHASE) {
             return match self.control().poll() {
                 Ok(Some(m)) => self.file(m, ctx),
                 Ok(None) => {
+                    w.start();
                     std::thread::yield_now();
                     Ok(())
                 }
@@ -709,7 +727,7 @@ impl Net {
         match self.control().receive_timeout(self.opts.wait_slice) {
             Ok(m) => {
                 self.file(m, ctx)?;
-                if w.last_check.elapsed() >= self.opts.wait_slice {
+                if w.since_check() >= self.opts.wait_slice {
                     self.check(w, ctx)?;
                 }
                 Ok(())
@@ -828,7 +846,7 @@ impl Net {
                 let slice = self
                     .opts
                     .wait_slice
-                    .saturating_sub(w.last_check.elapsed())
+                    .saturating_sub(w.since_check())
                     .max(Duration::from_millis(1));
                 self.shared.arrived.wait_for(&mut mail, slice);
                 if let Some(r) = f(&mut mail) {
@@ -840,7 +858,7 @@ impl Net {
                 std::thread::yield_now();
             }
         }
-        if w.last_check.elapsed() >= self.opts.wait_slice {
+        if w.since_check() >= self.opts.wait_slice {
             self.check(w, ctx)?;
         }
         Ok(None)

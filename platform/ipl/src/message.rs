@@ -420,8 +420,38 @@ impl ReadMessage {
         r.map_err(|e| self.lost(e))
     }
 
+    /// The next `N` buffered bytes of a port's message, consumed, when the message has that
+    /// many left and they are buffered already: the fast path of tags and lengths.
+    #[inline(always)]
+    fn buffered_bytes<const N: usize>(&mut self) -> Option<[u8; N]> {
+        if let Source::Port { rx, conn } = &mut self.src {
+            if N as u64 <= self.remaining {
+                let r = &mut rx.conns[*conn].reader;
+                let b: [u8; N] = r.buffered().get(..N)?.try_into().ok()?;
+                r.consume(N);
+                self.remaining -= N as u64;
+                return Some(b);
+            }
+        }
+        None
+    }
+
     #[inline]
     fn expect_tag(&mut self, want: u8) -> Result<()> {
+        if let Some([t]) = self.buffered_bytes::<1>() {
+            if t == want {
+                return Ok(());
+            }
+            return Err(self.decode_err(format!(
+                "expected {} but the message has {}",
+                tag_name(want),
+                tag_name(t)
+            )));
+        }
+        self.expect_tag_slow(want)
+    }
+
+    fn expect_tag_slow(&mut self, want: u8) -> Result<()> {
         let mut t = [0u8];
         self.raw(&mut t, "an item tag")?;
         if t[0] != want {
@@ -435,6 +465,19 @@ impl ReadMessage {
     }
 
     fn read_len(&mut self, tag: u8) -> Result<u64> {
+        // Tag and length together, when both are buffered and the tag is right (a wrong one
+        // is left for the general path to report).
+        if let Source::Port { rx, conn } = &mut self.src {
+            if self.remaining >= 9 {
+                let r = &mut rx.conns[*conn].reader;
+                if let Some(b) = r.buffered().get(..9).filter(|b| b[0] == tag) {
+                    let n = u64::from_ne_bytes(b[1..9].try_into().expect("8 bytes"));
+                    r.consume(9);
+                    self.remaining -= 9;
+                    return Ok(if self.swap { n.swap_bytes() } else { n });
+                }
+            }
+        }
         self.expect_tag(tag)?;
         let mut b = [0u8; 8];
         self.raw(&mut b, "a length")?;
@@ -492,6 +535,21 @@ impl ReadMessage {
             let mut v = vec![T::zeroed(); n];
             self.raw(bytemuck::cast_slice_mut(&mut v), what)?;
             return Ok(v);
+        }
+        // All of it buffered already (most small items): one allocation of the exact size and
+        // one copy, without the growing steps below.
+        let bytes = n.saturating_mul(std::mem::size_of::<T>());
+        if let Source::Port { rx, conn } = &mut self.src {
+            let r = &mut rx.conns[*conn].reader;
+            if bytes as u64 <= self.remaining {
+                if let Some(src) = r.buffered().get(..bytes) {
+                    let mut v = vec![T::zeroed(); n];
+                    bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(src);
+                    r.consume(bytes);
+                    self.remaining -= bytes as u64;
+                    return Ok(v);
+                }
+            }
         }
         let first = (GROW_FIRST / std::mem::size_of::<T>()).max(1);
         let mut v: Vec<T> = Vec::new();

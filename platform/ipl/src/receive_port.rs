@@ -40,6 +40,18 @@ const LARGE_MESSAGE: u64 = 32 * 1024;
 /// microsecond, and a system call per check would add as much.
 const HOT_SPIN: Duration = Duration::from_micros(5);
 
+/// How long [`PortShared::receive_until`] waits for a message.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Wait {
+    /// Until one comes.
+    Forever,
+    /// At most this long from the first look that finds nothing (the looks of a call take
+    /// about a microsecond).
+    For(Duration),
+    /// Not at all: the connections are looked at for a few turns, without a clock.
+    Poll,
+}
+
 /// One inbound connection of a receive port.
 pub(crate) struct InConn {
     pub(crate) reader: Reader,
@@ -251,16 +263,23 @@ impl PortShared {
         progressed
     }
 
-    /// The next message, or `None` once `deadline` has passed without one.
-    pub(crate) fn receive_until(
-        self: &Arc<Self>,
-        deadline: Option<Instant>,
-    ) -> Result<Option<ReadMessage>> {
-        let mut rx = match deadline {
-            None => self.rx.lock_arc(),
-            Some(d) => match self.rx.try_lock_arc_until(d) {
-                Some(rx) => rx,
-                None => return Ok(None),
+    /// The next message, or `None` once the wait is over without one.
+    pub(crate) fn receive_until(self: &Arc<Self>, wait: Wait) -> Result<Option<ReadMessage>> {
+        // A timed wait starts its clock only if the message is not there at once: a clock
+        // read costs as much as a look at every connection.
+        let mut deadline: Option<Instant> = None;
+        let mut rx = match self.rx.try_lock_arc() {
+            Some(rx) => rx,
+            None => match wait {
+                Wait::Forever => self.rx.lock_arc(),
+                Wait::Poll => return Ok(None),
+                Wait::For(d) => {
+                    let d = *deadline.get_or_insert_with(|| Instant::now() + d);
+                    match self.rx.try_lock_arc_until(d) {
+                        Some(rx) => rx,
+                        None => return Ok(None),
+                    }
+                }
             },
         };
         // When spinning ends, and when it starts yielding: found when first needed, as a
@@ -301,7 +320,13 @@ impl PortShared {
                 std::hint::spin_loop();
                 continue;
             }
+            if let Wait::Poll = wait {
+                return Ok(None);
+            }
             let now = Instant::now();
+            if let Wait::For(d) = wait {
+                deadline.get_or_insert(now + d);
+            }
             if let Some(d) = deadline {
                 if now >= d {
                     return Ok(None);
@@ -574,7 +599,7 @@ impl<'a> ReceivePortBuilder<'a> {
                 let t = std::thread::Builder::new()
                     .name(format!("ipl-upcall-{}", self.name))
                     .spawn(move || loop {
-                        match s.receive_until(None) {
+                        match s.receive_until(Wait::Forever) {
                             Ok(None) => {}
                             Ok(Some(m)) => {
                                 if let Err(e) = handler(m) {
@@ -639,7 +664,7 @@ impl ReceivePort {
     pub fn receive(&self) -> Result<ReadMessage> {
         self.explicit()?;
         loop {
-            if let Some(m) = self.shared.receive_until(None)? {
+            if let Some(m) = self.shared.receive_until(Wait::Forever)? {
                 return Ok(m);
             }
         }
@@ -649,14 +674,14 @@ impl ReceivePort {
     pub fn receive_timeout(&self, d: Duration) -> Result<ReadMessage> {
         self.explicit()?;
         self.shared
-            .receive_until(Some(Instant::now() + d))?
+            .receive_until(Wait::For(d))?
             .ok_or_else(|| self.shared.timeout(d))
     }
 
     /// The next message if one is available now, without waiting.
     pub fn poll(&self) -> Result<Option<ReadMessage>> {
         self.explicit()?;
-        self.shared.receive_until(Some(Instant::now()))
+        self.shared.receive_until(Wait::Poll)
     }
 
     /// Closes the port: connected senders get errors, an upcall thread finishes its current

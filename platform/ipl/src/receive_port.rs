@@ -187,7 +187,15 @@ impl PortShared {
     fn find_ready(&self, rx: &mut PortRx) -> Ready {
         let mut k = 0;
         while k < rx.conns.len() {
-            let i = (rx.rr + k) % rx.conns.len();
+            // Round robin from `rr` (which dropped connections may have left past the end),
+            // without a division on every look.
+            if rx.rr >= rx.conns.len() {
+                rx.rr = 0;
+            }
+            let mut i = rx.rr + k;
+            if i >= rx.conns.len() {
+                i -= rx.conns.len();
+            }
             let c = &rx.conns[i].reader;
             if c.buffered().len() >= HEADER_LEN {
                 match Header::decode(c.buffered(), self.max_message) {

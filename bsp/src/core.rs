@@ -308,11 +308,6 @@ impl Bsp {
         s
     }
 
-    /// Adds the packets counted here to the process's counters.
-    fn count_packets(&mut self, net: &mut Net) {
-        net.stats.packets_sent += std::mem::take(&mut self.packets);
-    }
-
     pub(crate) fn bad_pid(&self, what: &'static str, bad: usize) -> Error {
         Error::BadPid {
             pid: self.pid,
@@ -481,11 +476,14 @@ impl Bsp {
     /// rounds of one small message per process (see the crate documentation).
     pub fn sync(&mut self) -> Result<()> {
         let mut traced = self.trace_sync();
-        let (seq, ctx) = self.next_seq(op::SYNC);
+        // `next_seq` for a sync, under the lock that the sending takes anyway.
+        let seq = self.seq;
+        self.seq += 1;
+        let ctx = self.ctx(op::name(op::SYNC), seq);
         let s = self.superstep;
-        let net = self.shared_net();
-        let mut guard = net.lock();
-        self.count_packets(&mut guard);
+        let mut guard = self.net.lock();
+        guard.started(self.comm, seq);
+        guard.stats.packets_sent += std::mem::take(&mut self.packets);
         for d in 0..self.nprocs {
             if d == self.pid || self.out[d].is_empty() {
                 continue;

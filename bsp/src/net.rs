@@ -257,6 +257,15 @@ pub struct Stats {
     pub bytes_sent: u64,
 }
 
+/// The calling thread's id, kept per thread: `std::thread::current()` would take and drop a
+/// reference to the thread's handle on every operation.
+fn this_thread() -> std::thread::ThreadId {
+    thread_local! {
+        static ID: std::thread::ThreadId = std::thread::current().id();
+    }
+    ID.with(|id| *id)
+}
+
 /// A wait in progress: when it started, and a departed peer being given its grace period.
 /// Its clocks start at the first look that finds nothing, so that a wait whose message is
 /// already there reads no clock (a clock read costs about as much as the look).
@@ -447,7 +456,7 @@ impl Net {
     pub(crate) fn started(&mut self, comm: u64, seq: u64) {
         if let Some(c) = self.comms.get_mut(&comm) {
             c.next_seq = c.next_seq.max(seq + 1);
-            c.thread = Some(std::thread::current().id());
+            c.thread = Some(this_thread());
         }
     }
 
@@ -801,7 +810,7 @@ impl Net {
     /// thread is the one that would start it; a group whose operations come from another
     /// thread (or have not started yet) may go on there.
     fn crossed(&self, src: usize, comm: u64, seq: u64, op: u8) -> Option<Error> {
-        let here = std::thread::current().id();
+        let here = this_thread();
         let (k, m) = self.stash.iter().find(|(k, m)| {
             k.3 as usize == src
                 && k.0 != comm

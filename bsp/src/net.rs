@@ -52,6 +52,47 @@ pub(crate) struct Msg {
     at: usize,
 }
 
+/// Round messages' buffers kept per thread (at most [`KEPT_BUFFERS`] of at most
+/// [`KEPT_CAPACITY`] bytes) for the next ones: a collective's small messages then cost no
+/// allocation.
+const KEPT_BUFFERS: usize = 8;
+const KEPT_CAPACITY: usize = 4096;
+
+thread_local! {
+    static ROUND_BUFFERS: std::cell::RefCell<Vec<Vec<u8>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A buffer for a message's header and round payload: a kept one, or a new one.
+fn round_buffer() -> Vec<u8> {
+    ROUND_BUFFERS
+        .try_with(|b| b.borrow_mut().pop())
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+}
+
+/// Keeps `buf` for a later [`round_buffer`] if it is small and there is room.
+fn keep_round_buffer(buf: Vec<u8>) {
+    if buf.capacity() == 0 || buf.capacity() > KEPT_CAPACITY {
+        return;
+    }
+    // A thread that is ending has no buffers left to keep: then `buf` is freed.
+    let _ = ROUND_BUFFERS.try_with(|b| {
+        if let Ok(mut b) = b.try_borrow_mut() {
+            if b.len() < KEPT_BUFFERS {
+                b.push(buf);
+            }
+        }
+    });
+}
+
+impl Drop for Msg {
+    fn drop(&mut self) {
+        keep_round_buffer(std::mem::take(&mut self.buf));
+    }
+}
+
 impl Msg {
     pub(crate) fn payload(&self) -> &[u8] {
         &self.buf[self.at..]
@@ -130,33 +171,21 @@ impl Spare {
 
 fn parse(m: &mut ReadMessage, spare: &Spare) -> std::result::Result<Parsed, String> {
     let src = m.origin().rank();
-    let head = m.read_bytes().map_err(|e| e.to_string())?;
-    let hdr = Header::decode(&head)?;
+    let mut head = round_buffer();
+    m.read_bytes_to(&mut head).map_err(|e| e.to_string())?;
+    let hdr = match Header::decode(&head) {
+        Ok(h) => h,
+        Err(e) => {
+            keep_round_buffer(head);
+            return Err(e);
+        }
+    };
     let key = (hdr.comm, hdr.epoch, hdr.round, src);
     match hdr.kind {
         KIND_DATA => {
-            let codes = &head[HEADER_LEN..];
-            // The packet stream's length is in the header, so that it can be read into a
-            // recycled buffer instead of fresh memory.
-            if hdr.aux > m.remaining() {
-                return Err(format!(
-                    "data message announces {} bytes of packets but has {} left",
-                    hdr.aux,
-                    m.remaining()
-                ));
-            }
-            let mut packets = spare.take(hdr.aux as usize);
-            m.read_bytes_into(&mut packets).map_err(|e| e.to_string())?;
-            let drma = m.read_bytes().map_err(|e| e.to_string())?;
-            let mut slices = VecDeque::with_capacity(codes.len());
-            for &c in codes {
-                slices.push_back(read_vec(c, m).map_err(|e| e.to_string())?);
-            }
-            let swap = wire::payload_swapped(hdr.flags);
-            Ok(Parsed::Data {
-                step: (hdr.comm, hdr.epoch),
-                part: InPart::new(src as usize, hdr.round, packets, drma, slices, swap),
-            })
+            let data = parse_data(m, spare, &hdr, &head[HEADER_LEN..], src);
+            keep_round_buffer(head);
+            data
         }
         KIND_ROUND => Ok(Parsed::Round(
             key,
@@ -167,6 +196,7 @@ fn parse(m: &mut ReadMessage, spare: &Spare) -> std::result::Result<Parsed, Stri
             },
         )),
         KIND_BULK => {
+            keep_round_buffer(head);
             let payload = m.read_bytes().map_err(|e| e.to_string())?;
             Ok(Parsed::Bulk(
                 key,
@@ -177,8 +207,42 @@ fn parse(m: &mut ReadMessage, spare: &Spare) -> std::result::Result<Parsed, Stri
                 },
             ))
         }
-        k => Err(format!("unknown message kind {k}")),
+        k => {
+            keep_round_buffer(head);
+            Err(format!("unknown message kind {k}"))
+        }
     }
+}
+
+/// The rest of a data message whose header is `hdr` and whose slice codes are `codes`.
+fn parse_data(
+    m: &mut ReadMessage,
+    spare: &Spare,
+    hdr: &Header,
+    codes: &[u8],
+    src: u32,
+) -> std::result::Result<Parsed, String> {
+    // The packet stream's length is in the header, so that it can be read into a recycled
+    // buffer instead of fresh memory.
+    if hdr.aux > m.remaining() {
+        return Err(format!(
+            "data message announces {} bytes of packets but has {} left",
+            hdr.aux,
+            m.remaining()
+        ));
+    }
+    let mut packets = spare.take(hdr.aux as usize);
+    m.read_bytes_into(&mut packets).map_err(|e| e.to_string())?;
+    let drma = m.read_bytes().map_err(|e| e.to_string())?;
+    let mut slices = VecDeque::with_capacity(codes.len());
+    for &c in codes {
+        slices.push_back(read_vec(c, m).map_err(|e| e.to_string())?);
+    }
+    let swap = wire::payload_swapped(hdr.flags);
+    Ok(Parsed::Data {
+        step: (hdr.comm, hdr.epoch),
+        part: InPart::new(src as usize, hdr.round, packets, drma, slices, swap),
+    })
 }
 
 /// Runs on the port library's upcall thread for every message of the data port.
@@ -623,12 +687,14 @@ impl Net {
         Ok(via_control)
     }
 
-    /// Files one message from the control port.
-    fn file(&mut self, mut m: ReadMessage, ctx: &Ctx) -> Result<()> {
+    /// Files one message from the control port; a round message under key `want` is handed
+    /// back instead, to the wait that is looking for it.
+    fn file(&mut self, mut m: ReadMessage, ctx: &Ctx, want: Option<Key>) -> Result<Option<Msg>> {
         let src = m.origin().rank() as usize;
         let parsed = parse(&mut m, &self.shared.spare);
         drop(m);
         match parsed {
+            Ok(Parsed::Round(key, msg)) if want == Some(key) => return Ok(Some(msg)),
             Ok(Parsed::Round(key, msg)) => {
                 if self.stash.insert(key, msg).is_some() {
                     return Err(self.decode_error(
@@ -658,7 +724,7 @@ impl Net {
             }
             Err(why) => return Err(self.decode_error(ctx, src, why)),
         }
-        Ok(())
+        Ok(None)
     }
 
     fn decode_error(&self, ctx: &Ctx, src: usize, reason: String) -> Error {
@@ -718,30 +784,31 @@ impl Net {
         }
     }
 
-    /// Receives from the control port and files what came. For the first [`POLL_PHASE`] of a
-    /// wait it polls, giving the processor away between polls (a peer that shares this core
-    /// can then run and answer); after that it blocks for at most one wait slice.
-    fn pump(&mut self, w: &mut Watch, ctx: &Ctx) -> Result<()> {
+    /// Receives from the control port and files what came (see [`Net::file`] for `want`). For
+    /// the first [`POLL_PHASE`] of a wait it polls, giving the processor away between polls (a
+    /// peer that shares this core can then run and answer); after that it blocks for at most
+    /// one wait slice.
+    fn pump(&mut self, w: &mut Watch, ctx: &Ctx, want: Option<Key>) -> Result<Option<Msg>> {
         if w.started.map_or(true, |s| s.elapsed() < POLL_PHASE) {
             return match self.control().poll() {
-                Ok(Some(m)) => self.file(m, ctx),
+                Ok(Some(m)) => self.file(m, ctx, want),
                 Ok(None) => {
                     w.start();
                     std::thread::yield_now();
-                    Ok(())
+                    Ok(None)
                 }
                 Err(e) => Err(self.ipl_error(ctx, "receiving on the control port".into(), e)),
             };
         }
         match self.control().receive_timeout(self.opts.wait_slice) {
             Ok(m) => {
-                self.file(m, ctx)?;
+                let got = self.file(m, ctx, want)?;
                 if w.since_check() >= self.opts.wait_slice {
                     self.check(w, ctx)?;
                 }
-                Ok(())
+                Ok(got)
             }
-            Err(ipl::Error::Timeout { .. }) => self.check(w, ctx),
+            Err(ipl::Error::Timeout { .. }) => self.check(w, ctx).map(|()| None),
             Err(e) => Err(self.ipl_error(ctx, "receiving on the control port".into(), e)),
         }
     }
@@ -758,34 +825,20 @@ impl Net {
         ctx: &Ctx,
     ) -> Result<Option<Msg>> {
         let key = wait.key;
-        let (comm, seq, src, op) = (key.0, key.1, key.3 as usize, wait.op);
+        let src = key.3 as usize;
         if wait.notice.is_none() {
-            let Some(msg) = self.stash.remove(&key) else {
-                // Nothing stashed: nothing can be a mismatch.
-                if self.stash.is_empty() {
-                    self.pump(&mut wait.w, ctx)?;
-                    return Ok(None);
-                }
-                // Get replies belong to the sync whose sequence number they carry.
-                let family = |o: u8| if o == op::GET_REPLY { op::SYNC } else { o };
-                if let Some((k, m)) = self
-                    .stash
-                    .iter()
-                    .find(|(k, m)| k.0 == comm && k.1 == seq && family(m.hdr.op) != family(op))
-                {
-                    return Err(Error::CollectiveMismatch {
-                        pid: self.pid,
-                        seq,
-                        mine: format!("{} {}", op::name(op), self.describe(comm)),
-                        peer: k.3 as usize,
-                        theirs: format!("called {}", op::name(m.hdr.op)),
-                    });
-                }
-                if let Some(e) = self.crossed(src, comm, seq, op) {
-                    return Err(e);
-                }
-                self.pump(&mut wait.w, ctx)?;
-                return Ok(None);
+            // Usually nothing is stashed, and then the key needs no hashing.
+            let stashed = if self.stash.is_empty() {
+                None
+            } else {
+                self.stash.remove(&key)
+            };
+            let msg = match stashed {
+                Some(msg) => msg,
+                None => match self.pump_for(wait, ctx)? {
+                    Some(msg) => msg,
+                    None => return Ok(None),
+                },
             };
             if msg.hdr.flags & FLAG_NOTICE == 0 {
                 return Ok(Some(msg));
@@ -800,6 +853,36 @@ impl Net {
             return Err(self.decode_error(ctx, src, "bulk payload of another operation".into()));
         }
         Ok(Some(bulk))
+    }
+
+    /// The part of [`Net::recv_round_step`] that finds its message not stashed: fails on a
+    /// mismatch the stash shows, else pumps, and returns the message if it is what came.
+    fn pump_for(&mut self, wait: &mut RoundWait, ctx: &Ctx) -> Result<Option<Msg>> {
+        let key = wait.key;
+        let (comm, seq, src, op) = (key.0, key.1, key.3 as usize, wait.op);
+        // Nothing stashed: nothing can be a mismatch.
+        if self.stash.is_empty() {
+            return self.pump(&mut wait.w, ctx, Some(key));
+        }
+        // Get replies belong to the sync whose sequence number they carry.
+        let family = |o: u8| if o == op::GET_REPLY { op::SYNC } else { o };
+        if let Some((k, m)) = self
+            .stash
+            .iter()
+            .find(|(k, m)| k.0 == comm && k.1 == seq && family(m.hdr.op) != family(op))
+        {
+            return Err(Error::CollectiveMismatch {
+                pid: self.pid,
+                seq,
+                mine: format!("{} {}", op::name(op), self.describe(comm)),
+                peer: k.3 as usize,
+                theirs: format!("called {}", op::name(m.hdr.op)),
+            });
+        }
+        if let Some(e) = self.crossed(src, comm, seq, op) {
+            return Err(e);
+        }
+        self.pump(&mut wait.w, ctx, Some(key))
     }
 
     /// While this process waits for `src` in operation `seq` of group `comm`: whether `src`
@@ -907,7 +990,7 @@ impl Net {
             }
         };
         if have < wait.via_control {
-            self.pump(&mut wait.w, ctx)?;
+            self.pump(&mut wait.w, ctx, None)?;
             return Ok(None);
         }
         let via_data = wait.via_data;

@@ -543,8 +543,15 @@ impl ReadMessage {
             let r = &mut rx.conns[*conn].reader;
             if bytes as u64 <= self.remaining {
                 if let Some(src) = r.buffered().get(..bytes) {
-                    let mut v = vec![T::zeroed(); n];
-                    bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(src);
+                    let mut v = Vec::with_capacity(n);
+                    match bytemuck::try_cast_slice::<u8, T>(src) {
+                        // Bytes, or aligned numbers: one copy into uninitialised memory.
+                        Ok(items) => v.extend_from_slice(items),
+                        Err(_) => {
+                            v.resize(n, T::zeroed());
+                            bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(src);
+                        }
+                    }
                     r.consume(bytes);
                     self.remaining -= bytes as u64;
                     return Ok(v);
@@ -580,6 +587,36 @@ impl ReadMessage {
             }
         }
         Ok(v)
+    }
+
+    /// Reads a buffer written with `write_bytes` into `buf`, replacing what it held and
+    /// reusing its memory: a receiver that keeps one vector for its messages allocates only
+    /// when a message is larger than any before.
+    pub fn read_bytes_to(&mut self, buf: &mut Vec<u8>) -> Result<()> {
+        let n = self.read_len(TAG_BYTES)?;
+        if n > self.remaining {
+            return Err(self.decode_err(format!("{n} bytes announced but {} left", self.remaining)));
+        }
+        let n = n as usize;
+        buf.clear();
+        if let Source::Port { rx, conn } = &mut self.src {
+            let r = &mut rx.conns[*conn].reader;
+            if let Some(src) = r.buffered().get(..n) {
+                buf.extend_from_slice(src);
+                r.consume(n);
+                self.remaining -= n as u64;
+                return Ok(());
+            }
+        }
+        // Grown as the bytes arrive, as `read_bytes` does, so that a length field claiming more
+        // than the sender sends costs no more memory than what came.
+        while buf.len() < n {
+            let at = buf.len();
+            let step = (n - at).min(at.max(GROW_FIRST));
+            buf.resize(at + step, 0);
+            self.raw(&mut buf[at..], "bytes")?;
+        }
+        Ok(())
     }
 
     /// Reads a buffer written with `write_bytes` into `buf`, whose length must match.
@@ -720,6 +757,34 @@ mod tests {
         let o: (String, Vec<u16>) = r.read().unwrap();
         assert_eq!(o, ("text".to_string(), vec![1, 2]));
         assert_eq!(r.remaining(), 0);
+    }
+
+    #[test]
+    fn read_bytes_to_replaces_and_reuses() {
+        let big: Vec<u8> = (0..200_000).map(|i| i as u8).collect();
+        let mut w = WriteMessage::detached();
+        w.write_bytes(b"first");
+        w.write_bytes(&big);
+        w.write_bytes(b"");
+        w.write_bytes(b"last");
+        let mut r = ReadMessage::from_bytes(w.into_bytes().unwrap(), false);
+        let mut buf = b"old contents".to_vec();
+        r.read_bytes_to(&mut buf).unwrap();
+        assert_eq!(buf, b"first");
+        r.read_bytes_to(&mut buf).unwrap();
+        assert_eq!(buf, big);
+        let grown = buf.capacity();
+        r.read_bytes_to(&mut buf).unwrap();
+        assert!(buf.is_empty());
+        r.read_bytes_to(&mut buf).unwrap();
+        assert_eq!(buf, b"last");
+        assert_eq!(buf.capacity(), grown, "the vector's memory is reused");
+        assert_eq!(r.remaining(), 0);
+        // A length beyond the message is an error, not an allocation.
+        let mut bytes = vec![crate::primitive::TAG_BYTES];
+        bytes.extend_from_slice(&(1u64 << 40).to_ne_bytes());
+        let mut r = ReadMessage::from_bytes(bytes, false);
+        assert!(r.read_bytes_to(&mut buf).is_err());
     }
 
     #[test]

@@ -17,7 +17,7 @@ struct Nested {
 fn read_everything(bytes: Vec<u8>, swapped: bool, ops: &[u8]) {
     let mut m = ReadMessage::from_bytes(bytes, swapped);
     for op in ops {
-        let _ = match op % 12 {
+        let _ = match op % 13 {
             0 => m.read_u8().map(|_| ()),
             1 => m.read_i16().map(|_| ()),
             2 => m.read_u32().map(|_| ()),
@@ -29,6 +29,10 @@ fn read_everything(bytes: Vec<u8>, swapped: bool, ops: &[u8]) {
             8 => m.read::<String>().map(|_| ()),
             9 => m.read::<Nested>().map(|_| ()),
             10 => m.read::<Vec<(u32, char)>>().map(|_| ()),
+            11 => {
+                let mut buf = b"kept".to_vec();
+                m.read_bytes_to(&mut buf)
+            }
             _ => {
                 let mut buf = [0i32; 7];
                 m.read_slice_into(&mut buf)

@@ -75,6 +75,47 @@ fn one_to_one_carries_every_kind_of_item() {
 }
 
 #[test]
+fn byte_strings_and_slices_arrive_whole_small_or_large() {
+    // Small items come from the connection's buffer at once, large ones as they arrive: both
+    // paths of `read_bytes`, `read_bytes_to` and `read_slice`.
+    for d in DRIVERS {
+        run_pool(d, 2, move |ibis, all| {
+            let t = ty(Connection::OneToOne);
+            let rp = ibis.receive_port(&t, "in")?;
+            let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+            let wide: Vec<u16> = (0..200_000u32).map(|i| (i % 65_521) as u16).collect();
+            if ibis.id().rank() == 0 {
+                let sp = ibis.send_port(&t)?;
+                sp.connect(&all[1], "in")?;
+                let mut w = sp.message();
+                w.write_bytes(b"abc");
+                w.write_bytes(&big);
+                w.write_slice(&[1i32, -2, 3][..]);
+                w.write_slice(&wide[..]);
+                w.write_bytes(b"");
+                w.write_bytes(b"last");
+                w.finish()?;
+            } else {
+                let mut r = rp.receive()?;
+                let mut buf = Vec::new();
+                r.read_bytes_to(&mut buf)?;
+                assert_eq!(buf, b"abc");
+                r.read_bytes_to(&mut buf)?;
+                assert!(buf == big, "the large byte string differs");
+                assert_eq!(r.read_slice::<i32>()?, [1, -2, 3]);
+                assert!(r.read_slice::<u16>()? == wide, "the large slice differs");
+                assert_eq!(r.read_bytes()?, b"");
+                r.read_bytes_to(&mut buf)?;
+                assert_eq!(buf, b"last");
+                assert_eq!(r.remaining(), 0);
+                r.finish();
+            }
+            Ok(())
+        });
+    }
+}
+
+#[test]
 fn multicast_reaches_three_receivers() {
     for d in DRIVERS {
         let got = run_pool(d, 4, |ibis, all| {

@@ -387,21 +387,37 @@ impl ReadMessage {
     /// Fills `dst` with the next bytes of the message.
     #[inline]
     fn raw(&mut self, dst: &mut [u8], what: &str) -> Result<()> {
-        // Most items are small and already buffered: copied without the general path's
-        // bookkeeping (and, inlined into the typed reads, with a copy of known size).
-        if let Source::Port { rx, conn } = &mut self.src {
-            let n = dst.len();
-            if n as u64 <= self.remaining {
-                let r = &mut rx.conns[*conn].reader;
-                if let Some(src) = r.buffered().get(..n) {
-                    dst.copy_from_slice(src);
-                    r.consume(n);
-                    self.remaining -= n as u64;
-                    return Ok(());
-                }
-            }
+        // Most items are small and already buffered (and, inlined into the typed reads, copied
+        // with a copy of known size).
+        let n = dst.len();
+        if self
+            .take_buffered(n, |src| {
+                dst.copy_from_slice(src);
+                Some(())
+            })
+            .is_some()
+        {
+            return Ok(());
         }
         self.raw_slow(dst, what)
+    }
+
+    /// Calls `f` with the next `n` bytes of a port's message when the message has that many
+    /// left and they are buffered already, and consumes them if `f` takes them (returns
+    /// `Some`): the fast path of reads, without the general path's bookkeeping.
+    #[inline(always)]
+    fn take_buffered<R>(&mut self, n: usize, f: impl FnOnce(&[u8]) -> Option<R>) -> Option<R> {
+        let Source::Port { rx, conn } = &mut self.src else {
+            return None;
+        };
+        if n as u64 > self.remaining {
+            return None;
+        }
+        let r = &mut rx.conns[*conn].reader;
+        let got = f(r.buffered().get(..n)?)?;
+        r.consume(n);
+        self.remaining -= n as u64;
+        Some(got)
     }
 
     fn raw_slow(&mut self, dst: &mut [u8], what: &str) -> Result<()> {
@@ -420,38 +436,8 @@ impl ReadMessage {
         r.map_err(|e| self.lost(e))
     }
 
-    /// The next `N` buffered bytes of a port's message, consumed, when the message has that
-    /// many left and they are buffered already: the fast path of tags and lengths.
-    #[inline(always)]
-    fn buffered_bytes<const N: usize>(&mut self) -> Option<[u8; N]> {
-        if let Source::Port { rx, conn } = &mut self.src {
-            if N as u64 <= self.remaining {
-                let r = &mut rx.conns[*conn].reader;
-                let b: [u8; N] = r.buffered().get(..N)?.try_into().ok()?;
-                r.consume(N);
-                self.remaining -= N as u64;
-                return Some(b);
-            }
-        }
-        None
-    }
-
     #[inline]
     fn expect_tag(&mut self, want: u8) -> Result<()> {
-        if let Some([t]) = self.buffered_bytes::<1>() {
-            if t == want {
-                return Ok(());
-            }
-            return Err(self.decode_err(format!(
-                "expected {} but the message has {}",
-                tag_name(want),
-                tag_name(t)
-            )));
-        }
-        self.expect_tag_slow(want)
-    }
-
-    fn expect_tag_slow(&mut self, want: u8) -> Result<()> {
         let mut t = [0u8];
         self.raw(&mut t, "an item tag")?;
         if t[0] != want {
@@ -467,16 +453,11 @@ impl ReadMessage {
     fn read_len(&mut self, tag: u8) -> Result<u64> {
         // Tag and length together, when both are buffered and the tag is right (a wrong one
         // is left for the general path to report).
-        if let Source::Port { rx, conn } = &mut self.src {
-            if self.remaining >= 9 {
-                let r = &mut rx.conns[*conn].reader;
-                if let Some(b) = r.buffered().get(..9).filter(|b| b[0] == tag) {
-                    let n = u64::from_ne_bytes(b[1..9].try_into().expect("8 bytes"));
-                    r.consume(9);
-                    self.remaining -= 9;
-                    return Ok(if self.swap { n.swap_bytes() } else { n });
-                }
-            }
+        let both = self.take_buffered(9, |b| {
+            (b[0] == tag).then(|| u64::from_ne_bytes(b[1..9].try_into().expect("8 bytes")))
+        });
+        if let Some(n) = both {
+            return Ok(if self.swap { n.swap_bytes() } else { n });
         }
         self.expect_tag(tag)?;
         let mut b = [0u8; 8];
@@ -539,24 +520,20 @@ impl ReadMessage {
         // All of it buffered already (most small items): one allocation of the exact size and
         // one copy, without the growing steps below.
         let bytes = n.saturating_mul(std::mem::size_of::<T>());
-        if let Source::Port { rx, conn } = &mut self.src {
-            let r = &mut rx.conns[*conn].reader;
-            if bytes as u64 <= self.remaining {
-                if let Some(src) = r.buffered().get(..bytes) {
-                    let mut v = Vec::with_capacity(n);
-                    match bytemuck::try_cast_slice::<u8, T>(src) {
-                        // Bytes, or aligned numbers: one copy into uninitialised memory.
-                        Ok(items) => v.extend_from_slice(items),
-                        Err(_) => {
-                            v.resize(n, T::zeroed());
-                            bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(src);
-                        }
-                    }
-                    r.consume(bytes);
-                    self.remaining -= bytes as u64;
-                    return Ok(v);
+        let whole = self.take_buffered(bytes, |src| {
+            let mut v = Vec::with_capacity(n);
+            match bytemuck::try_cast_slice::<u8, T>(src) {
+                // Bytes, or aligned numbers: one copy into uninitialised memory.
+                Ok(items) => v.extend_from_slice(items),
+                Err(_) => {
+                    v.resize(n, T::zeroed());
+                    bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(src);
                 }
             }
+            Some(v)
+        });
+        if let Some(v) = whole {
+            return Ok(v);
         }
         let first = (GROW_FIRST / std::mem::size_of::<T>()).max(1);
         let mut v: Vec<T> = Vec::new();
@@ -599,14 +576,12 @@ impl ReadMessage {
         }
         let n = n as usize;
         buf.clear();
-        if let Source::Port { rx, conn } = &mut self.src {
-            let r = &mut rx.conns[*conn].reader;
-            if let Some(src) = r.buffered().get(..n) {
-                buf.extend_from_slice(src);
-                r.consume(n);
-                self.remaining -= n as u64;
-                return Ok(());
-            }
+        let whole = self.take_buffered(n, |src| {
+            buf.extend_from_slice(src);
+            Some(())
+        });
+        if whole.is_some() {
+            return Ok(());
         }
         // Grown as the bytes arrive, as `read_bytes` does, so that a length field claiming more
         // than the sender sends costs no more memory than what came.

@@ -652,12 +652,7 @@ impl Producer {
                 continue;
             }
             if !open_checked {
-                if self.ring.word(CONSUMER_CLOSED).load(Ordering::Relaxed) != 0 {
-                    return Err(io::Error::new(
-                        io::ErrorKind::BrokenPipe,
-                        "receive port closed",
-                    ));
-                }
+                self.check_open()?;
                 open_checked = true;
             }
             let from = done - at;
@@ -710,6 +705,17 @@ impl Producer {
         Ok(done - offset)
     }
 
+    /// Fails when the consumer has stopped reading.
+    fn check_open(&self) -> io::Result<()> {
+        if self.ring.word(CONSUMER_CLOSED).load(Ordering::Relaxed) != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "receive port closed",
+            ));
+        }
+        Ok(())
+    }
+
     /// Writes a whole small frame as one chunk, when nothing else is under way (no part lent,
     /// offered or in an open chunk) and the ring has room, without the general path's
     /// bookkeeping of parts, offers and buffers: most latency-bound messages take this way.
@@ -724,15 +730,10 @@ impl Producer {
             return Ok(None);
         }
         let size = chunk_size(len);
-        if size > self.ring.cap / 8 || self.room(size)? < size {
+        if len > self.max_chunk() || self.room(size)? < size {
             return Ok(None);
         }
-        if self.ring.word(CONSUMER_CLOSED).load(Ordering::Relaxed) != 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::BrokenPipe,
-                "receive port closed",
-            ));
-        }
+        self.check_open()?;
         let mut at = self.tail + 8;
         self.ring.copy_to(at, &frame.header);
         at += frame.header.len() as u64;

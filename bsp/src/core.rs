@@ -318,6 +318,15 @@ impl Bsp {
     }
 
     pub(crate) fn next_seq(&mut self, op: u8) -> (u64, Ctx) {
+        let (seq, ctx) = self.take_seq(op);
+        self.net().started(self.comm, seq);
+        (seq, ctx)
+    }
+
+    /// The next sequence number and its context, as [`next_seq`](Bsp::next_seq) gives them,
+    /// without telling the connections: for a caller that holds their lock and tells them
+    /// itself (`Net::started`).
+    fn take_seq(&mut self, op: u8) -> (u64, Ctx) {
         let seq = self.seq;
         self.seq += 1;
         if let Some(t) = &self.trace {
@@ -325,7 +334,6 @@ impl Bsp {
                 t.collective();
             }
         }
-        self.net().started(self.comm, seq);
         (seq, self.ctx(op::name(op), seq))
     }
 
@@ -476,11 +484,9 @@ impl Bsp {
     /// rounds of one small message per process (see the crate documentation).
     pub fn sync(&mut self) -> Result<()> {
         let mut traced = self.trace_sync();
-        // `next_seq` for a sync, under the lock that the sending takes anyway.
-        let seq = self.seq;
-        self.seq += 1;
-        let ctx = self.ctx(op::name(op::SYNC), seq);
+        let (seq, ctx) = self.take_seq(op::SYNC);
         let s = self.superstep;
+        // The operation is started under the lock that the sending takes anyway.
         let mut guard = self.net.lock();
         guard.started(self.comm, seq);
         guard.stats.packets_sent += std::mem::take(&mut self.packets);

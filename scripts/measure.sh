@@ -3,6 +3,22 @@
 # The median of the numbers on standard input, one per line.
 median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
+# The median of the numbers of a space-separated list.
+median_of() { tr ' ' '\n' <<<"$1" | grep . | median; }
+
+# Sets x to what MEASURE A ARGS... prints and y to what MEASURE B ARGS... prints, running A
+# first in odd rounds and second in even ones, so that whatever the order of two runs favours
+# (a warm page cache, the other process's state) falls on both sides alike.
+alternately() { # MEASURE A B ROUND [ARGS...]
+    local measure=$1 a=$2 b=$3 round=$4
+    shift 4
+    if [ $((round % 2)) = 1 ]; then
+        x=$("$measure" "$a" "$@"); y=$("$measure" "$b" "$@")
+    else
+        y=$("$measure" "$b" "$@"); x=$("$measure" "$a" "$@")
+    fi
+}
+
 # A / B to three decimals.
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
 

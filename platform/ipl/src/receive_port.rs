@@ -46,7 +46,7 @@ pub(crate) enum Wait {
     /// Until one comes.
     Forever,
     /// At most this long from the first look that finds nothing (the looks of a call take
-    /// about a microsecond).
+    /// about a microsecond); a duration the clock cannot count waits forever.
     For(Duration),
     /// Not at all: the connections are looked at for a few turns, without a clock.
     Poll,
@@ -282,10 +282,14 @@ impl PortShared {
                 Wait::Forever => self.rx.lock_arc(),
                 Wait::Poll => return Ok(None),
                 Wait::For(d) => {
-                    let d = *deadline.get_or_insert_with(|| Instant::now() + d);
-                    match self.rx.try_lock_arc_until(d) {
-                        Some(rx) => rx,
-                        None => return Ok(None),
+                    deadline = Instant::now().checked_add(d);
+                    match deadline {
+                        Some(until) => match self.rx.try_lock_arc_until(until) {
+                            Some(rx) => rx,
+                            None => return Ok(None),
+                        },
+                        // Beyond what the clock can count: no end.
+                        None => self.rx.lock_arc(),
                     }
                 }
             },
@@ -332,8 +336,9 @@ impl PortShared {
                 return Ok(None);
             }
             let now = Instant::now();
-            if let Wait::For(d) = wait {
-                deadline.get_or_insert(now + d);
+            if let (Wait::For(d), None) = (wait, deadline) {
+                // None again when `d` is beyond what the clock can count: then no end.
+                deadline = now.checked_add(d);
             }
             if let Some(d) = deadline {
                 if now >= d {

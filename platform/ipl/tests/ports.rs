@@ -261,11 +261,21 @@ fn receive_timeout_and_poll() {
                     std::thread::yield_now();
                 };
                 assert_eq!(m.read_u64()?, 42);
+                drop(m);
+                // A timeout beyond what the clock can count waits, rather than failing.
+                let mut w = sp.message();
+                w.write_u8(2);
+                w.finish()?;
+                assert_eq!(rp.receive_timeout(Duration::MAX)?.read_u64()?, 43);
             } else {
                 gate.receive()?.finish();
                 sp.connect(peer, "p")?;
                 let mut w = sp.message();
                 w.write_u64(42);
+                w.finish()?;
+                gate.receive()?.finish();
+                let mut w = sp.message();
+                w.write_u64(43);
                 w.finish()?;
             }
             Ok(())

@@ -116,7 +116,8 @@ impl Ring {
         unsafe { &*(self.map.ptr().add(off) as *const AtomicU64) }
     }
 
-    /// The ring's word at position `pos` (8-aligned): a chunk header.
+    /// The ring's word at position `pos` (8-aligned): a chunk header, or a word of a small
+    /// chunk's payload (see [`Producer::write_small`]).
     fn header(&self, pos: u64) -> &AtomicU64 {
         debug_assert!(pos % 8 == 0);
         let at = (pos & (self.cap - 1)) as usize;
@@ -176,8 +177,10 @@ fn chunk_size(len: u64) -> u64 {
     (8 + len).div_ceil(CHUNK_ALIGN) * CHUNK_ALIGN
 }
 
-/// Frames up to this many bytes (header included) take [`Producer::write_small`].
+/// Frames up to this many bytes (header included) take [`Producer::write_small`]: a multiple
+/// of 8, and one chunk even in the smallest ring.
 const SMALL_FRAME: usize = 256;
+const _: () = assert!(SMALL_FRAME % 8 == 0 && SMALL_FRAME as u64 <= (MIN_RING as u64 / 8) - 8);
 
 /// Chunks start on cache lines: the consumer waits on the line of the next header, which the
 /// producer then has to itself while it writes the chunk.
@@ -719,31 +722,44 @@ impl Producer {
     /// Writes a whole small frame as one chunk, when nothing else is under way (no part lent,
     /// offered or in an open chunk) and the ring has room, without the general path's
     /// bookkeeping of parts, offers and buffers: most latency-bound messages take this way.
-    /// `None` when the general path must take the frame.
+    /// The chunk is put together in private memory and stored a whole word at a time, so that
+    /// each word of the ring is written once. `None` when the general path must take the frame.
     fn write_small(&mut self, frame: &Frame<'_>, wake: &mut Wake) -> io::Result<Option<u64>> {
         let len = frame.len;
         if len == 0 || !self.lent.is_empty() || self.offer.is_some() || self.open.is_some() {
             return Ok(None);
         }
-        let parts: u64 = frame.parts.iter().map(|p| p.len() as u64).sum();
-        if frame.header.len() as u64 + parts != len {
+        let size = chunk_size(len);
+        if self.room(size)? < size {
             return Ok(None);
         }
-        let size = chunk_size(len);
-        if len > self.max_chunk() || self.room(size)? < size {
+        let mut words = [0u64; SMALL_FRAME / 8];
+        let bytes: &mut [u8; SMALL_FRAME] = bytemuck::cast_mut(&mut words);
+        let mut at = frame.header.len();
+        bytes[..at].copy_from_slice(&frame.header);
+        for part in frame.parts {
+            // A frame whose parts do not add up to its length goes the general way, which
+            // writes what the parts hold.
+            let Some(to) = bytes.get_mut(at..at + part.len()) else {
+                return Ok(None);
+            };
+            to.copy_from_slice(part);
+            at += part.len();
+        }
+        if at as u64 != len {
             return Ok(None);
         }
         self.check_open()?;
-        let mut at = self.tail + 8;
-        self.ring.copy_to(at, &frame.header);
-        at += frame.header.len() as u64;
-        for part in frame.parts {
-            self.ring.copy_to(at, part);
-            at += part.len() as u64;
+        let start = self.tail;
+        for (i, &w) in words[..at.div_ceil(8)].iter().enumerate() {
+            // Relaxed: the header's store in `publish` makes the chunk visible.
+            self.ring
+                .header(start + 8 + 8 * i as u64)
+                .store(w, Ordering::Relaxed);
         }
         let start_number = self.number;
-        self.open = Some((self.tail, len));
-        self.tail = at;
+        self.open = Some((start, len));
+        self.tail = start + 8 + len;
         self.publish(start_number, self.seq, wake);
         Ok(Some(len))
     }

@@ -97,10 +97,16 @@ impl<'a> WriteMessage<'a> {
         }
     }
 
+    /// Whether the port's serialization level allows writing `what`; records the refusal as
+    /// the message's error when it does not.
+    #[inline]
     fn allow(&mut self, needed: Serialization, what: &str) -> bool {
-        if self.level >= needed {
-            return true;
-        }
+        self.level >= needed || self.refuse(needed, what)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn refuse(&mut self, needed: Serialization, what: &str) -> bool {
         if self.error.is_none() {
             self.error = Some(Error::NotAllowed {
                 port_type: format!("with serialization {:?}", self.level),
@@ -279,7 +285,6 @@ pub struct ReadMessage {
     src: Source,
     remaining: u64,
     swap: bool,
-    origin: NodeId,
     stall: Duration,
 }
 
@@ -293,20 +298,18 @@ macro_rules! read_prim {
 }
 
 /// The origin of messages read from memory, shared so that reading one allocates nothing.
-fn memory_origin() -> NodeId {
+fn memory_origin() -> &'static NodeId {
     static ORIGIN: std::sync::OnceLock<NodeId> = std::sync::OnceLock::new();
-    ORIGIN
-        .get_or_init(|| {
-            NodeId::new(
-                "",
-                u32::MAX,
-                "memory",
-                "memory",
-                "memory",
-                Default::default(),
-            )
-        })
-        .clone()
+    ORIGIN.get_or_init(|| {
+        NodeId::new(
+            "",
+            u32::MAX,
+            "memory",
+            "memory",
+            "memory",
+            Default::default(),
+        )
+    })
 }
 
 impl ReadMessage {
@@ -317,12 +320,10 @@ impl ReadMessage {
         big_endian: bool,
         stall: Duration,
     ) -> Self {
-        let origin = rx.conns[conn].origin.clone();
         ReadMessage {
             src: Source::Port { rx, conn },
             remaining: len,
             swap: big_endian != cfg!(target_endian = "big"),
-            origin,
             stall,
         }
     }
@@ -335,14 +336,18 @@ impl ReadMessage {
             remaining: data.len() as u64,
             src: Source::Memory { data, pos: 0 },
             swap: swapped,
-            origin: memory_origin(),
             stall: Duration::ZERO,
         }
     }
 
     /// The node that sent the message.
     pub fn origin(&self) -> &NodeId {
-        &self.origin
+        // The connection's, found through the port the message holds: no copy of the node's
+        // id (and of its reference count) per message.
+        match &self.src {
+            Source::Port { rx, conn } => &rx.conns[*conn].origin,
+            Source::Memory { .. } => memory_origin(),
+        }
     }
 
     /// Payload bytes not read yet.
@@ -357,7 +362,7 @@ impl ReadMessage {
 
     fn decode_err(&self, reason: impl Into<String>) -> Error {
         Error::Decode {
-            origin: self.origin.to_string(),
+            origin: self.origin().to_string(),
             reason: reason.into(),
         }
     }
@@ -379,7 +384,7 @@ impl ReadMessage {
         }
         self.remaining = 0;
         Error::ConnectionLost {
-            peer: self.origin.to_string(),
+            peer: self.origin().to_string(),
             reason: e.to_string(),
         }
     }

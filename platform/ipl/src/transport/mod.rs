@@ -43,8 +43,9 @@ use crate::error::Result;
 use crate::node::NodeId;
 use crate::wire::HEADER_LEN;
 use bytes::Bytes;
+use std::cell::OnceCell;
 use std::io;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 pub(crate) use waker::Waker;
 
@@ -129,8 +130,9 @@ pub(crate) struct Frame<'a> {
     pub parts: &'a [&'a [u8]],
     /// Header and parts together, in bytes.
     pub len: u64,
-    /// The parts as shared chunks, made once for all connections that need owned bytes.
-    pub chunks: &'a OnceLock<Vec<Bytes>>,
+    /// The parts as shared chunks, made once for all connections that need owned bytes (a
+    /// frame is written by one thread: a cell, with nothing to synchronise).
+    pub chunks: &'a OnceCell<Vec<Bytes>>,
 }
 
 impl Frame<'_> {

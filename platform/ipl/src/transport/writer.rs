@@ -8,7 +8,6 @@
 use super::{poll, Frame, Sink, WAIT_SLICE};
 use crate::wire::{FrameKind, Header, HEADER_LEN};
 use smallvec::SmallVec;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// How long a writer whose sinks are all full yields before it parks.
@@ -29,7 +28,7 @@ pub(crate) fn send(
     big_endian: bool,
     dead: &dyn Fn(usize) -> bool,
 ) -> Result<(), Failures> {
-    let chunks = OnceLock::new();
+    let chunks = std::cell::OnceCell::new();
     let total = len + HEADER_LEN as u64;
     let frame = |s: &mut (dyn Sink + 'static)| Frame {
         header: Header {

@@ -421,7 +421,7 @@ impl Sink for ShmOut {
     }
 
     fn close(mut self: Box<Self>, close: &[u8]) {
-        let chunks = OnceLock::new();
+        let chunks = std::cell::OnceCell::new();
         let parts: [&[u8]; 0] = [];
         let mut header = [0u8; crate::wire::HEADER_LEN];
         header.copy_from_slice(&close[..crate::wire::HEADER_LEN.min(close.len())]);

@@ -196,6 +196,8 @@ pub(crate) struct Consumer {
     ring: Ring,
     /// Where the next chunk's header is.
     head: u64,
+    /// The head as last told the producer (see [`Consumer::read_small`]).
+    told: u64,
     /// The number of the next chunk.
     number: u32,
     /// The chunk being read: the position of its next byte, the bytes left, and where it ends.
@@ -211,6 +213,7 @@ impl Consumer {
         Consumer {
             ring,
             head: 0,
+            told: 0,
             number: 1,
             chunk: None,
             next_seq: 1,
@@ -289,10 +292,7 @@ impl Consumer {
                 }
                 self.chunk = None;
                 self.head = end;
-                // Sequentially consistent, as is the producer's announcement that it waits and
-                // its look at the head after it: one of the two sides sees the other.
-                self.ring.word(HEAD).store(self.head, Ordering::SeqCst);
-                self.signal_producer(signal);
+                self.tell_head(signal);
                 if got == dst.len() {
                     return Ok(got);
                 }
@@ -394,13 +394,28 @@ impl Consumer {
             self.number = self.number.wrapping_add(1);
             self.head += chunk_size(len as u64);
         };
-        if got > 0 {
-            // As in `read`: the room is the producer's to see, and a waiting producer's to be
-            // woken for.
-            self.ring.word(HEAD).store(self.head, Ordering::SeqCst);
-            self.signal_producer(signal);
+        // The head is told the producer once an eighth of the ring has been read since it was
+        // last told, or at once when the producer waits: not for every small chunk, which
+        // would make the line of the head change hands for each message. A producer that waits
+        // for room and is not seen waiting (the two sides' stores crossed) still gets it: it
+        // waits only with the ring full as far as it knows, which leaves more than an eighth
+        // of the ring for this side to read before it must tell the head.
+        if got > 0
+            && (self.head - self.told >= self.ring.cap / 8
+                || self.ring.word(PRODUCER_WAITING).load(Ordering::Relaxed) != 0)
+        {
+            self.tell_head(signal);
         }
         (got, rest)
+    }
+
+    /// Tells the producer the head: the room it has.
+    fn tell_head(&mut self, signal: &mut Signal) {
+        // Sequentially consistent, as is the producer's announcement that it waits and its
+        // look at the head after it: one of the two sides sees the other.
+        self.ring.word(HEAD).store(self.head, Ordering::SeqCst);
+        self.told = self.head;
+        self.signal_producer(signal);
     }
 
     /// Starts the next chunk if it is there and no descriptor comes first.
@@ -820,6 +835,7 @@ impl Producer {
 
     /// Publishes what was written since chunk `start_number` and descriptor `start_seq` and
     /// says whether to wake the consumer.
+    #[inline]
     fn publish(&mut self, start_number: u32, start_seq: u64, wake: &mut Wake) {
         self.close_chunk();
         if self.number == start_number && self.seq == start_seq {
@@ -879,7 +895,7 @@ impl Drop for Producer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::OnceLock;
+    use std::cell::OnceCell;
 
     /// The producer's and the consumer's views of one ring of `cap` bytes.
     fn pair(cap: usize, remote: bool) -> (Producer, Consumer) {
@@ -906,7 +922,7 @@ mod tests {
         h: u8,
         parts: &[&[u8]],
     ) -> Vec<u8> {
-        let chunks = OnceLock::new();
+        let chunks = OnceCell::new();
         let frame = Frame {
             header: [h; 24],
             parts,
@@ -951,7 +967,7 @@ mod tests {
     #[test]
     fn small_frames_fill_the_ring_and_pass_the_wrap_intact() {
         let (mut p, mut c) = pair(4096, false);
-        let chunks = OnceLock::new();
+        let chunks = OnceCell::new();
         let (mut sent, mut got) = (Vec::new(), Vec::new());
         let mut buf = vec![0u8; 10_000];
         let mut k = 0usize;
@@ -1005,7 +1021,7 @@ mod tests {
         // Reads smaller than a chunk take the general path part-way through a chunk; reads
         // that span chunks take whole small chunks and then part of the next.
         let (mut p, mut c) = pair(4096, false);
-        let chunks = OnceLock::new();
+        let chunks = OnceCell::new();
         let (mut sent, mut got) = (Vec::new(), Vec::new());
         for k in 0..400usize {
             let data: Vec<u8> = (0..(k * 7) % 200).map(|i| (i + k) as u8).collect();
@@ -1056,7 +1072,7 @@ mod tests {
         let (mut p, mut c) = pair(4096, true);
         let big: Vec<u8> = (0..100_000u32).map(|i| (i * 3) as u8).collect();
         let parts: [&[u8]; 2] = [&big, b"tail"];
-        let chunks = OnceLock::new();
+        let chunks = OnceCell::new();
         let frame = Frame {
             header: [1; 24],
             parts: &parts,
@@ -1119,7 +1135,7 @@ mod tests {
         // A head ahead of the tail.
         let (mut p, c) = pair(4096, false);
         c.ring.word(HEAD).store(99, Ordering::SeqCst);
-        let chunks = OnceLock::new();
+        let chunks = OnceCell::new();
         let big = [0u8; 5000];
         let parts: [&[u8]; 1] = [&big];
         let frame = Frame {
@@ -1162,7 +1178,7 @@ mod tests {
     fn a_closed_consumer_fails_the_next_write() {
         let (mut p, c) = pair(4096, false);
         c.close();
-        let chunks = OnceLock::new();
+        let chunks = OnceCell::new();
         let frame = Frame {
             header: [0; 24],
             parts: &[],
@@ -1177,7 +1193,7 @@ mod tests {
     fn a_parked_consumer_is_woken_and_a_waiting_producer_too() {
         let (mut p, mut c) = pair(4096, false);
         assert!(c.prepare_park(), "nothing to read yet");
-        let chunks = OnceLock::new();
+        let chunks = OnceCell::new();
         let big = [7u8; 5000];
         let parts: [&[u8]; 1] = [&big];
         let frame = Frame {

@@ -1218,4 +1218,55 @@ mod tests {
         c.read(&mut buf, None, &mut signal).unwrap();
         assert!(signal.wake, "the waiting producer must be woken");
     }
+
+    /// Fills the ring with frames of 40 bytes; returns how many went in whole.
+    fn fill_with_small_frames(p: &mut Producer) -> usize {
+        let chunks = OnceCell::new();
+        let body = [5u8; 16];
+        let parts: [&[u8]; 1] = [&body];
+        let frame = Frame {
+            header: [9; 24],
+            parts: &parts,
+            len: 40,
+            chunks: &chunks,
+        };
+        let mut whole = 0;
+        loop {
+            let n = p.write(&frame, 0, &mut Wake::default()).unwrap();
+            if n < 40 {
+                assert_eq!(n, 0, "a small frame goes whole or not at all into a full ring");
+                return whole;
+            }
+            whole += 1;
+        }
+    }
+
+    #[test]
+    fn a_producer_waiting_behind_small_frames_is_told_the_room() {
+        // The producer waits and says so before the consumer reads: the first read tells it.
+        let (mut p, mut c) = pair(4096, false);
+        let frames = fill_with_small_frames(&mut p);
+        assert_eq!(frames, 4096 / 64, "one line per small chunk");
+        assert!(p.prepare_wait(), "no room yet");
+        let (mut signal, mut buf) = (Signal::default(), [0u8; 40]);
+        assert_eq!(c.read(&mut buf, None, &mut signal).unwrap(), 40);
+        assert!(signal.wake, "the waiting producer must be woken at once");
+        assert_eq!(fill_with_small_frames(&mut p), 1, "the room of the chunk read");
+
+        // The consumer reads before the producer says it waits (their stores crossed): the
+        // consumer tells the room once an eighth of the ring is read, and wakes the producer.
+        let (mut p, mut c) = pair(4096, false);
+        fill_with_small_frames(&mut p);
+        let mut signal = Signal::default();
+        assert_eq!(c.read(&mut buf, None, &mut signal).unwrap(), 40);
+        assert!(!signal.wake);
+        assert!(p.prepare_wait(), "the room read is not told yet");
+        let mut read = 1;
+        while !signal.wake {
+            assert_eq!(c.read(&mut buf, None, &mut signal).unwrap(), 40);
+            read += 1;
+            assert!(read <= 4096 / 8 / 64, "read {read} chunks and the producer still waits");
+        }
+        assert_eq!(fill_with_small_frames(&mut p), read);
+    }
 }

@@ -58,16 +58,31 @@ pub(crate) fn code_name(code: u8) -> &'static str {
 
 /// Copies raw bytes of numbers into a new vector, swapping their byte order when asked.
 pub(crate) fn vec_from_bytes<T: Number>(bytes: &[u8], swap: bool) -> Vec<T> {
-    let n = bytes.len() / std::mem::size_of::<T>();
-    let mut v = vec![T::default(); n];
-    bytemuck::cast_slice_mut::<T, u8>(&mut v)
-        .copy_from_slice(&bytes[..n * std::mem::size_of::<T>()]);
+    let mut v = Vec::with_capacity(bytes.len() / std::mem::size_of::<T>());
+    extend_from_bytes(&mut v, bytes, swap);
+    v
+}
+
+/// Appends the numbers whose bytes `bytes` holds (a trailing part of a number is ignored),
+/// swapping each when `swap`. One copy, into memory that is not written before.
+pub(crate) fn extend_from_bytes<T: Number>(dst: &mut Vec<T>, bytes: &[u8], swap: bool) {
+    let size = std::mem::size_of::<T>();
+    let bytes = &bytes[..bytes.len() / size * size];
+    let start = dst.len();
+    match bytemuck::try_cast_slice::<u8, T>(bytes) {
+        // Aligned for `T`: a plain copy.
+        Ok(numbers) => dst.extend_from_slice(numbers),
+        Err(_) => dst.extend(
+            bytes
+                .chunks_exact(size)
+                .map(bytemuck::pod_read_unaligned::<T>),
+        ),
+    }
     if swap {
-        for x in v.iter_mut() {
+        for x in &mut dst[start..] {
             *x = x.swap();
         }
     }
-    v
 }
 
 /// Reverses the byte order of every `size`-byte element of `bytes`.
@@ -174,5 +189,36 @@ impl<T: Number> Op<T> {
             Op::Max => 4,
             Op::Custom(_) => 5,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_come_from_bytes_at_any_alignment_and_in_either_order() {
+        let values: Vec<f64> = (0..100).map(|i| i as f64 * 1.5 - 7.0).collect();
+        let bytes: &[u8] = bytemuck::cast_slice(&values);
+        // One byte in front shifts the numbers off their alignment; a trailing byte is no
+        // number and is ignored.
+        let mut shifted = vec![0u8];
+        shifted.extend_from_slice(bytes);
+        shifted.push(9);
+        for b in [bytes, &shifted[1..]] {
+            assert_eq!(vec_from_bytes::<f64>(b, false), values);
+            let mut v = vec![1.0f64];
+            extend_from_bytes(&mut v, b, false);
+            assert_eq!(v[0], 1.0);
+            assert_eq!(v[1..], values[..]);
+        }
+        let swapped: Vec<u8> = bytes
+            .chunks_exact(8)
+            .flat_map(|c| c.iter().rev().copied())
+            .collect();
+        assert_eq!(vec_from_bytes::<f64>(&swapped, true), values);
+        let mut words: Vec<u8> = [1u32, 2].iter().flat_map(|w| w.to_ne_bytes()).collect();
+        words.push(3);
+        assert_eq!(vec_from_bytes::<u32>(&words, false), [1, 2]);
     }
 }

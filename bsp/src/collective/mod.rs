@@ -129,15 +129,7 @@ pub(crate) fn extend_numbers<T: Number>(
     if b.len() != n * std::mem::size_of::<T>() {
         return Err(format!("{} bytes for {n} {}", b.len(), T::NAME));
     }
-    let start = dst.len();
-    dst.resize(start + n, T::default());
-    let new = &mut dst[start..];
-    bytemuck::cast_slice_mut::<T, u8>(new).copy_from_slice(b);
-    if swap {
-        for x in new.iter_mut() {
-            *x = x.swap();
-        }
-    }
+    crate::number::extend_from_bytes(dst, b, swap);
     Ok(())
 }
 

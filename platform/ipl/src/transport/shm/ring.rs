@@ -1234,7 +1234,10 @@ mod tests {
         loop {
             let n = p.write(&frame, 0, &mut Wake::default()).unwrap();
             if n < 40 {
-                assert_eq!(n, 0, "a small frame goes whole or not at all into a full ring");
+                assert_eq!(
+                    n, 0,
+                    "a small frame goes whole or not at all into a full ring"
+                );
                 return whole;
             }
             whole += 1;
@@ -1251,7 +1254,11 @@ mod tests {
         let (mut signal, mut buf) = (Signal::default(), [0u8; 40]);
         assert_eq!(c.read(&mut buf, None, &mut signal).unwrap(), 40);
         assert!(signal.wake, "the waiting producer must be woken at once");
-        assert_eq!(fill_with_small_frames(&mut p), 1, "the room of the chunk read");
+        assert_eq!(
+            fill_with_small_frames(&mut p),
+            1,
+            "the room of the chunk read"
+        );
 
         // The consumer reads before the producer says it waits (their stores crossed): the
         // consumer tells the room once an eighth of the ring is read, and wakes the producer.
@@ -1265,7 +1272,10 @@ mod tests {
         while !signal.wake {
             assert_eq!(c.read(&mut buf, None, &mut signal).unwrap(), 40);
             read += 1;
-            assert!(read <= 4096 / 8 / 64, "read {read} chunks and the producer still waits");
+            assert!(
+                read <= 4096 / 8 / 64,
+                "read {read} chunks and the producer still waits"
+            );
         }
         assert_eq!(fill_with_small_frames(&mut p), read);
     }

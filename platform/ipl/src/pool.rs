@@ -138,10 +138,17 @@ impl PoolInner {
 
     /// Why this node is cut off from its pool, once it has lost the registry while a member.
     /// Cheap while all is well (one atomic load), as receivers ask before every message.
+    #[inline]
     pub(crate) fn cut_off(&self) -> Option<String> {
         if !self.lost.load(Ordering::Relaxed) {
             return None;
         }
+        self.why_cut_off()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn why_cut_off(&self) -> Option<String> {
         let v = self.view.lock();
         let why = v.registry_lost.clone().unwrap_or_default();
         Some(format!("{} is cut off from its pool: {why}", self.me))

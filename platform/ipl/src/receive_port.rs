@@ -157,10 +157,18 @@ impl PortShared {
         self.waker.force();
     }
 
+    /// Takes on the connections accepted since the last look. Inline: a receiver that spins
+    /// asks at every look, and almost always finds none.
+    #[inline]
     fn adopt(&self, rx: &mut PortRx) {
-        if !self.has_pending.load(Ordering::Acquire) {
-            return;
+        if self.has_pending.load(Ordering::Acquire) {
+            self.adopt_pending(rx);
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn adopt_pending(&self, rx: &mut PortRx) {
         let mut p = self.pending.lock();
         self.has_pending.store(false, Ordering::Relaxed);
         rx.conns.append(&mut p);

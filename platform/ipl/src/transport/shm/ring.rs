@@ -6,12 +6,17 @@
 //! padded to 8 bytes. The producer writes a chunk's payload, then its header; the consumer
 //! waits on the header of the next chunk, whose line also brings the start of the payload (one
 //! cache miss per small message, not two), and advances `head` (bytes ever read) past each
-//! chunk it has read, which tells the producer the room it has. A byte becomes visible only
+//! chunk it has read, which tells the producer the room it has. It tells the head after each
+//! chunk of the general path, but after small chunks only once an eighth of the ring has been
+//! read or the producer waits (see [`Consumer::read_small`]): then the line of the head does
+//! not change hands with every small message. Small frames, the latency-bound ones, are
+//! written and read whole, a word at a time ([`Producer::write_small`] and
+//! [`Consumer::read_small`]); everything else takes the general path. A byte becomes visible only
 //! with its chunk's header, so a producer that dies half-way leaves nothing torn behind, only a
 //! message that stops. Each side keeps its own indices privately and reads the other's from
 //! shared memory, where the other (or a misbehaving process in its place) may write anything:
 //! every value read from there is checked before it is used, and the shared bytes are touched
-//! only through atomics and volatile copies.
+//! only through atomics and volatile copies (the small paths' words are atomics too).
 //!
 //! Where the consumer can read the producer's memory ([`super::remote`]), parts of a message
 //! may travel by reference: the producer posts a descriptor (ring position, length, address in

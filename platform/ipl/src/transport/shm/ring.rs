@@ -941,10 +941,16 @@ mod tests {
             let n = c.read(&mut buf, r, &mut Signal::default()).unwrap();
             got.extend_from_slice(&buf[..n]);
         }
+        read_all(c, r, &mut buf, &mut got);
+        got
+    }
+
+    /// Reads through `buf` until the consumer finds nothing more, appending to `got`.
+    fn read_all(c: &mut Consumer, r: Option<&Remote>, buf: &mut [u8], got: &mut Vec<u8>) {
         loop {
-            let n = c.read(&mut buf, r, &mut Signal::default()).unwrap();
+            let n = c.read(buf, r, &mut Signal::default()).unwrap();
             if n == 0 {
-                return got;
+                return;
             }
             got.extend_from_slice(&buf[..n]);
         }
@@ -997,26 +1003,14 @@ mod tests {
                 let n = p.write(&frame, done, &mut Wake::default()).unwrap();
                 done += n;
                 if n == 0 || done < frame.len {
-                    loop {
-                        let n = c.read(&mut buf, None, &mut Signal::default()).unwrap();
-                        if n == 0 {
-                            break;
-                        }
-                        got.extend_from_slice(&buf[..n]);
-                    }
+                    read_all(&mut c, None, &mut buf, &mut got);
                 }
             }
             sent.extend_from_slice(&[k as u8; 24]);
             sent.extend_from_slice(&data);
             k += 1;
         }
-        loop {
-            let n = c.read(&mut buf, None, &mut Signal::default()).unwrap();
-            if n == 0 {
-                break;
-            }
-            got.extend_from_slice(&buf[..n]);
-        }
+        read_all(&mut c, None, &mut buf, &mut got);
         assert_eq!(got.len(), sent.len());
         assert!(got == sent, "the bytes read differ from the bytes written");
     }
@@ -1047,14 +1041,7 @@ mod tests {
             sent.extend_from_slice(&[k as u8; 24]);
             sent.extend_from_slice(&data);
         }
-        let mut buf = vec![0u8; 13];
-        loop {
-            let n = c.read(&mut buf, None, &mut Signal::default()).unwrap();
-            if n == 0 {
-                break;
-            }
-            got.extend_from_slice(&buf[..n]);
-        }
+        read_all(&mut c, None, &mut [0u8; 13], &mut got);
         assert!(got == sent, "the bytes read differ from the bytes written");
     }
 
@@ -1104,14 +1091,7 @@ mod tests {
             frame2.len
         );
         let mut got = Vec::new();
-        let mut buf = vec![0u8; 7000];
-        loop {
-            let n = c.read(&mut buf, Some(&r), &mut Signal::default()).unwrap();
-            if n == 0 {
-                break;
-            }
-            got.extend_from_slice(&buf[..n]);
-        }
+        read_all(&mut c, Some(&r), &mut vec![0u8; 7000], &mut got);
         let mut want = expected(1, &parts);
         want.extend(expected(2, &parts2));
         assert_eq!(got, want);

@@ -51,3 +51,15 @@ bsp_step_figures() { # JSON COMMAND...
     done
     echo "${figures[*]}"
 }
+
+# The median of the numbers of a space-separated list and a distribution-free 95% confidence
+# interval for it, from the order statistics (the binomial interval: ranks n/2 - 0.98 sqrt(n) and 1 + n/2 + 0.98 sqrt(n)),
+# as "MEDIAN [LOW, HIGH]". With fewer than 6 numbers the interval is the whole range.
+median_ci_of() {
+    tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{ v[NR] = $1 } END {
+        n = NR; h = 0.98 * sqrt(n)
+        lo = int(n / 2 - h); if (lo < 1) lo = 1
+        hi = 1 + n / 2 + h; hi = (hi == int(hi)) ? hi : int(hi) + 1; if (hi > n) hi = n
+        if (n < 6) { lo = 1; hi = n }
+        printf "%s [%s, %s]", v[int((n + 1) / 2)], v[lo], v[hi] }'
+}

@@ -29,6 +29,31 @@ pub(crate) fn send(
     dead: &dyn Fn(usize) -> bool,
 ) -> Result<(), Failures> {
     let chunks = std::cell::OnceCell::new();
+    let sent = send_frames(sinks, parts, len, big_endian, dead, &chunks);
+    // Only sinks that need owned bytes make the chunks, and most frames never do: the check
+    // stays here and the freeing out of line, whatever the compiler makes of the rest.
+    if let Some(made) = chunks.into_inner() {
+        release_chunks(made);
+    }
+    sent
+}
+
+#[cold]
+#[inline(never)]
+fn release_chunks(chunks: Vec<bytes::Bytes>) {
+    drop(chunks);
+}
+
+/// [`send`] with the frame's shared chunks in `chunks`.
+#[inline(always)]
+fn send_frames(
+    sinks: &mut [&mut (dyn Sink + 'static)],
+    parts: &[&[u8]],
+    len: u64,
+    big_endian: bool,
+    dead: &dyn Fn(usize) -> bool,
+    chunks: &std::cell::OnceCell<Vec<bytes::Bytes>>,
+) -> Result<(), Failures> {
     let total = len + HEADER_LEN as u64;
     let frame = |s: &mut (dyn Sink + 'static)| Frame {
         header: Header {
@@ -40,7 +65,7 @@ pub(crate) fn send(
         .encode(),
         parts,
         len: total,
-        chunks: &chunks,
+        chunks,
     };
     if let [one] = sinks {
         // The common case, without the bookkeeping of many: one frame, written at once when

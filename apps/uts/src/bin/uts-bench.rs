@@ -124,6 +124,25 @@ fn ratio(a: &[f64], b: &[f64]) -> Option<f64> {
     median(a.iter().zip(b).map(|(x, y)| x / y).collect())
 }
 
+/// A distribution-free 95% confidence interval for the median of `a[i] / b[i]` over the
+/// rounds, from the order statistics: the ratios ranked n/2 - 0.98 sqrt(n) and
+/// 1 + n/2 + 0.98 sqrt(n) (the binomial interval; the whole range below 6 rounds).
+fn ratio_interval(a: &[f64], b: &[f64]) -> Option<(f64, f64)> {
+    let mut v: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n < 6 {
+        return Some((v[0], v[n - 1]));
+    }
+    let h = 0.98 * (n as f64).sqrt();
+    let low = ((n as f64 / 2.0 - h).floor() as usize).max(1);
+    let high = ((1.0 + n as f64 / 2.0 + h).ceil() as usize).min(n);
+    Some((v[low - 1], v[high - 1]))
+}
+
 fn check(what: &str, tree: &SampleTree, got: Counts) -> Result<(), String> {
     if got.nodes == tree.expected.nodes
         && (tree.expected.leaves == 0 || got.leaves == tree.expected.leaves)
@@ -344,6 +363,16 @@ fn run(args: Args) -> Result<(), String> {
             fmt(ratio(&t.sequential, &t.processes), 2),
         );
     }
+    for (tree, t) in trees.iter().zip(&times) {
+        if let Some((low, high)) = ratio_interval(&t.satin, &t.rayon) {
+            println!(
+                "{}: satin/rayon time {}, 95% confidence interval of the median [{low:.3}, {high:.3}] over {} rounds",
+                tree.name,
+                fmt(ratio(&t.satin, &t.rayon), 3),
+                t.satin.len()
+            );
+        }
+    }
     println!(
         "targets: seq/ref >= 1.0; satin speedup >= 1.9 on 2 threads; processes >= 1.8 on 2 processes; satin/rayon <= 1.0"
     );
@@ -358,5 +387,22 @@ fn main() -> std::process::ExitCode {
             eprintln!("uts-bench: {e}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_interval_of_the_median_is_the_binomial_one() {
+        // Ratios 1..=n over denominators of 1: the interval's ends are the ranks themselves,
+        // as the binomial tables give them (n = 21: 6 and 16; n = 100: 40 and 61).
+        let ones = vec![1.0; 100];
+        let ranks: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(ratio_interval(&ranks[..21], &ones[..21]), Some((6.0, 16.0)));
+        assert_eq!(ratio_interval(&ranks, &ones), Some((40.0, 61.0)));
+        assert_eq!(ratio_interval(&ranks[..3], &ones[..3]), Some((1.0, 3.0)));
+        assert_eq!(ratio_interval(&[], &[]), None);
     }
 }

@@ -24,8 +24,8 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
 
 # Runs MEASURE (a function printing one figure for a build) on builds A and B for ROUNDS
 # rounds, alternately; prints each round's pair and ratio, then the medians over the rounds
-# and the median of the per-round ratios (A / B). NAME heads the error of a run that printed
-# no figure.
+# and the median of the per-round ratios (A / B) with its 95% confidence interval (see
+# `median_ci_of`). NAME heads the error of a run that printed no figure.
 compare_rounds() { # NAME UNIT MEASURE A B ROUNDS
     local name=$1 unit=$2 measure=$3 a=$4 b=$5 rounds=$6 r sa="" sb="" sr=""
     for r in $(seq "$rounds"); do
@@ -34,7 +34,7 @@ compare_rounds() { # NAME UNIT MEASURE A B ROUNDS
         echo "round $r: A $x $unit, B $y $unit, A / B $(ratio "$x" "$y")"
         sa+="$x " sb+="$y " sr+="$(ratio "$x" "$y") "
     done
-    echo "median over $rounds rounds: A $(median_of "$sa") $unit, B $(median_of "$sb") $unit; median of the ratios A / B: $(median_of "$sr")"
+    echo "median over $rounds rounds: A $(median_of "$sa") $unit, B $(median_of "$sb") $unit; median of the ratios A / B: $(median_ci_of "$sr") (95% interval)"
 }
 
 # Runs bsp-bench's superstep measurement with COMMAND (a bsp-bench binary, perhaps behind

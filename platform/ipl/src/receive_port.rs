@@ -37,8 +37,14 @@ pub(crate) type PortTable = Mutex<HashMap<String, Arc<PortShared>>>;
 const LARGE_MESSAGE: u64 = 32 * 1024;
 /// How long a receiver checks its connections without giving up the processor, before it
 /// spins yielding: a message in flight between two running processes arrives within a
-/// microsecond, and a system call per check would add as much.
-const HOT_SPIN: Duration = Duration::from_micros(5);
+/// microsecond, and a system call per check would add as much. Longer, the spin keeps other
+/// threads of the process from the processor while nothing is in flight: bsp's receiving
+/// thread spins while its program thread copies a large part to send. A 64 KiB `all_to_all`
+/// between 2 processes on 2 cores took 1.2 to 1.7 times as long with 20 us as with 5 us (11
+/// alternating runs of the `collective_cost` example), and 0.917 times as long with 1 us
+/// (`results/collective-cost-hot-spin-20261124-1028`); round trips and supersteps did not
+/// move (`shm-round-trip-hot-spin-*`, `bsp-superstep-hot-spin-*`).
+const HOT_SPIN: Duration = Duration::from_micros(1);
 
 /// How long [`PortShared::receive_until`] waits for a message.
 #[derive(Clone, Copy, Debug)]

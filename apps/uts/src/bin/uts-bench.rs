@@ -119,16 +119,21 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
     Some(v[v.len() / 2])
 }
 
+/// `a[i] / b[i]` for every round.
+fn ratios(a: &[f64], b: &[f64]) -> Vec<f64> {
+    a.iter().zip(b).map(|(x, y)| x / y).collect()
+}
+
 /// The median over rounds of `a[i] / b[i]`.
 fn ratio(a: &[f64], b: &[f64]) -> Option<f64> {
-    median(a.iter().zip(b).map(|(x, y)| x / y).collect())
+    median(ratios(a, b))
 }
 
 /// A distribution-free 95% confidence interval for the median of `a[i] / b[i]` over the
 /// rounds, from the order statistics: the ratios ranked n/2 - 0.98 sqrt(n) and
 /// 1 + n/2 + 0.98 sqrt(n) (the binomial interval; the whole range below 6 rounds).
 fn ratio_interval(a: &[f64], b: &[f64]) -> Option<(f64, f64)> {
-    let mut v: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+    let mut v = ratios(a, b);
     if v.is_empty() {
         return None;
     }

@@ -53,8 +53,9 @@ bsp_step_figures() { # JSON COMMAND...
 }
 
 # The median of the numbers of a space-separated list and a distribution-free 95% confidence
-# interval for it, from the order statistics (the binomial interval: ranks n/2 - 0.98 sqrt(n) and 1 + n/2 + 0.98 sqrt(n)),
-# as "MEDIAN [LOW, HIGH]". With fewer than 6 numbers the interval is the whole range.
+# interval for it, from the order statistics (the binomial interval: ranks n/2 - 0.98 sqrt(n)
+# and 1 + n/2 + 0.98 sqrt(n)), as "MEDIAN [LOW, HIGH]". With fewer than 6 numbers the
+# interval is the whole range.
 median_ci_of() {
     tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{ v[NR] = $1 } END {
         n = NR; h = 0.98 * sqrt(n)

@@ -50,6 +50,10 @@ pub(crate) struct Msg {
     pub hdr: Header,
     buf: Vec<u8>,
     at: usize,
+    /// Where the buffer goes back once the message is consumed: the spare buffers, for a bulk
+    /// payload (its next one of the same size is then read without touching fresh memory);
+    /// the thread's small buffers otherwise.
+    home: Option<Arc<Spare>>,
 }
 
 /// Round messages' buffers kept per thread (at most [`KEPT_BUFFERS`] of at most
@@ -89,7 +93,11 @@ fn keep_round_buffer(buf: Vec<u8>) {
 
 impl Drop for Msg {
     fn drop(&mut self) {
-        keep_round_buffer(std::mem::take(&mut self.buf));
+        let buf = std::mem::take(&mut self.buf);
+        match &self.home {
+            Some(spare) => spare.give(buf),
+            None => keep_round_buffer(buf),
+        }
     }
 }
 
@@ -123,7 +131,7 @@ struct Mail {
 struct Shared {
     mail: Mutex<Mail>,
     arrived: Condvar,
-    spare: Spare,
+    spare: Arc<Spare>,
 }
 
 enum Parsed {
@@ -132,18 +140,43 @@ enum Parsed {
     Bulk(Key, Msg),
 }
 
-/// Buffers of packet streams read in earlier supersteps, kept for reuse: reading a large
-/// stream into memory that was used before avoids the page faults of fresh memory.
-#[derive(Default)]
-struct Spare(Mutex<Vec<Vec<u8>>>);
+/// Buffers of packet streams read in earlier supersteps and of bulk payloads consumed, kept for
+/// reuse: reading a large stream into memory that was used before avoids the page faults of
+/// fresh memory, and the zeroing that a new vector gets before it is read into.
+struct Spare {
+    buffers: Mutex<Vec<Vec<u8>>>,
+    /// At most this many buffers are kept (set once the number of processes is known)...
+    keep: std::sync::atomic::AtomicUsize,
+    /// ...of at most this many bytes in all.
+    bytes: usize,
+}
 
 impl Spare {
+    fn new(bytes: usize) -> Spare {
+        Spare {
+            buffers: Mutex::new(Vec::new()),
+            keep: std::sync::atomic::AtomicUsize::new(2),
+            bytes,
+        }
+    }
+
+    /// Keeps at most `keep` buffers from now on.
+    fn set_keep(&self, keep: usize) {
+        self.keep.store(keep, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The buffer given back last, or an empty one: for a payload whose length is not known
+    /// before it is read (`ReadMessage::read_bytes_to` fits it).
+    fn take_last(&self) -> Vec<u8> {
+        self.buffers.lock().pop().unwrap_or_default()
+    }
+
     /// A buffer of exactly `n` bytes (contents unspecified; the reader overwrites them).
     fn take(&self, n: usize) -> Vec<u8> {
         let mut v = if n == 0 {
             Vec::new()
         } else {
-            let mut spare = self.0.lock();
+            let mut spare = self.buffers.lock();
             match spare.iter().position(|b| b.capacity() >= n) {
                 Some(i) => spare.swap_remove(i),
                 None => spare.pop().unwrap_or_default(),
@@ -157,19 +190,20 @@ impl Spare {
         v
     }
 
-    /// Keeps `v` for reuse, up to `keep` buffers of at most `bytes` in all.
-    fn give(&self, v: Vec<u8>, keep: usize, bytes: usize) {
+    /// Keeps `v` for reuse, within the limits of the number of buffers and of bytes.
+    fn give(&self, v: Vec<u8>) {
         if v.capacity() > 0 {
-            let mut spare = self.0.lock();
+            let keep = self.keep.load(std::sync::atomic::Ordering::Relaxed);
+            let mut spare = self.buffers.lock();
             let held: usize = spare.iter().map(Vec::capacity).sum();
-            if spare.len() < keep && held + v.capacity() <= bytes {
+            if spare.len() < keep && held + v.capacity() <= self.bytes {
                 spare.push(v);
             }
         }
     }
 }
 
-fn parse(m: &mut ReadMessage, spare: &Spare) -> std::result::Result<Parsed, String> {
+fn parse(m: &mut ReadMessage, spare: &Arc<Spare>) -> std::result::Result<Parsed, String> {
     let src = m.origin().rank();
     let mut head = round_buffer();
     m.read_bytes_to(&mut head).map_err(|e| e.to_string())?;
@@ -193,19 +227,19 @@ fn parse(m: &mut ReadMessage, spare: &Spare) -> std::result::Result<Parsed, Stri
                 hdr,
                 buf: head,
                 at: HEADER_LEN,
+                home: None,
             },
         )),
         KIND_BULK => {
             keep_round_buffer(head);
-            let payload = m.read_bytes().map_err(|e| e.to_string())?;
-            Ok(Parsed::Bulk(
-                key,
-                Msg {
-                    hdr,
-                    buf: payload,
-                    at: 0,
-                },
-            ))
+            let mut msg = Msg {
+                hdr,
+                buf: spare.take_last(),
+                at: 0,
+                home: Some(spare.clone()),
+            };
+            m.read_bytes_to(&mut msg.buf).map_err(|e| e.to_string())?;
+            Ok(Parsed::Bulk(key, msg))
         }
         k => {
             keep_round_buffer(head);
@@ -431,7 +465,7 @@ impl Net {
         let shared = Arc::new(Shared {
             mail: Mutex::new(Mail::default()),
             arrived: Condvar::new(),
-            spare: Spare::default(),
+            spare: Arc::new(Spare::new(opts.memory_budget)),
         });
         let sh = shared.clone();
         let mesh = Mesh::builder(&ibis, MESH)
@@ -462,6 +496,7 @@ impl Net {
             }
         }
         let p = nodes.len();
+        shared.spare.set_keep(2 * p + 2);
         Ok(Net {
             mesh,
             nodes,
@@ -959,9 +994,8 @@ impl Net {
     /// Keeps the packet buffers of a superstep that was read, for the messages of later ones
     /// (at most the memory budget's worth).
     pub(crate) fn recycle(&self, buffers: impl Iterator<Item = Vec<u8>>) {
-        let keep = 2 * self.nodes.len() + 2;
         for b in buffers {
-            self.shared.spare.give(b, keep, self.opts.memory_budget);
+            self.shared.spare.give(b);
         }
     }
 

@@ -573,21 +573,26 @@ impl ReadMessage {
 
     /// Reads a buffer written with `write_bytes` into `buf`, replacing what it held and
     /// reusing its memory: a receiver that keeps one vector for its messages allocates only
-    /// when a message is larger than any before.
+    /// when a message is larger than any before, and writes no byte twice where the message
+    /// is no longer than the vector was.
     pub fn read_bytes_to(&mut self, buf: &mut Vec<u8>) -> Result<()> {
         let n = self.read_len(TAG_BYTES)?;
         if n > self.remaining {
             return Err(self.decode_err(format!("{n} bytes announced but {} left", self.remaining)));
         }
         let n = n as usize;
-        buf.clear();
         let whole = self.take_buffered(n, |src| {
+            buf.clear();
             buf.extend_from_slice(src);
             Some(())
         });
         if whole.is_some() {
             return Ok(());
         }
+        // The bytes `buf` holds already are overwritten in place: zeroing them first, as a
+        // cleared vector's growth would, costs a pass over the memory for nothing.
+        buf.truncate(n);
+        self.raw(buf, "bytes")?;
         // Grown as the bytes arrive, as `read_bytes` does, so that a length field claiming more
         // than the sender sends costs no more memory than what came.
         while buf.len() < n {

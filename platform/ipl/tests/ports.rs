@@ -84,12 +84,18 @@ fn byte_strings_and_slices_arrive_whole_small_or_large() {
             let rp = ibis.receive_port(&t, "in")?;
             let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
             let wide: Vec<u16> = (0..200_000u32).map(|i| (i % 65_521) as u16).collect();
+            // Read into the vector that held `big`: shorter (overwritten in place) and longer
+            // (in place, then grown).
+            let shorter: Vec<u8> = (0..200_000u32).map(|i| (i % 241) as u8 ^ 0x5a).collect();
+            let longer: Vec<u8> = (0..450_000u32).map(|i| (i % 239) as u8).collect();
             if ibis.id().rank() == 0 {
                 let sp = ibis.send_port(&t)?;
                 sp.connect(&all[1], "in")?;
                 let mut w = sp.message();
                 w.write_bytes(b"abc");
                 w.write_bytes(&big);
+                w.write_bytes(&shorter);
+                w.write_bytes(&longer);
                 w.write_slice(&[1i32, -2, 3][..]);
                 w.write_slice(&wide[..]);
                 w.write_bytes(b"");
@@ -102,6 +108,16 @@ fn byte_strings_and_slices_arrive_whole_small_or_large() {
                 assert_eq!(buf, b"abc");
                 r.read_bytes_to(&mut buf)?;
                 assert!(buf == big, "the large byte string differs");
+                r.read_bytes_to(&mut buf)?;
+                assert!(
+                    buf == shorter,
+                    "a shorter byte string read over a longer one differs"
+                );
+                r.read_bytes_to(&mut buf)?;
+                assert!(
+                    buf == longer,
+                    "a longer byte string read over a shorter one differs"
+                );
                 assert_eq!(r.read_slice::<i32>()?, [1, -2, 3]);
                 assert!(r.read_slice::<u16>()? == wide, "the large slice differs");
                 assert_eq!(r.read_bytes()?, b"");

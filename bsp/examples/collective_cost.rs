@@ -1,36 +1,71 @@
-//! What a bandwidth-bound collective costs: `all_to_all` with 64 KiB (8192 `f64`) for every
-//! pair of processes, timed per call.
+//! What a bandwidth-bound collective costs: 64 KiB (8192 `f64`) per process, timed per call.
+//! `all_to_all` (the default) sends 64 KiB to every other process; the others move 64 KiB
+//! per process as `bsp-bench` does (what each receives in `scatter`, contributes in
+//! `all_gather`, `scan`, `exscan` and `reduce`).
 //!
 //! ```text
 //! cargo build --release -p bsp --example collective_cost -p ipl --bin ipl-run
 //! target/release/ipl-run -n 2 -- target/release/examples/collective_cost 2000
+//! target/release/ipl-run -n 2 -- target/release/examples/collective_cost 2000 exscan
 //! ```
 //!
 //! Small enough to count the instructions of a call under callgrind
 //! (`--toggle-collect='bsp::collective::exchange::<impl bsp::core::Bsp>::all_to_all'`);
-//! `bsp-bench` measures the same collective next to OpenMPI's `MPI_Alltoallv`.
+//! `bsp-bench` measures the same collectives next to their OpenMPI equivalents.
+
+use bsp::Op;
+
+/// The collectives this example can time.
+const NAMES: [&str; 6] = [
+    "all_to_all",
+    "all_gather",
+    "scatter",
+    "scan",
+    "exscan",
+    "reduce",
+];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let n: u64 = match std::env::args().nth(1) {
+    let mut args = std::env::args().skip(1);
+    let n: u64 = match args.next() {
         Some(a) => a
             .parse()
             .map_err(|_| format!("'{a}' is not a number of calls"))?,
         None => 1000,
     };
+    let name = args.next().unwrap_or_else(|| NAMES[0].to_string());
+    if !NAMES.contains(&name.as_str()) {
+        return Err(format!("'{name}' is not one of {}", NAMES.join(", ")).into());
+    }
     let mut bsp = bsp::Bsp::new(ipl::Ibis::join(ipl::Config::from_env()?)?)?;
-    let p = bsp.nprocs();
-    let send: Vec<Vec<f64>> = (0..p).map(|_| vec![0.0; 8192]).collect();
+    let (p, me) = (bsp.nprocs(), bsp.pid());
+    const N: usize = 8192;
+    let send: Vec<Vec<f64>> = (0..p).map(|_| vec![0.0; N]).collect();
+    let all = vec![0.0f64; N * p];
+    let mine = vec![0.0f64; N];
+    let mut v = vec![0.0f64; N];
+    let mut call = |bsp: &mut bsp::Bsp| -> bsp::Result<()> {
+        match name.as_str() {
+            "all_to_all" => drop(bsp.all_to_all(&send)?),
+            "all_gather" => drop(bsp.all_gather_slice(&mine)?),
+            "scatter" => drop(bsp.scatter_slice(0, (me == 0).then_some(&all[..]))?),
+            "scan" => bsp.scan_slice(&mut v, Op::Sum)?,
+            "exscan" => drop(bsp.exscan_slice(&mut v, Op::Sum)?),
+            _ => drop(bsp.reduce_slice(0, &mine, Op::Sum)?),
+        }
+        Ok(())
+    };
     // Connections and buffers settle during the first calls.
     for _ in 0..n.min(100) {
-        bsp.all_to_all(&send)?;
+        call(&mut bsp)?;
     }
     let start = std::time::Instant::now();
     for _ in 0..n {
-        bsp.all_to_all(&send)?;
+        call(&mut bsp)?;
     }
     let us = start.elapsed().as_secs_f64() * 1e6 / n.max(1) as f64;
-    if bsp.pid() == 0 {
-        println!("{n} all_to_all calls of 64 KiB per pair on {p} processes: {us:.2} us per call");
+    if me == 0 {
+        println!("{n} {name} calls of 64 KiB per process on {p} processes: {us:.2} us per call");
     }
     Ok(())
 }

@@ -31,6 +31,7 @@ use super::{numbers_from, type_sig, Call};
 use crate::core::{op, Bsp};
 use crate::error::Result;
 use crate::number::{Number, Op};
+use crate::wire::native_flag;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::ops::Range;
@@ -470,6 +471,14 @@ impl Bsp {
         let n = values.len();
         let sig = number_sig(&op, n & 0xffff_ffff) | (root as u64) << 48;
         let call = self.begin(op::REDUCE, sig);
+        let r = self.pid;
+        if r % 2 == 1 && r != root {
+            // A leaf of the tree (see `tree_reduce`): its numbers go to the pid below as they
+            // are, sent from where they lie.
+            let bytes = bytemuck::cast_slice(values);
+            self.send_bytes(&call, r - 1, 0, bytes, native_flag())?;
+            return Ok(None);
+        }
         self.reduced_at(&call, root, values.to_vec(), &Numbers { op, n })
     }
 
@@ -569,6 +578,51 @@ impl Bsp {
         })
     }
 
+    /// [`prefix`](Bsp::prefix)'s chain on a slice of numbers, in place: the same messages,
+    /// without the copies of the general form. The slice is sent from where it lies and the
+    /// predecessor's numbers are combined into it straight from the received payload; an
+    /// exclusive prefix sends the combination first and then takes the predecessor's numbers
+    /// as its own. Returns false on pid 0 of an exclusive prefix, whose values stay as they
+    /// are.
+    fn chain_slice<T: Number>(
+        &mut self,
+        call: &Call,
+        values: &mut [T],
+        inclusive: bool,
+        op: &Op<T>,
+    ) -> Result<bool> {
+        let (p, r, n) = (self.nprocs, self.pid, values.len());
+        let last = r + 1 == p;
+        let pass_on = |this: &Self, values: &[T]| {
+            this.send_bytes(call, r + 1, 0, bytemuck::cast_slice(values), native_flag())
+        };
+        if r == 0 {
+            if !last {
+                pass_on(self, values)?;
+            }
+            return Ok(inclusive);
+        }
+        let msg = self.recv_msg(call, r - 1, 0)?;
+        let bad = |why| self.payload_error(call, r - 1, why);
+        let (bytes, swap) = (msg.payload(), msg.swapped());
+        if inclusive || !last {
+            // Everything below, then this process's own numbers.
+            with_numbers(bytes, swap, n, |below: &[T]| {
+                combine_into(values, below, true, op)
+            })
+            .map_err(bad)?;
+            if !last {
+                pass_on(self, values)?;
+            }
+            if inclusive {
+                return Ok(true);
+            }
+        }
+        // An exclusive prefix ends with what came from below.
+        with_numbers(bytes, swap, n, |below: &[T]| values.copy_from_slice(below)).map_err(bad)?;
+        Ok(true)
+    }
+
     /// The inclusive prefix of `op` over pids: the combination of the values of pids 0 to
     /// this one, in pid order. `scan(1, Op::Sum)` is `pid + 1`.
     pub fn scan<T: Number>(&mut self, value: T, op: Op<T>) -> Result<T> {
@@ -582,6 +636,9 @@ impl Bsp {
     pub fn scan_slice<T: Number>(&mut self, values: &mut [T], op: Op<T>) -> Result<()> {
         let n = values.len();
         let call = self.begin(op::SCAN, number_sig(&op, n));
+        if self.nprocs <= super::tree::SMALL_GROUP {
+            return self.chain_slice(&call, values, true, &op).map(drop);
+        }
         let r = self.prefix(&call, values.to_vec(), true, &Numbers { op, n })?;
         values.copy_from_slice(&r.expect("an inclusive prefix is never empty"));
         Ok(())
@@ -611,6 +668,9 @@ impl Bsp {
     pub fn exscan_slice<T: Number>(&mut self, values: &mut [T], op: Op<T>) -> Result<bool> {
         let n = values.len();
         let call = self.begin(op::EXSCAN, number_sig(&op, n));
+        if self.nprocs <= super::tree::SMALL_GROUP {
+            return self.chain_slice(&call, values, false, &op);
+        }
         let r = self.prefix(&call, values.to_vec(), false, &Numbers { op, n })?;
         Ok(match r {
             Some(r) => {

@@ -76,6 +76,17 @@ pub fn collectives(bsp: &mut Bsp, n: usize) -> bsp::Result<()> {
         (0..n).all(|j| v[j] == fold_cat(0..=me, j)),
         "scan_slice at pid {me}"
     );
+    let mut v = digits.clone();
+    let changed = bsp.exscan_slice(&mut v, Op::Custom(cat))?;
+    assert_eq!(changed, me > 0);
+    if me > 0 {
+        assert!(
+            (0..n).all(|j| v[j] == fold_cat(0..me, j)),
+            "exscan_slice at pid {me}"
+        );
+    } else {
+        assert_eq!(v, digits);
+    }
     let mut v = floats.clone();
     bsp.scan_slice(&mut v, Op::Sum)?;
     assert!(

@@ -38,13 +38,13 @@ compare_rounds() { # NAME UNIT MEASURE A B ROUNDS
 }
 
 # Runs bsp-bench's superstep measurement with COMMAND (a bsp-bench binary, perhaps behind
-# chrt): 2 processes, the median of 31 repetitions of 2000 empty supersteps and of 2000 8-byte
-# all-reduces, with its figures written to JSON. Prints both in microseconds:
-# "SUPERSTEP ALL_REDUCE".
+# chrt): BSP_PROCS processes (2 when unset), the median of 31 repetitions of 2000 empty
+# supersteps and of 2000 8-byte all-reduces, with its figures written to JSON. Prints both in
+# microseconds: "SUPERSTEP ALL_REDUCE".
 bsp_step_figures() { # JSON COMMAND...
     local json=$1
     shift
-    "$@" --procs 2 --no-mpi --supersteps-only --rounds 1 --reps 31 --json "$json" >/dev/null
+    "$@" --procs "${BSP_PROCS:-2}" --no-mpi --supersteps-only --rounds 1 --reps 31 --json "$json" >/dev/null
     local figures=()
     for key in bsp_superstep_us bsp_all_reduce_us; do
         figures+=("$(grep -o "\"$key\": *[0-9.e-]*" "$json" | head -1 | sed 's/.*: *//')")

@@ -1,4 +1,5 @@
-//! What a bandwidth-bound collective costs: 64 KiB (8192 `f64`) per process, timed per call.
+//! What a collective costs, timed per call: 64 KiB (8192 `f64`) per process unless a third
+//! argument gives another number of `f64`.
 //! `all_to_all` (the default) sends 64 KiB to every other process; the others move 64 KiB
 //! per process as `bsp-bench` does (what each receives in `scatter`, contributes in
 //! `all_gather`, `scan`, `exscan` and `reduce`).
@@ -7,6 +8,7 @@
 //! cargo build --release -p bsp --example collective_cost -p ipl --bin ipl-run
 //! target/release/ipl-run -n 2 -- target/release/examples/collective_cost 2000
 //! target/release/ipl-run -n 2 -- target/release/examples/collective_cost 2000 exscan
+//! target/release/ipl-run -n 4 -- target/release/examples/collective_cost 2000 scan 1
 //! ```
 //!
 //! Small enough to count the instructions of a call under callgrind
@@ -37,13 +39,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if !NAMES.contains(&name.as_str()) {
         return Err(format!("'{name}' is not one of {}", NAMES.join(", ")).into());
     }
+    let each: usize = match args.next() {
+        Some(a) => a
+            .parse()
+            .ok()
+            .filter(|&k| (1..=1 << 24).contains(&k))
+            .ok_or(format!("'{a}' is not a number of f64 from 1 to 2^24"))?,
+        None => 8192,
+    };
     let mut bsp = bsp::Bsp::new(ipl::Ibis::join(ipl::Config::from_env()?)?)?;
     let (p, me) = (bsp.nprocs(), bsp.pid());
-    const N: usize = 8192;
-    let send: Vec<Vec<f64>> = (0..p).map(|_| vec![0.0; N]).collect();
-    let all = vec![0.0f64; N * p];
-    let mine = vec![0.0f64; N];
-    let mut v = vec![0.0f64; N];
+    let send: Vec<Vec<f64>> = (0..p).map(|_| vec![0.0; each]).collect();
+    let all = vec![0.0f64; each * p];
+    let mine = vec![0.0f64; each];
+    let mut v = vec![0.0f64; each];
     let mut call = |bsp: &mut bsp::Bsp| -> bsp::Result<()> {
         match name.as_str() {
             "all_to_all" => drop(bsp.all_to_all(&send)?),
@@ -65,7 +74,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let us = start.elapsed().as_secs_f64() * 1e6 / n.max(1) as f64;
     if me == 0 {
-        println!("{n} {name} calls of 64 KiB per process on {p} processes: {us:.2} us per call");
+        let bytes = each * 8;
+        println!(
+            "{n} {name} calls of {bytes} bytes per process on {p} processes: {us:.2} us per call"
+        );
     }
     Ok(())
 }

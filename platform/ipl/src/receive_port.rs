@@ -311,10 +311,7 @@ impl PortShared {
         // When spinning ends, and when it starts yielding: found when first needed, as a
         // message that is there at once needs no clock.
         let mut phases: Option<(Instant, Instant)> = None;
-        // Where processes outnumber processors, the sender may be waiting for this very
-        // processor: no hot spin at all, so that a poll that finds nothing returns at once and
-        // its caller can give the processor away.
-        let mut hot = !rx.pool.inner.crowded();
+        let mut hot = true;
         let mut turns = 0u32;
         loop {
             if self.closed.load(Ordering::Relaxed) {

@@ -1,8 +1,7 @@
-//! What a collective costs, timed per call: 64 KiB (8192 `f64`) per process unless a third
-//! argument gives another number of `f64`.
-//! `all_to_all` (the default) sends 64 KiB to every other process; the others move 64 KiB
-//! per process as `bsp-bench` does (what each receives in `scatter`, contributes in
-//! `all_gather`, `scan`, `exscan` and `reduce`).
+//! What a collective costs, timed per call, back to back. Each process moves 64 KiB (8192
+//! `f64`, or as many as a third argument says) as `bsp-bench` does: `all_to_all` (the
+//! default) sends that much to every other process; it is what each process receives in
+//! `scatter` and contributes in `all_reduce`, `all_gather`, `scan`, `exscan` and `reduce`.
 //!
 //! ```text
 //! cargo build --release -p bsp --example collective_cost -p ipl --bin ipl-run
@@ -18,8 +17,9 @@
 use bsp::Op;
 
 /// The collectives this example can time.
-const NAMES: [&str; 6] = [
+const NAMES: [&str; 7] = [
     "all_to_all",
+    "all_reduce",
     "all_gather",
     "scatter",
     "scan",
@@ -56,6 +56,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut call = |bsp: &mut bsp::Bsp| -> bsp::Result<()> {
         match name.as_str() {
             "all_to_all" => drop(bsp.all_to_all(&send)?),
+            "all_reduce" => bsp.all_reduce_slice(&mut v, Op::Sum)?,
             "all_gather" => drop(bsp.all_gather_slice(&mine)?),
             "scatter" => drop(bsp.scatter_slice(0, (me == 0).then_some(&all[..]))?),
             "scan" => bsp.scan_slice(&mut v, Op::Sum)?,

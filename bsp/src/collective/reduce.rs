@@ -377,8 +377,61 @@ impl Bsp {
     pub fn all_reduce_slice<T: Number>(&mut self, values: &mut [T], op: Op<T>) -> Result<()> {
         let n = values.len();
         let call = self.begin(op::ALL_REDUCE, number_sig(&op, n));
-        let r = self.butterfly(&call, values.to_vec(), &Numbers { op, n })?;
-        values.copy_from_slice(&r);
+        self.butterfly_slice(&call, values, &op)
+    }
+
+    /// [`butterfly`](Bsp::butterfly) on a slice of numbers, in place: the same messages and the
+    /// same order of combination (so the same bits), without copying the slice in and out.
+    /// Each round sends the slice from where it lies and combines the partner's numbers into
+    /// it straight from the received payload.
+    fn butterfly_slice<T: Number>(
+        &mut self,
+        call: &Call,
+        values: &mut [T],
+        op: &Op<T>,
+    ) -> Result<()> {
+        let (p, r, n) = (self.nprocs, self.pid, values.len());
+        if p == 1 {
+            return Ok(());
+        }
+        let f = Folded::new(p);
+        let rounds = f.pof2.trailing_zeros();
+        let send = |this: &Self, to: usize, round: u32, values: &[T]| {
+            this.send_bytes(call, to, round, bytemuck::cast_slice(values), native_flag())
+        };
+        let absorb = |this: &Self, from: usize, round: u32, values: &mut [T], lower: bool| {
+            let msg = this.recv_msg(call, from, round)?;
+            with_numbers(msg.payload(), msg.swapped(), n, |theirs: &[T]| {
+                combine_into(values, theirs, lower, op)
+            })
+            .map_err(|why| this.payload_error(call, from, why))
+        };
+        if r < 2 * f.rem {
+            if r % 2 == 0 {
+                send(self, r + 1, 0, values)?;
+            } else {
+                absorb(self, r - 1, 0, values, true)?;
+            }
+        }
+        if let Some(nr) = f.rank(r) {
+            for k in 0..rounds {
+                let pn = nr ^ (1 << k);
+                let peer = f.pid(pn);
+                send(self, peer, k + 1, values)?;
+                absorb(self, peer, k + 1, values, pn < nr)?;
+            }
+        }
+        if r < 2 * f.rem {
+            if r % 2 == 1 {
+                send(self, r - 1, rounds + 1, values)?;
+            } else {
+                let msg = self.recv_msg(call, r + 1, rounds + 1)?;
+                with_numbers(msg.payload(), msg.swapped(), n, |result: &[T]| {
+                    values.copy_from_slice(result)
+                })
+                .map_err(|why| self.payload_error(call, r + 1, why))?;
+            }
+        }
         Ok(())
     }
 

@@ -191,8 +191,18 @@ pub fn collectives(bsp: &mut Bsp, n: usize) -> bsp::Result<()> {
     );
 
     // The existing ones next to them, for the bit-identical result on every process.
+    let mut v = digits.clone();
+    bsp.all_reduce_slice(&mut v, Op::Custom(cat))?;
+    assert!(
+        (0..n).all(|j| v[j] == fold_cat(0..p, j)),
+        "all_reduce_slice at pid {me}"
+    );
     let mut v = floats.clone();
     bsp.all_reduce_slice(&mut v, Op::Sum)?;
+    assert!(
+        (0..n).all(|j| v[j] == seq_sum(j, p)),
+        "float all_reduce_slice at pid {me}"
+    );
     let sum = bsp.all_reduce(0.1 * (me as f64 + 1.0), Op::Sum)?;
     let sums = bsp.all_gather(&sum.to_bits())?;
     assert!(

@@ -83,8 +83,10 @@ impl Bsp {
         }
         let sig = root as u64;
         let rel = (self.pid + p - root) % p;
-        // At the root: the value, or why there is none. Elsewhere: what the parent sent.
-        let (payload, flags, mine) = if rel == 0 {
+        // At the root: the value, or why there is none. Elsewhere: what the parent sent, kept
+        // in its message, from which it is passed on and decoded without a copy.
+        let mut received = None;
+        let (encoded, flags, mine) = if rel == 0 {
             let encoded = match value {
                 None => Err(self.usage("the root of broadcast must pass Some(value)".into())),
                 Some(v) => crate::codec::to_vec(&v)
@@ -108,8 +110,10 @@ impl Bsp {
             let parent = (rel - mask + root) % p;
             let msg = self.recv_checked(parent, seq, op::BROADCAST, sig, 0, &ctx)?;
             let flags = msg.hdr.flags & (wire::FLAG_BIG | wire::FLAG_FAILED);
-            (msg.payload().to_vec(), flags, Ok(None))
+            received = Some(msg);
+            (Vec::new(), flags, Ok(None))
         };
+        let payload = received.as_ref().map_or(&encoded[..], |m| m.payload());
         // Children: relative ranks rel + 2^k for every 2^k below rel's lowest set bit.
         let low = if rel == 0 {
             p.next_power_of_two()
@@ -121,7 +125,7 @@ impl Bsp {
             if rel + mask < p {
                 let child = (rel + mask + root) % p;
                 let hdr = Self::round_header(seq, op::BROADCAST, sig, 0, flags);
-                self.send_round(child, hdr, &payload, &ctx)?;
+                self.send_round(child, hdr, payload, &ctx)?;
             }
             mask >>= 1;
         }
@@ -130,16 +134,14 @@ impl Bsp {
             None if flags & wire::FLAG_FAILED != 0 => Err(self.usage(format!(
                 "broadcast: the root (pid {root}) had no value to send"
             ))),
-            None => {
-                crate::codec::decode::<T>(&payload, wire::payload_swapped(flags)).map_err(|e| {
-                    Error::Decode {
-                        pid: self.pid,
-                        superstep: self.superstep,
-                        src: root,
-                        reason: format!("broadcast value: {}", e.0),
-                    }
-                })
-            }
+            None => crate::codec::decode::<T>(payload, wire::payload_swapped(flags)).map_err(|e| {
+                Error::Decode {
+                    pid: self.pid,
+                    superstep: self.superstep,
+                    src: root,
+                    reason: format!("broadcast value: {}", e.0),
+                }
+            }),
         }
     }
 

@@ -275,15 +275,19 @@ impl Bsp {
         srcs.sort_unstable();
         srcs.dedup();
         for src in srcs {
-            let (payload, swap) = if src == self.pid {
-                (replies.remove(&src).unwrap_or_default(), false)
+            // Another process's reply is read from its message, without a copy.
+            let (own, received) = if src == self.pid {
+                (replies.remove(&src).unwrap_or_default(), None)
             } else {
                 let msg = self.recv_round(src, seq, GET_ROUND, op::GET_REPLY, ctx)?;
-                let swap = msg.swapped();
-                (msg.payload().to_vec(), swap)
+                (Vec::new(), Some(msg))
+            };
+            let (payload, swap) = match &received {
+                Some(msg) => (msg.payload(), msg.swapped()),
+                None => (&own[..], false),
             };
             let mine = gets.iter().filter(|g| g.src == src);
-            if let Err(e) = self.apply_replies(src, mine, &payload, swap) {
+            if let Err(e) = self.apply_replies(src, mine, payload, swap) {
                 first.get_or_insert(e);
             }
         }

@@ -563,3 +563,100 @@ fn a_message_over_either_limit_fails_its_send_naming_the_limit() {
         );
     }
 }
+
+#[test]
+fn a_thread_serving_an_upcall_port_takes_its_messages_in_order_one_at_a_time() {
+    for d in DRIVERS {
+        run_pool(d, 2, move |ibis, all| {
+            let up = PortType::builder()
+                .connection(Connection::OneToOne)
+                .receive(Receive::Upcall)
+                .build();
+            let gate_ty = ty(Connection::OneToOne);
+            let gate = ibis.receive_port(&gate_ty, "gate")?;
+            let peer = &all[1 - ibis.id().rank() as usize];
+            let to_peer = ibis.send_port(&gate_ty)?;
+            to_peer.connect(peer, "gate")?;
+            if ibis.id().rank() == 1 {
+                let sp = ibis.send_port(&up)?;
+                sp.connect(&all[0], "up")?;
+                // Three batches of 40, each after rank 0 says go.
+                for batch in 0..3u32 {
+                    gate.receive_timeout(Duration::from_secs(30))?.finish();
+                    for i in 0..40 {
+                        let mut w = sp.message();
+                        w.write_u32(batch * 40 + i);
+                        w.finish()?;
+                    }
+                }
+                return Ok(());
+            }
+            let busy = Arc::new(AtomicBool::new(false));
+            let overlaps = Arc::new(AtomicUsize::new(0));
+            let (tx, rx) = crossbeam_channel::unbounded();
+            let (b, o) = (busy.clone(), overlaps.clone());
+            let mut next = 0u32;
+            let rp = ibis.receive_port_with_upcall(&up, "up", move |mut m| {
+                if b.swap(true, Ordering::SeqCst) {
+                    o.fetch_add(1, Ordering::SeqCst);
+                }
+                let seq = m.read_u32()?;
+                let in_order = seq == next;
+                next += 1;
+                let upcall_thread = std::thread::current()
+                    .name()
+                    .is_some_and(|n| n.starts_with("ipl-upcall"));
+                b.store(false, Ordering::SeqCst);
+                let _ = tx.send((in_order, upcall_thread));
+                Ok(())
+            })?;
+            let server = rp.upcall_server().expect("an upcall port has a server");
+            let go = || -> ipl::Result<()> {
+                let mut w = to_peer.message();
+                w.write_u8(1);
+                w.finish().map(drop)
+            };
+            let upcall = |n: usize| {
+                (0..n)
+                    .map(|_| rx.recv_timeout(Duration::from_secs(30)).expect("an upcall"))
+                    .collect::<Vec<_>>()
+            };
+            // The first batch: the upcall thread runs every upcall.
+            go()?;
+            let first = upcall(40);
+            assert!(first
+                .iter()
+                .all(|&(ordered, on_upcall_thread)| ordered && on_upcall_thread));
+            // The second batch, sent after serving began: all of it runs here.
+            let serving = server.serving();
+            go()?;
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            let mut served = 0;
+            while served < 40 && std::time::Instant::now() < deadline {
+                if serving.serve(Duration::from_millis(100))? {
+                    served += 1;
+                }
+            }
+            let second = upcall(40);
+            assert!(second
+                .iter()
+                .all(|&(ordered, on_upcall_thread)| ordered && !on_upcall_thread));
+            // The third: the upcall thread takes over again once serving ends.
+            drop(serving);
+            go()?;
+            let third = upcall(40);
+            assert!(third
+                .iter()
+                .all(|&(ordered, on_upcall_thread)| ordered && on_upcall_thread));
+            assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+            assert!(rx.try_recv().is_err(), "more upcalls than messages");
+            // A server outliving its port is told so.
+            drop(rp);
+            assert!(matches!(
+                server.serve(Duration::from_millis(10)),
+                Err(Error::Closed(_))
+            ));
+            Ok(())
+        });
+    }
+}

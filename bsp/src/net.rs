@@ -34,14 +34,10 @@ use std::time::{Duration, Instant};
 /// Name of the mesh: its ports are `bsp/control` and `bsp/data`.
 pub(crate) const MESH: &str = "bsp";
 
-/// How long a thread that waits on the data mailbox serves the data port itself before it
-/// hands the port back to the port library's upcall thread and sleeps until mail comes. While
-/// it serves, what it waits for is delivered on this very thread, with no hand-over between
-/// threads and no second thread wanting a processor; the upcall thread sleeps meanwhile.
+/// How long a waiting thread polls the data mailbox, yielding between polls, before it
+/// sleeps: what it waits for comes from the port library's receiving thread, which a
+/// spinning thread would keep from running where processes share cores.
 const MAIL_SPIN: Duration = Duration::from_millis(1);
-/// The longest single look at the data port while serving it: the mailbox is looked at
-/// again between looks, for mail the upcall thread delivered as serving began.
-const MAIL_SERVE: Duration = Duration::from_micros(50);
 /// How long a wait polls the control port (yielding between polls) before it blocks.
 const POLL_PHASE: Duration = Duration::from_millis(1);
 
@@ -377,8 +373,6 @@ struct Watch {
     gone: Option<(Departure, Instant)>,
     /// When it started waiting on the data mailbox.
     mail_since: Option<Instant>,
-    /// This thread serves the data port while it waits on the mailbox (see [`MAIL_SPIN`]).
-    serving: Option<ipl::Serving>,
 }
 
 impl Watch {
@@ -388,7 +382,6 @@ impl Watch {
             last_check: None,
             gone: None,
             mail_since: None,
-            serving: None,
         }
     }
 
@@ -972,14 +965,11 @@ impl Net {
             let mut mail = self.shared.mail.lock();
             if let Some(r) = f(&mut mail) {
                 w.mail_since = None;
-                w.serving = None;
                 return Ok(Some(r));
             }
             // The spin starts at the first look that finds nothing.
             let since = *w.mail_since.get_or_insert_with(Instant::now);
             if since.elapsed() >= MAIL_SPIN {
-                // A long wait: the upcall thread takes the port back, and this one sleeps.
-                w.serving = None;
                 let slice = self
                     .opts
                     .wait_slice
@@ -992,13 +982,7 @@ impl Net {
                 }
             } else {
                 drop(mail);
-                let serving = w
-                    .serving
-                    .get_or_insert_with(|| self.mesh.data_server().serving());
-                if let Err(e) = serving.serve(MAIL_SERVE) {
-                    w.serving = None;
-                    return Err(self.ipl_error(ctx, "receiving on the data port".into(), e));
-                }
+                std::thread::yield_now();
             }
         }
         if w.since_check() >= self.opts.wait_slice {

@@ -86,8 +86,6 @@ pub use node::NodeId;
 pub use pool::Pool;
 pub use port_type::{Connection, PortType, PortTypeBuilder, Receive, Serialization};
 pub use primitive::{primitive_by_tag, Primitive};
-pub use receive_port::{
-    ConnectUpcall, DisconnectUpcall, ReceivePort, ReceivePortBuilder, Serving, UpcallServer,
-};
+pub use receive_port::{ConnectUpcall, DisconnectUpcall, ReceivePort, ReceivePortBuilder};
 pub use registry::{PoolEvent, RegistryServer};
 pub use send_port::SendPort;

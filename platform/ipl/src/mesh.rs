@@ -89,7 +89,7 @@ use crate::ibis::Ibis;
 use crate::message::{ReadMessage, WriteMessage};
 use crate::node::NodeId;
 use crate::port_type::{Connection, PortType, Receive, Serialization};
-use crate::receive_port::{ReceivePort, UpcallServer};
+use crate::receive_port::ReceivePort;
 use crate::registry::PoolEvent;
 use crate::send_port::SendPort;
 use crossbeam_channel::Receiver;
@@ -325,13 +325,10 @@ impl<'a> MeshBuilder<'a> {
                     .map_err(|e| err("creating the control port", e))?,
             ),
         };
-        let data_rx = ibis
-            .receive_port_with_upcall(&data_ty, &names[1], data_handler)
-            .map_err(|e| err("creating the data port", e))?;
-        let data_server = data_rx
-            .upcall_server()
-            .expect("a port made with an upcall has an upcall thread");
-        upcall_ports.push(data_rx);
+        upcall_ports.push(
+            ibis.receive_port_with_upcall(&data_ty, &names[1], data_handler)
+                .map_err(|e| err("creating the data port", e))?,
+        );
         let peers = members
             .into_iter()
             .map(|n| (n.clone(), Arc::new(Peer::new(n))))
@@ -344,7 +341,6 @@ impl<'a> MeshBuilder<'a> {
             names,
             types: [control_ty, data_ty],
             control_rx,
-            data_server,
             upcall_ports: Mutex::new(upcall_ports),
             peers: RwLock::new(peers),
             track: Mutex::new(Track {
@@ -426,8 +422,6 @@ pub struct Mesh {
     names: [String; 2],
     types: [PortType; 2],
     control_rx: Option<ReceivePort>,
-    /// Serves the data port from a thread that waits for what its upcall delivers.
-    data_server: UpcallServer,
     upcall_ports: Mutex<Vec<ReceivePort>>,
     peers: RwLock<BTreeMap<NodeId, Arc<Peer>>>,
     track: Mutex<Track>,
@@ -490,12 +484,6 @@ impl Mesh {
     /// The control port, when this node reads it itself (no [`MeshBuilder::control_upcall`]).
     pub fn control_port(&self) -> Option<&ReceivePort> {
         self.control_rx.as_ref()
-    }
-
-    /// What serves the data port from a thread that waits for what its upcall delivers (see
-    /// [`UpcallServer`]). After [`close`](Mesh::close), serving gets [`Error::Closed`].
-    pub fn data_server(&self) -> &UpcallServer {
-        &self.data_server
     }
 
     /// Adds a member (a node that joined an open pool); false when it already was one.

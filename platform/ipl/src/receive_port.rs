@@ -5,12 +5,6 @@
 //! own poller until data, a new connection or a deadline wakes it. A message holds the port until
 //! it is finished, which gives one-message-at-a-time delivery and, for upcall ports, at most one
 //! upcall running at a time, in order per connection.
-//!
-//! Another thread may take an upcall port's messages for a while and run its upcall itself
-//! ([`UpcallServer`]): a thread that waits for what the upcall delivers then gets it without a
-//! hand-over between threads. While such threads serve, the port's own upcall thread steps
-//! aside (it gives the port up at its next look, or when woken from its poller) and waits
-//! until they are done.
 
 use crate::connect::{ConnectReply, ConnectRequest};
 use crate::error::{Error, Result};
@@ -21,10 +15,9 @@ use crate::port_type::{PortType, Receive};
 use crate::transport::reader::{Fill, Reader};
 use crate::transport::{poll, Acceptor, Admission, Inbox, Stream, Waker, WAIT_SLICE};
 use crate::wire::{FrameKind, Header, HEADER_LEN};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -52,15 +45,6 @@ const LARGE_MESSAGE: u64 = 32 * 1024;
 /// (`results/collective-cost-hot-spin-20261124-1028`); round trips and supersteps did not
 /// move (`shm-round-trip-hot-spin-*`, `bsp-superstep-hot-spin-*`).
 const HOT_SPIN: Duration = Duration::from_micros(1);
-
-/// Who calls [`PortShared::receive_until`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Role {
-    /// An upcall port's own thread: it steps aside while other threads serve the port.
-    Dispatcher,
-    /// Anyone else.
-    Caller,
-}
 
 /// How long [`PortShared::receive_until`] waits for a message.
 #[derive(Clone, Copy, Debug)]
@@ -131,14 +115,6 @@ pub(crate) struct PortShared {
     spin: Duration,
     stall: Duration,
     max_message: u64,
-    /// An upcall port's message handler, run by its upcall thread or by a thread that serves
-    /// the port ([`UpcallServer`]).
-    upcall: Option<Mutex<MessageUpcall>>,
-    /// Threads serving the port now, or about to: the upcall thread steps aside for them.
-    servers: AtomicU32,
-    /// Where the upcall thread waits while threads serve the port (with `served`).
-    serving: Mutex<()>,
-    served: Condvar,
 }
 
 enum Ready {
@@ -309,38 +285,8 @@ impl PortShared {
         progressed
     }
 
-    /// Whether the upcall thread should step aside for serving threads.
-    #[inline]
-    fn served_elsewhere(&self, role: Role) -> bool {
-        role == Role::Dispatcher && self.servers.load(Ordering::SeqCst) > 0
-    }
-
-    /// The upcall thread's wait while other threads serve the port (it holds no lock of the
-    /// port meanwhile); ends when they are done or the port closes.
-    fn wait_while_served(&self) {
-        let mut guard = self.serving.lock();
-        while self.servers.load(Ordering::SeqCst) > 0 && !self.closed.load(Ordering::SeqCst) {
-            self.served.wait_for(&mut guard, WAIT_SLICE);
-        }
-    }
-
-    /// Runs the port's upcall on `m`, logging what it returns.
-    fn run_upcall(&self, m: ReadMessage) {
-        let Some(handler) = &self.upcall else { return };
-        if let Err(e) = (handler.lock())(m) {
-            tracing::warn!(port = %self.name, "message upcall failed: {e}");
-        }
-    }
-
     /// The next message, or `None` once the wait is over without one.
-    pub(crate) fn receive_until(
-        self: &Arc<Self>,
-        wait: Wait,
-        role: Role,
-    ) -> Result<Option<ReadMessage>> {
-        if self.served_elsewhere(role) {
-            self.wait_while_served();
-        }
+    pub(crate) fn receive_until(self: &Arc<Self>, wait: Wait) -> Result<Option<ReadMessage>> {
         // A timed wait starts its clock only if the message is not there at once: a clock
         // read costs as much as a look at every connection.
         let mut deadline: Option<Instant> = None;
@@ -371,22 +317,11 @@ impl PortShared {
             if self.closed.load(Ordering::Relaxed) {
                 return Err(Error::Closed(format!("receive port '{}'", self.name)));
             }
-            if self.served_elsewhere(role) {
-                drop(rx);
-                self.wait_while_served();
-                rx = self.rx.lock_arc();
-                continue;
-            }
             if let Some(why) = rx.pool.inner.cut_off() {
                 return Err(Error::Registry(why));
             }
             self.adopt(&mut rx);
             if let Ready::Message(i, h) = self.find_ready(&mut rx) {
-                // A message that came after serving began is the serving thread's: the upcall
-                // thread leaves it where it is and steps aside (at the top of the loop).
-                if self.served_elsewhere(role) {
-                    continue;
-                }
                 let c = &mut rx.conns[i].reader;
                 c.consume(HEADER_LEN);
                 c.small_reads = h.len >= LARGE_MESSAGE;
@@ -444,32 +379,20 @@ impl PortShared {
                 std::thread::yield_now();
                 continue;
             }
-            self.park(&mut rx, deadline, now, role)?;
+            self.park(&mut rx, deadline, now)?;
         }
     }
 
     /// Waits in poll(2) until a connection or the waker has something, or a deadline (the
     /// caller's, a held-back frame's, or a slice of time to re-check for failures) passes.
-    fn park(
-        &self,
-        rx: &mut PortRx,
-        deadline: Option<Instant>,
-        now: Instant,
-        role: Role,
-    ) -> Result<()> {
+    fn park(&self, rx: &mut PortRx, deadline: Option<Instant>, now: Instant) -> Result<()> {
         self.waker.set_parked(true);
         self.adopt(rx);
         let mut ready = false;
         for c in &mut rx.conns {
             ready |= !c.reader.stream.prepare_park();
         }
-        // A thread that came to serve after the last look, and found the upcall thread not yet
-        // parked, did not wake it: it is seen here, after the parked flag was set.
-        if ready
-            || self.fill_all(rx)
-            || !self.pending.lock().is_empty()
-            || self.served_elsewhere(role)
-        {
+        if ready || self.fill_all(rx) || !self.pending.lock().is_empty() {
             self.waker.set_parked(false);
             return Ok(());
         }
@@ -523,90 +446,6 @@ impl PortShared {
     fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
         self.waker.force();
-        let _guard = self.serving.lock();
-        self.served.notify_all();
-    }
-}
-
-/// Lets any thread take an upcall port's next message and run the port's upcall on it, in
-/// place of the port's own upcall thread; from [`ReceivePort::upcall_server`].
-///
-/// A thread that waits for something the upcall delivers (a collective's payload, say) can
-/// serve the port while it waits, and so gets the message without waiting for the upcall
-/// thread to be scheduled and hand it over. Upcalls still run one at a time, in order per
-/// connection: whoever runs one holds the port. While threads serve, the upcall thread
-/// steps aside and sleeps, so the two do not compete for a processor; it takes over again
-/// when the last of them returns. Cloning is cheap; a server outliving its port gets
-/// [`Error::Closed`].
-#[derive(Clone)]
-pub struct UpcallServer(Arc<PortShared>);
-
-impl fmt::Debug for UpcallServer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("UpcallServer").field(&self.0.name).finish()
-    }
-}
-
-impl UpcallServer {
-    /// Starts serving the port from this thread: the upcall thread steps aside until the
-    /// returned [`Serving`] is dropped. Meanwhile [`Serving::serve`] takes the messages: the
-    /// upcall thread finishes the upcall it may be running, and leaves every message it
-    /// finds after this call to the serving threads.
-    pub fn serving(&self) -> Serving {
-        let s = &self.0;
-        s.servers.fetch_add(1, Ordering::SeqCst);
-        // Out of its poller, if it was parked holding the port.
-        s.waker.notify();
-        Serving(s.clone())
-    }
-
-    /// [`Serving::serve`] once, for a single wait.
-    ///
-    /// # Errors
-    /// As [`Serving::serve`].
-    pub fn serve(&self, wait: Duration) -> Result<bool> {
-        self.serving().serve(wait)
-    }
-}
-
-/// A thread serving an upcall port, from [`UpcallServer::serving`]; dropping it lets the
-/// upcall thread take over again.
-pub struct Serving(Arc<PortShared>);
-
-impl fmt::Debug for Serving {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Serving").field(&self.0.name).finish()
-    }
-}
-
-impl Serving {
-    /// Waits at most `wait` for the port's next message and runs the upcall on it on this
-    /// thread; returns whether a message came. The upcall thread may still have been
-    /// finishing a message when serving began: that message is its, and this waits for the
-    /// next.
-    ///
-    /// # Errors
-    /// [`Error::Closed`] once the port is closed; [`Error::Registry`] once this node is cut
-    /// off from its pool.
-    pub fn serve(&self, wait: Duration) -> Result<bool> {
-        match self.0.receive_until(Wait::For(wait), Role::Caller)? {
-            Some(m) => {
-                self.0.run_upcall(m);
-                Ok(true)
-            }
-            None => Ok(false),
-        }
-    }
-}
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        if self.0.servers.fetch_sub(1, Ordering::SeqCst) == 1 {
-            // Under the lock the upcall thread waits with, so that it cannot miss the wake-up
-            // between its look at the count and its wait.
-            let _guard = self.0.serving.lock();
-            self.0.served.notify_all();
-        }
     }
 }
 
@@ -772,10 +611,6 @@ impl<'a> ReceivePortBuilder<'a> {
             spin: cfg.spin,
             stall: cfg.connect_timeout.max(cfg.death_timeout * 2),
             max_message: cfg.max_message,
-            upcall: self.upcall.map(Mutex::new),
-            servers: AtomicU32::new(0),
-            serving: Mutex::new(()),
-            served: Condvar::new(),
         });
         {
             let mut table = inner.ports.lock();
@@ -784,16 +619,20 @@ impl<'a> ReceivePortBuilder<'a> {
             }
             table.insert(self.name.clone(), shared.clone());
         }
-        let dispatcher = match shared.upcall {
+        let dispatcher = match self.upcall {
             None => None,
-            Some(_) => {
+            Some(mut handler) => {
                 let s = shared.clone();
                 let t = std::thread::Builder::new()
                     .name(format!("ipl-upcall-{}", self.name))
                     .spawn(move || loop {
-                        match s.receive_until(Wait::Forever, Role::Dispatcher) {
+                        match s.receive_until(Wait::Forever) {
                             Ok(None) => {}
-                            Ok(Some(m)) => s.run_upcall(m),
+                            Ok(Some(m)) => {
+                                if let Err(e) = handler(m) {
+                                    tracing::warn!(port = %s.name, "message upcall failed: {e}");
+                                }
+                            }
                             Err(Error::Closed(_)) => break,
                             Err(e @ Error::Registry(_)) => {
                                 tracing::warn!(port = %s.name, "no more upcalls: {e}");
@@ -852,7 +691,7 @@ impl ReceivePort {
     pub fn receive(&self) -> Result<ReadMessage> {
         self.explicit()?;
         loop {
-            if let Some(m) = self.shared.receive_until(Wait::Forever, Role::Caller)? {
+            if let Some(m) = self.shared.receive_until(Wait::Forever)? {
                 return Ok(m);
             }
         }
@@ -862,22 +701,14 @@ impl ReceivePort {
     pub fn receive_timeout(&self, d: Duration) -> Result<ReadMessage> {
         self.explicit()?;
         self.shared
-            .receive_until(Wait::For(d), Role::Caller)?
+            .receive_until(Wait::For(d))?
             .ok_or_else(|| self.shared.timeout(d))
     }
 
     /// The next message if one is available now, without waiting.
     pub fn poll(&self) -> Result<Option<ReadMessage>> {
         self.explicit()?;
-        self.shared.receive_until(Wait::Poll, Role::Caller)
-    }
-
-    /// A handle through which other threads can serve this upcall port (see
-    /// [`UpcallServer`]); `None` for a port of explicit receipt.
-    pub fn upcall_server(&self) -> Option<UpcallServer> {
-        self.dispatcher
-            .as_ref()
-            .map(|_| UpcallServer(self.shared.clone()))
+        self.shared.receive_until(Wait::Poll)
     }
 
     /// Closes the port: connected senders get errors, an upcall thread finishes its current

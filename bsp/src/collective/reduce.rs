@@ -299,6 +299,24 @@ impl Bsp {
         self.send_bytes(call, to, round, bytes, crate::wire::native_flag())
     }
 
+    /// Sends a slice of numbers from where it lies: their encoding is their memory, in this
+    /// machine's byte order (as [`Numbers`] sends them).
+    fn send_numbers<T: Number>(
+        &self,
+        call: &Call,
+        to: usize,
+        round: u32,
+        values: &[T],
+    ) -> Result<()> {
+        self.send_bytes(call, to, round, bytemuck::cast_slice(values), native_flag())
+    }
+
+    /// Whether prefixes take the chain rather than recursive doubling: in small groups (see
+    /// [`prefix`](Bsp::prefix)). The in-place forms on slices must choose as `prefix` does.
+    fn prefix_chains(&self) -> bool {
+        self.nprocs <= super::tree::SMALL_GROUP
+    }
+
     /// Receives round `round` of `call` from `from` and combines it with `mine`.
     fn absorb<R: Reduction>(
         &self,
@@ -396,9 +414,6 @@ impl Bsp {
         }
         let f = Folded::new(p);
         let rounds = f.pof2.trailing_zeros();
-        let send = |this: &Self, to: usize, round: u32, values: &[T]| {
-            this.send_bytes(call, to, round, bytemuck::cast_slice(values), native_flag())
-        };
         let absorb = |this: &Self, from: usize, round: u32, values: &mut [T], lower: bool| {
             let msg = this.recv_msg(call, from, round)?;
             with_numbers(msg.payload(), msg.swapped(), n, |theirs: &[T]| {
@@ -408,7 +423,7 @@ impl Bsp {
         };
         if r < 2 * f.rem {
             if r % 2 == 0 {
-                send(self, r + 1, 0, values)?;
+                self.send_numbers(call, r + 1, 0, values)?;
             } else {
                 absorb(self, r - 1, 0, values, true)?;
             }
@@ -417,13 +432,13 @@ impl Bsp {
             for k in 0..rounds {
                 let pn = nr ^ (1 << k);
                 let peer = f.pid(pn);
-                send(self, peer, k + 1, values)?;
+                self.send_numbers(call, peer, k + 1, values)?;
                 absorb(self, peer, k + 1, values, pn < nr)?;
             }
         }
         if r < 2 * f.rem {
             if r % 2 == 1 {
-                send(self, r - 1, rounds + 1, values)?;
+                self.send_numbers(call, r - 1, rounds + 1, values)?;
             } else {
                 let msg = self.recv_msg(call, r + 1, rounds + 1)?;
                 with_numbers(msg.payload(), msg.swapped(), n, |result: &[T]| {
@@ -528,8 +543,7 @@ impl Bsp {
         if r % 2 == 1 && r != root {
             // A leaf of the tree (see `tree_reduce`): its numbers go to the pid below as they
             // are, sent from where they lie.
-            let bytes = bytemuck::cast_slice(values);
-            self.send_bytes(&call, r - 1, 0, bytes, native_flag())?;
+            self.send_numbers(&call, r - 1, 0, values)?;
             return Ok(None);
         }
         self.reduced_at(&call, root, values.to_vec(), &Numbers { op, n })
@@ -561,7 +575,7 @@ impl Bsp {
     {
         let (p, r) = (self.nprocs, self.pid);
         let mut buf = Vec::new();
-        if p <= super::tree::SMALL_GROUP {
+        if self.prefix_chains() {
             // A chain: each process gets the prefix of the pids below it from its
             // predecessor and passes its own on.
             let below = if r > 0 {
@@ -646,12 +660,9 @@ impl Bsp {
     ) -> Result<bool> {
         let (p, r, n) = (self.nprocs, self.pid, values.len());
         let last = r + 1 == p;
-        let pass_on = |this: &Self, values: &[T]| {
-            this.send_bytes(call, r + 1, 0, bytemuck::cast_slice(values), native_flag())
-        };
         if r == 0 {
             if !last {
-                pass_on(self, values)?;
+                self.send_numbers(call, r + 1, 0, values)?;
             }
             return Ok(inclusive);
         }
@@ -665,7 +676,7 @@ impl Bsp {
             })
             .map_err(bad)?;
             if !last {
-                pass_on(self, values)?;
+                self.send_numbers(call, r + 1, 0, values)?;
             }
             if inclusive {
                 return Ok(true);
@@ -689,7 +700,7 @@ impl Bsp {
     pub fn scan_slice<T: Number>(&mut self, values: &mut [T], op: Op<T>) -> Result<()> {
         let n = values.len();
         let call = self.begin(op::SCAN, number_sig(&op, n));
-        if self.nprocs <= super::tree::SMALL_GROUP {
+        if self.prefix_chains() {
             return self.chain_slice(&call, values, true, &op).map(drop);
         }
         let r = self.prefix(&call, values.to_vec(), true, &Numbers { op, n })?;
@@ -721,7 +732,7 @@ impl Bsp {
     pub fn exscan_slice<T: Number>(&mut self, values: &mut [T], op: Op<T>) -> Result<bool> {
         let n = values.len();
         let call = self.begin(op::EXSCAN, number_sig(&op, n));
-        if self.nprocs <= super::tree::SMALL_GROUP {
+        if self.prefix_chains() {
             return self.chain_slice(&call, values, false, &op);
         }
         let r = self.prefix(&call, values.to_vec(), false, &Numbers { op, n })?;

@@ -453,17 +453,34 @@ impl<'scope> Context<'scope> {
             // The callee's context would be this one, as for a child run within a spawn.
             return self.run_in_place(task);
         }
-        // Under this task's frame, or while it has none, where this task stands.
-        let mut up = if own.is_null() {
+        let up = match self.own_if_any() {
+            // Under the frame, where the children its sync pops stand: the frame worked out
+            // when it was written whether they are shallow, as it would for the callee.
+            Some(own) => {
+                debug_assert_eq!(own.children_up, self.callee_up(w));
+                own.children_up
+            }
+            None => self.callee_up(w),
+        };
+        self.run_here(task, up)
+    }
+
+    /// [`Context::up`] of a task called by this one: under this task's frame, or while it has
+    /// none, where this task stands; deep if this task is deep, and shallow if this task is
+    /// shallow and the callee not yet at the inlining depth.
+    #[inline(always)]
+    fn callee_up(&self, w: &Worker) -> *const u8 {
+        let own = self.own.get();
+        let up = if own.is_null() {
             self.up.wrapping_sub(self.up as usize & SHALLOW)
         } else {
             own.cast()
         };
-        // The callee of a deep task is deep; that of a shallow one may be.
         if self.up as usize & SHALLOW != 0 && self.depth().wrapping_add(1) < w.inline_depth() {
-            up = up.wrapping_add(SHALLOW);
+            up.wrapping_add(SHALLOW)
+        } else {
+            up
         }
-        self.run_here(task, up)
     }
 
     /// Runs `task` on this stack as a child of the running task, which has no frame and is

@@ -484,6 +484,11 @@ pub(super) struct MpiStream {
     /// receive into it may be pending.
     small: Box<[u8]>,
     posted: Arc<Posted>,
+    /// The posted receive was used up by the last message read, and the next one is posted at
+    /// the next read: after the caller has acted on that message, so that in a round trip the
+    /// answer leaves before the receive is posted (a message that comes before it waits in
+    /// MPI's queue of unexpected messages, where the receive finds it).
+    repost: bool,
     /// Bytes of a large frame's body still to come on the bulk tag.
     bulk_left: u64,
     /// Bytes of a message larger than the caller's buffer, and how much of it was read.
@@ -518,6 +523,7 @@ impl MpiStream {
             id,
             small: vec![0u8; SMALL_FRAME as usize].into_boxed_slice(),
             posted,
+            repost: false,
             bulk_left: 0,
             held: Vec::new(),
             held_at: 0,
@@ -622,6 +628,12 @@ impl MpiStream {
                 return Err(closed());
             }
             let mut posted = self.posted.lock();
+            if self.repost && posted.is_none() {
+                // SAFETY: as in `post`: `small` is this stream's own block, which nothing reads
+                // until the receive completes, and which outlives the receive.
+                *posted = Some(unsafe { raw::irecv(self.source, self.tag, &mut self.small)? });
+                self.repost = false;
+            }
             let Some(req) = posted.as_mut() else {
                 return Err(io::Error::other("no receive posted"));
             };
@@ -648,7 +660,7 @@ impl MpiStream {
             self.held.extend_from_slice(&self.small[k..len]);
             self.held_at = 0;
         }
-        self.post()?;
+        self.repost = true;
         Ok(k)
     }
 
@@ -706,6 +718,13 @@ impl Stream for MpiStream {
     fn prepare_park(&mut self) -> bool {
         if self.held_at < self.held.len() || self.eof {
             return false;
+        }
+        if self.repost {
+            // The progress thread watches the posted receive.
+            if self.post().is_err() {
+                return false;
+            }
+            self.repost = false;
         }
         self.watch.bulk.store(self.bulk_left > 0, Ordering::Release);
         self.world.arm(&self.watch);

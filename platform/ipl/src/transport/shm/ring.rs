@@ -369,7 +369,6 @@ impl Consumer {
     /// may be left for the general path (false: no chunk and no descriptor was there).
     fn read_small(&mut self, dst: &mut [u8], signal: &mut Signal) -> (usize, bool) {
         let mut got = 0;
-        let mut words = [0u64; SMALL_FRAME / 8];
         let rest = loop {
             // The slot of the next descriptor holds none, or the one `SLOTS` before: nothing
             // posted (anything else is the general path's to read or report).
@@ -385,16 +384,24 @@ impl Consumer {
             if len == 0 || len > SMALL_FRAME.min(dst.len() - got) {
                 break true;
             }
-            let n = len.div_ceil(8);
-            for (i, w) in words[..n].iter_mut().enumerate() {
-                // Acquired with the header above: the producer wrote these words before it.
-                *w = self
-                    .ring
+            // Word by word straight into `dst`. Acquired with the header above: the producer
+            // wrote these words before it.
+            let word = |i: usize| {
+                self.ring
                     .header(self.head + 8 + 8 * i as u64)
-                    .load(Ordering::Relaxed);
+                    .load(Ordering::Relaxed)
+                    .to_ne_bytes()
+            };
+            let mut whole = dst[got..got + len].chunks_exact_mut(8);
+            let mut i = 0;
+            for to in &mut whole {
+                to.copy_from_slice(&word(i));
+                i += 1;
             }
-            let bytes: &[u8; SMALL_FRAME] = bytemuck::cast_ref(&words);
-            dst[got..got + len].copy_from_slice(&bytes[..len]);
+            let tail = whole.into_remainder();
+            if !tail.is_empty() {
+                tail.copy_from_slice(&word(i)[..tail.len()]);
+            }
             got += len;
             self.number = self.number.wrapping_add(1);
             self.head += chunk_size(len as u64);

@@ -12,7 +12,7 @@ use crate::arena::{self, Mark};
 use crate::handle::{Handle, Peek};
 use crate::job::{Frame, JobRef, ABORTED, DONE, FAILED, PENDING, RECORD, SHALLOW, TAGS};
 use crate::root::RootState;
-use crate::scheduler::PUBLISH;
+use crate::scheduler::{FLAGS, PUBLISH, REUSE};
 use crate::stats::bump;
 use crate::worker::{Mode, Worker};
 use crate::{Error, Task};
@@ -271,7 +271,7 @@ impl<'scope> Context<'scope> {
         if word & PUBLISH != 0 {
             w.publish();
         }
-        let gen = word & !PUBLISH;
+        let gen = word & !FLAGS;
         if gen == self.seen.get() {
             return false;
         }
@@ -298,17 +298,43 @@ impl<'scope> Context<'scope> {
     /// [`Context::abort`]).
     #[inline(always)]
     pub fn spawn<T: Task>(&mut self, task: T) -> Handle<'scope, T::Output> {
-        let w = self.worker();
-        // One comparison covers both a publish request and an abort (see `Signal`); the job
-        // queued by the previous spawn is published here if a thief asked for work.
-        if w.signal() != self.seen.get() && self.attend() {
-            drop(task);
-            abort_unwind();
+        // One comparison covers a publish request, an abort and kept results (see `Signal`).
+        if self.worker().signal() != self.seen.get() {
+            return self.spawn_signalled(task);
         }
+        self.spawn_unsignalled(task)
+    }
+
+    /// The part of `spawn` after the signal word: runs the child at once or queues it.
+    #[inline(always)]
+    fn spawn_unsignalled<T: Task>(&mut self, task: T) -> Handle<'scope, T::Output> {
+        let w = self.worker();
         if w.private_len() >= w.inline_queued() && self.up as usize & SHALLOW == 0 {
             return self.spawn_at_once(task);
         }
         self.spawn_queued(task)
+    }
+
+    /// `spawn` when the signal word changed: the job queued by the previous spawn is published
+    /// if a thief asked for work, an aborted task unwinds, and while results are kept (see
+    /// [Reusing results](crate::remote#reusing-results)) a child that would be queued takes
+    /// its result from the table if it is there.
+    #[cold]
+    #[inline(never)]
+    fn spawn_signalled<T: Task>(&mut self, task: T) -> Handle<'scope, T::Output> {
+        let word = self.worker().signal();
+        if self.attend() {
+            drop(task);
+            abort_unwind();
+        }
+        let w = self.worker();
+        let queued = w.private_len() < w.inline_queued() || self.up as usize & SHALLOW != 0;
+        if word & REUSE != 0 && queued {
+            if let Some(handle) = self.spawn_reused(&task) {
+                return handle;
+            }
+        }
+        self.spawn_unsignalled(task)
     }
 
     /// The part of `spawn` that runs the child at once.
@@ -343,11 +369,6 @@ impl<'scope> Context<'scope> {
     /// The part of `spawn` that queues the child.
     #[inline(always)]
     fn spawn_queued<T: Task>(&mut self, task: T) -> Handle<'scope, T::Output> {
-        if crate::remote::reuse_active() {
-            if let Some(handle) = self.spawn_reused(&task) {
-                return handle;
-            }
-        }
         let w = self.worker();
         bump(&w.local.spawns);
         let room = const { Worker::room_for::<T>() };
@@ -369,8 +390,6 @@ impl<'scope> Context<'scope> {
 
     /// A handle to the output of `task` taken from the result table, after a crash (see
     /// [Reusing results](crate::remote#reusing-results)); `None` if the child must run.
-    #[cold]
-    #[inline(never)]
     fn spawn_reused<T: Task>(&mut self, task: &T) -> Option<Handle<'scope, T::Output>> {
         let output = crate::remote::reuse(self.worker(), task)?;
         let spawn_epoch = self.frame().abort_epoch.load(Ordering::Relaxed);

@@ -35,8 +35,9 @@
 //! A job that travels between processes is known by its registered type name and the bytes of
 //! its task: a thief computes the job's output from those bytes alone, so any job with the same
 //! type and bytes has the same output, wherever in the tree it sits. The result table is keyed
-//! that way. A spawn looks a task up only while the table is not empty (one load of a
-//! process-wide flag otherwise) and only when it queues its child; a spawn that runs its child
+//! that way. A spawn looks a task up only while the table is not empty (a bit of the
+//! worker's signal word says so, which every spawn compares anyway) and only when it queues
+//! its child; a spawn that runs its child
 //! at once (see [`Inlining`](crate::Inlining)) does not look. A result is used once and then
 //! removed; [`Remote::clear_results`] empties the table. Nothing waits for a result that is
 //! not there yet: a layer that expects one holds back the job that will ask for it instead
@@ -51,13 +52,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam_deque::Steal;
-use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 
 use crate::codec::{self, OnOutput};
 use crate::job::{JobRef, ABORTED, DONE, FAILED};
 use crate::root::{Latch, RootState};
-use crate::scheduler::Scheduler;
+use crate::scheduler::{Scheduler, WorkerShared};
 use crate::worker::{discard_task, fail_for_panic, finish_elsewhere, Worker};
 use crate::{Error, Task};
 
@@ -123,7 +123,7 @@ impl Remote {
                     // SAFETY: the job is ours, and its task was only borrowed for encoding.
                     match unsafe { discard_task(job) } {
                         Ok(()) => {
-                            let kept = sched.results.take((vt.type_id)(), &task);
+                            let kept = sched.results.take(&sched.workers, (vt.type_id)(), &task);
                             let Some(output) = kept else {
                                 return Ok(Some(self.give_away(job, type_name, task)));
                             };
@@ -328,7 +328,9 @@ impl Remote {
     /// `task`, for the next spawn (or remote steal) of an equal task in this process.
     pub fn keep_result(&self, type_name: &str, task: &[u8], output: Vec<u8>) -> Result<(), Error> {
         let id = type_id_of(type_name)?;
-        self.sched.results.keep(id, task, output);
+        self.sched
+            .results
+            .keep(&self.sched.workers, id, task, output);
         Ok(())
     }
 
@@ -336,14 +338,14 @@ impl Remote {
     /// is one (a result still expected does not count), and counts it as reused.
     pub fn take_result(&self, type_name: &str, task: &[u8]) -> Option<Vec<u8>> {
         let id = type_id_of(type_name).ok()?;
-        let output = self.sched.results.take(id, task)?;
+        let output = self.sched.results.take(&self.sched.workers, id, task)?;
         self.note(Event::ResultReused);
         Some(output)
     }
 
     /// Empties the result table.
     pub fn clear_results(&self) {
-        self.sched.results.clear();
+        self.sched.results.clear(&self.sched.workers);
     }
 
     /// Number of results kept.
@@ -544,17 +546,6 @@ impl RemoteRoot {
     }
 }
 
-/// Number of runtimes in this process whose result table holds anything. Spawns look at it
-/// before they look a task up, so a process that keeps no results pays one load per queued
-/// spawn and nothing else.
-static TABLES_IN_USE: CachePadded<AtomicUsize> = CachePadded::new(AtomicUsize::new(0));
-
-/// True if some runtime of this process keeps results (see [`reuse`]).
-#[inline(always)]
-pub(crate) fn reuse_active() -> bool {
-    TABLES_IN_USE.load(Ordering::Relaxed) != 0
-}
-
 /// The results of one task type, by task bytes.
 type OfType = HashMap<Box<[u8]>, Vec<u8>>;
 
@@ -562,7 +553,7 @@ type OfType = HashMap<Box<[u8]>, Vec<u8>>;
 #[derive(Default)]
 pub(crate) struct ResultTable {
     results: Mutex<HashMap<TypeId, OfType>>,
-    /// Number of results; mirrored in [`TABLES_IN_USE`] as in use or not.
+    /// Number of results; whether it is 0 is mirrored in the workers' signal words.
     len: AtomicUsize,
 }
 
@@ -571,35 +562,34 @@ impl ResultTable {
         self.len.load(Ordering::Acquire)
     }
 
-    /// Updates the count after the results changed; called with the lock held.
-    fn recount(&self, results: &HashMap<TypeId, OfType>) {
+    /// Updates the count after the results changed, and tells the `workers` of the
+    /// runtime when the table starts or stops holding results (their spawns look tasks up
+    /// only while it does); called with the lock held, so that the workers learn the
+    /// changes in the order they happen.
+    fn recount(&self, results: &HashMap<TypeId, OfType>, workers: &[WorkerShared]) {
         let n: usize = results.values().map(HashMap::len).sum();
         let before = self.len.swap(n, Ordering::AcqRel);
-        match (before == 0, n == 0) {
-            (true, false) => {
-                TABLES_IN_USE.fetch_add(1, Ordering::AcqRel);
+        if (before == 0) != (n == 0) {
+            for w in workers {
+                w.publish_request.set_reuse(n != 0);
             }
-            (false, true) => {
-                TABLES_IN_USE.fetch_sub(1, Ordering::AcqRel);
-            }
-            _ => {}
         }
     }
 
-    fn keep(&self, id: TypeId, task: &[u8], output: Vec<u8>) {
+    fn keep(&self, workers: &[WorkerShared], id: TypeId, task: &[u8], output: Vec<u8>) {
         let mut results = self.results.lock();
         results.entry(id).or_default().insert(task.into(), output);
-        self.recount(&results);
+        self.recount(&results, workers);
     }
 
-    fn clear(&self) {
+    fn clear(&self, workers: &[WorkerShared]) {
         let mut results = self.results.lock();
         results.clear();
-        self.recount(&results);
+        self.recount(&results, workers);
     }
 
     /// Takes the result of `task`, if there is one.
-    fn take(&self, id: TypeId, task: &[u8]) -> Option<Vec<u8>> {
+    fn take(&self, workers: &[WorkerShared], id: TypeId, task: &[u8]) -> Option<Vec<u8>> {
         if self.len() == 0 {
             return None;
         }
@@ -609,18 +599,12 @@ impl ResultTable {
         if of_type.is_empty() {
             results.remove(&id);
         }
-        self.recount(&results);
+        self.recount(&results, workers);
         Some(output)
     }
 }
 
-impl Drop for ResultTable {
-    fn drop(&mut self) {
-        self.clear();
-    }
-}
-
-/// For a spawn while [`reuse_active`]: the output of `task` from the worker's result table, or
+/// For a spawn while results are kept (the signal word's reuse bit): the output of `task` from the worker's result table, or
 /// `None` if the child must run. A task whose `Serialize` panics unwinds into the spawning
 /// task, as any panic of its own code does.
 #[cold]
@@ -631,7 +615,9 @@ pub(crate) fn reuse<T: Task>(worker: &Worker, task: &T) -> Option<T::Output> {
         return None;
     }
     let bytes = postcard::to_allocvec(task).ok()?;
-    let output = sched.results.take(TypeId::of::<T>(), &bytes)?;
+    let output = sched
+        .results
+        .take(&sched.workers, TypeId::of::<T>(), &bytes)?;
     match postcard::from_bytes::<T::Output>(&output) {
         Ok(out) => {
             sched

@@ -41,7 +41,10 @@ pub(crate) struct WorkerShared {
 ///
 /// - bit 0, the publish request: raised by a thief that found the worker's public deque
 ///   empty; the worker then publishes its private jobs and lowers it.
-/// - the other bits, the abort generation: bumped (by 2) by every abort and every failing run
+/// - bit 1, results kept: raised while the runtime's result table holds results that spawns
+///   may reuse (see [`ResultTable`](crate::remote)); a spawn looks the task up only then, so
+///   a runtime that keeps none pays nothing for the lookup.
+/// - the other bits, the abort generation: bumped (by 4) by every abort and every failing run
 ///   of the runtime. A task compares it with the generation at which it last found itself not
 ///   aborted; only after a bump does it walk up its ancestors to see whether the abort
 ///   concerns it.
@@ -51,8 +54,12 @@ pub(crate) struct Signal(CachePadded<AtomicU64>);
 
 /// The publish request's bit of a [`Signal`].
 pub(crate) const PUBLISH: u64 = 1;
+/// The bit of a [`Signal`] that says results are kept for reuse.
+pub(crate) const REUSE: u64 = 2;
+/// The bits of a [`Signal`] that are not the abort generation.
+pub(crate) const FLAGS: u64 = PUBLISH | REUSE;
 /// One step of the abort generation in a [`Signal`].
-const ABORT_STEP: u64 = 2;
+const ABORT_STEP: u64 = 4;
 
 impl Signal {
     fn new() -> Self {
@@ -81,6 +88,15 @@ impl Signal {
             }
         } else {
             self.0.fetch_and(!PUBLISH, order);
+        }
+    }
+
+    /// Raises (`true`) or lowers the bit that says results are kept for reuse.
+    pub(crate) fn set_reuse(&self, kept: bool) {
+        if kept {
+            self.0.fetch_or(REUSE, Ordering::AcqRel);
+        } else {
+            self.0.fetch_and(!REUSE, Ordering::AcqRel);
         }
     }
 

@@ -20,7 +20,7 @@ use crate::context::{panic_message, Context, RecordGuard};
 use crate::deque::Deque;
 use crate::job::{Frame, Job, JobRef, DONE, PENDING};
 use crate::root;
-use crate::scheduler::{Scheduler, WorkerShared, PUBLISH};
+use crate::scheduler::{Scheduler, WorkerShared, FLAGS, PUBLISH};
 use crate::stats::{add, bump, LocalCounters, WorkerCounters};
 use crate::{Error, Task};
 
@@ -278,7 +278,7 @@ impl Worker {
         if word & PUBLISH != 0 {
             self.publish();
         }
-        let gen = word & !PUBLISH;
+        let gen = word & !FLAGS;
         if gen != cx.seen() {
             if frame.is_aborted() {
                 self.discard(job, Mode::Inline);
@@ -309,7 +309,7 @@ impl Worker {
 
     /// Runs a job taken from the injector, from another worker, or from an outer frame.
     pub(crate) fn run_taken(&self, job: JobRef) {
-        let gen = self.signal() & !PUBLISH;
+        let gen = self.signal() & !FLAGS;
         // Generation 0: nothing of this runtime was ever aborted.
         if gen != 0 && job.is_aborted() {
             let mode = if job.header().parent.is_null() {

@@ -312,3 +312,38 @@ fn idle_workers_call_the_idle_hook() {
     });
     assert!(calls >= 1);
 }
+
+/// Spawns `Leaf(5)` and `Leaf(6)` and returns their outputs.
+#[derive(Serialize, Deserialize)]
+struct TwoLeaves;
+
+impl Task for TwoLeaves {
+    type Output = (u64, u64);
+    fn run(self, cx: &mut Context) -> (u64, u64) {
+        let a = cx.spawn(Leaf(5));
+        let b = cx.spawn(Leaf(6));
+        cx.sync();
+        (a.take(), b.take())
+    }
+}
+satin::register!(TwoLeaves);
+
+#[test]
+fn a_kept_result_serves_a_queued_spawn_of_an_equal_task_once() {
+    let out = bounded("kept result", || {
+        let rt = Runtime::local().threads(1).inlining(satin::Inlining::OFF);
+        let remote = rt.remote().unwrap();
+        let name = registered_name::<Leaf>().unwrap().unwrap();
+        let kept = postcard::to_allocvec(&999u64).unwrap();
+        remote
+            .keep_result(name, &postcard::to_allocvec(&Leaf(5)).unwrap(), kept)
+            .unwrap();
+        assert_eq!(remote.results_held(), 1);
+        let first = rt.run(TwoLeaves).unwrap();
+        // Used once: the table is empty again, and the next spawn runs its child.
+        let held = remote.results_held();
+        let second = rt.run(TwoLeaves).unwrap();
+        (first, held, second, rt.stats().orphan_results_reused)
+    });
+    assert_eq!(out, ((999, 12), 0, (10, 12), 1));
+}

@@ -37,12 +37,12 @@
 //! type and bytes has the same output, wherever in the tree it sits. The result table is keyed
 //! that way. A spawn looks a task up only while the table is not empty (a bit of the
 //! worker's signal word says so, which every spawn compares anyway) and only when it queues
-//! its child; a spawn that runs its child
-//! at once (see [`Inlining`](crate::Inlining)) does not look. A result is used once and then
-//! removed; [`Remote::clear_results`] empties the table. Nothing waits for a result that is
-//! not there yet: a layer that expects one holds back the job that will ask for it instead
-//! (as the distributed runtime does; a worker blocked in a spawn could hold up, further down
-//! its stack, the very job computing the result).
+//! its child; a spawn that runs its child at once (see [`Inlining`](crate::Inlining)) does
+//! not look. A result is used once and then removed; [`Remote::clear_results`] empties the
+//! table. Nothing waits for a result that is not there yet: a layer that expects one holds
+//! back the job that will ask for it instead (as the distributed runtime does; a worker
+//! blocked in a spawn could hold up, further down its stack, the very job computing the
+//! result).
 
 use std::any::TypeId;
 use std::collections::HashMap;

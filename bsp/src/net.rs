@@ -28,6 +28,7 @@ use parking_lot::{Condvar, Mutex};
 // than SipHash, whose resistance to chosen keys costs about 6% of an empty superstep.
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -146,7 +147,7 @@ enum Parsed {
 struct Spare {
     buffers: Mutex<Vec<Vec<u8>>>,
     /// At most this many buffers are kept (set once the number of processes is known)...
-    keep: std::sync::atomic::AtomicUsize,
+    keep: AtomicUsize,
     /// ...of at most this many bytes in all.
     bytes: usize,
 }
@@ -155,14 +156,14 @@ impl Spare {
     fn new(bytes: usize) -> Spare {
         Spare {
             buffers: Mutex::new(Vec::new()),
-            keep: std::sync::atomic::AtomicUsize::new(2),
+            keep: AtomicUsize::new(2),
             bytes,
         }
     }
 
     /// Keeps at most `keep` buffers from now on.
     fn set_keep(&self, keep: usize) {
-        self.keep.store(keep, std::sync::atomic::Ordering::Relaxed);
+        self.keep.store(keep, Ordering::Relaxed);
     }
 
     /// The buffer given back last, or an empty one: for a payload whose length is not known
@@ -193,7 +194,7 @@ impl Spare {
     /// Keeps `v` for reuse, within the limits of the number of buffers and of bytes.
     fn give(&self, v: Vec<u8>) {
         if v.capacity() > 0 {
-            let keep = self.keep.load(std::sync::atomic::Ordering::Relaxed);
+            let keep = self.keep.load(Ordering::Relaxed);
             let mut spare = self.buffers.lock();
             let held: usize = spare.iter().map(Vec::capacity).sum();
             if spare.len() < keep && held + v.capacity() <= self.bytes {

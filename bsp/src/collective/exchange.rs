@@ -222,8 +222,7 @@ impl Bsp {
         while dist < p {
             let m = dist.min(p - dist);
             let (to, from) = ((me + p - dist) % p, (me + dist) % p);
-            let out: &[u8] = bytemuck::cast_slice(&held[..m * n]);
-            self.send_bytes(&call, to, round, out, wire::native_flag())?;
+            self.send_numbers(&call, to, round, &held[..m * n])?;
             let msg = self.recv_msg(&call, from, round)?;
             extend_numbers(&mut held, msg.payload(), msg.swapped(), m * n)
                 .map_err(|why| self.payload_error(&call, from, why))?;

@@ -235,6 +235,24 @@ impl Bsp {
         self.send_bytes(call, to, round, buf, wire::native_flag())
     }
 
+    /// Sends a slice of numbers from where it lies: their encoding is their memory, in this
+    /// machine's byte order (as [`Numbers`](reduce::Numbers) sends them).
+    pub(crate) fn send_numbers<T: Number>(
+        &self,
+        call: &Call,
+        to: usize,
+        round: u32,
+        values: &[T],
+    ) -> Result<()> {
+        self.send_bytes(
+            call,
+            to,
+            round,
+            bytemuck::cast_slice(values),
+            wire::native_flag(),
+        )
+    }
+
     /// Receives round `round` of `call` from `from`, checking that it is the same operation
     /// with the same arguments.
     pub(crate) fn recv_msg(&self, call: &Call, from: usize, round: u32) -> Result<Msg> {

@@ -31,7 +31,6 @@ use super::{numbers_from, type_sig, Call};
 use crate::core::{op, Bsp};
 use crate::error::Result;
 use crate::number::{Number, Op};
-use crate::wire::native_flag;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::ops::Range;
@@ -297,18 +296,6 @@ impl Bsp {
             .wire(v, buf)
             .map_err(|why| self.encode_error::<R::V>(why))?;
         self.send_bytes(call, to, round, bytes, crate::wire::native_flag())
-    }
-
-    /// Sends a slice of numbers from where it lies: their encoding is their memory, in this
-    /// machine's byte order (as [`Numbers`] sends them).
-    fn send_numbers<T: Number>(
-        &self,
-        call: &Call,
-        to: usize,
-        round: u32,
-        values: &[T],
-    ) -> Result<()> {
-        self.send_bytes(call, to, round, bytemuck::cast_slice(values), native_flag())
     }
 
     /// Whether prefixes take the chain rather than recursive doubling: in small groups (see

@@ -308,11 +308,18 @@ impl<'scope> Context<'scope> {
     /// The part of `spawn` after the signal word: runs the child at once or queues it.
     #[inline(always)]
     fn spawn_unsignalled<T: Task>(&mut self, task: T) -> Handle<'scope, T::Output> {
-        let w = self.worker();
-        if w.private_len() >= w.inline_queued() && self.up as usize & SHALLOW == 0 {
+        if self.runs_at_once() {
             return self.spawn_at_once(task);
         }
         self.spawn_queued(task)
+    }
+
+    /// Whether a spawn now runs its child at once rather than queue it (see
+    /// [`Inlining`](crate::Inlining)): deep in the tree, while enough jobs are queued.
+    #[inline(always)]
+    fn runs_at_once(&self) -> bool {
+        let w = self.worker();
+        w.private_len() >= w.inline_queued() && self.up as usize & SHALLOW == 0
     }
 
     /// `spawn` when the signal word changed: the job queued by the previous spawn is published
@@ -327,9 +334,7 @@ impl<'scope> Context<'scope> {
             drop(task);
             abort_unwind();
         }
-        let w = self.worker();
-        let queued = w.private_len() < w.inline_queued() || self.up as usize & SHALLOW != 0;
-        if word & REUSE != 0 && queued {
+        if word & REUSE != 0 && !self.runs_at_once() {
             if let Some(handle) = self.spawn_reused(&task) {
                 return handle;
             }

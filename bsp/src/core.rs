@@ -520,9 +520,12 @@ impl Bsp {
         // sum of every process's per-destination counts, control connection in the high half.
         let mut counts = std::mem::take(&mut self.counts);
         counts.clear();
+        // Read and reset in one pass: the next superstep counts from zero.
         counts.extend(
-            (0..self.nprocs)
-                .map(|d| (u64::from(self.via_control[d]) << 32) | u64::from(self.via_data[d])),
+            self.via_control
+                .iter_mut()
+                .zip(&mut self.via_data)
+                .map(|(c, d)| (u64::from(std::mem::take(c)) << 32) | u64::from(std::mem::take(d))),
         );
         let total = self.reduce_counts(seq, &ctx, counts)?;
         let mine = total[self.pid];
@@ -530,7 +533,10 @@ impl Bsp {
         self.counts = total;
         let mut wait = StepWait::new(self.comm, s, (mine >> 32) as u32, mine as u32);
         let mut parts = loop {
-            if let Some(parts) = self.net().superstep_step(&mut wait, &ctx)? {
+            let mut net = self.net();
+            if let Some(parts) = net.superstep_step(&mut wait, &ctx)? {
+                // Counted under the lock taken anyway.
+                net.stats.supersteps += 1;
                 break parts;
             }
         };
@@ -553,7 +559,7 @@ impl Bsp {
         // Packets to itself are handed over as they are; a superstep that sent itself nothing
         // adds no part (and leaves the buffer's memory where it is).
         if self.out[self.pid].is_empty() {
-            self.out[self.pid].clear();
+            self.out[self.pid].forget_types();
         } else {
             parts.push(InPart::from_outbox(self.pid, self.out[self.pid].take()));
         }
@@ -575,15 +581,9 @@ impl Bsp {
             &mut self.incoming,
             Incoming::new(self.pid, self.superstep, parts),
         );
-        {
-            let mut net = self.net();
-            if old.has_parts() {
-                net.recycle(old.into_buffers());
-            }
-            net.stats.supersteps += 1;
+        if old.has_parts() {
+            self.net().recycle(old.into_buffers());
         }
-        self.via_control.iter_mut().for_each(|c| *c = 0);
-        self.via_data.iter_mut().for_each(|c| *c = 0);
         if let Some(t) = traced {
             t.record(s, self.pid, self.comm);
         }

@@ -204,8 +204,8 @@ impl Spare {
     }
 }
 
-fn parse(m: &mut ReadMessage, spare: &Arc<Spare>) -> std::result::Result<Parsed, String> {
-    let src = m.origin().rank();
+/// Parses message `m` of the process with rank `src`.
+fn parse(m: &mut ReadMessage, src: u32, spare: &Arc<Spare>) -> std::result::Result<Parsed, String> {
     let mut head = round_buffer();
     m.read_bytes_to(&mut head).map_err(|e| e.to_string())?;
     let hdr = match Header::decode(&head) {
@@ -282,8 +282,9 @@ fn parse_data(
 
 /// Runs on the port library's upcall thread for every message of the data port.
 fn deliver(shared: &Shared, m: &mut ReadMessage) {
-    let src = m.origin().rank() as usize;
-    let parsed = parse(m, &shared.spare);
+    let rank = m.origin().rank();
+    let src = rank as usize;
+    let parsed = parse(m, rank, &shared.spare);
     let mut mail = shared.mail.lock();
     match parsed {
         Ok(Parsed::Data { step, part }) => {
@@ -726,8 +727,9 @@ impl Net {
     /// Files one message from the control port; a round message under key `want` is handed
     /// back instead, to the wait that is looking for it.
     fn file(&mut self, mut m: ReadMessage, ctx: &Ctx, want: Option<Key>) -> Result<Option<Msg>> {
-        let src = m.origin().rank() as usize;
-        let parsed = parse(&mut m, &self.shared.spare);
+        let rank = m.origin().rank();
+        let src = rank as usize;
+        let parsed = parse(&mut m, rank, &self.shared.spare);
         drop(m);
         match parsed {
             Ok(Parsed::Round(key, msg)) if want == Some(key) => return Ok(Some(msg)),

@@ -85,6 +85,18 @@ impl Outbox {
         self.last = None;
     }
 
+    /// [`clear`](Outbox::clear) for a buffer that [`is_empty`](Outbox::is_empty): only the
+    /// type table is left to reset (every superstep does this to the buffer to the process
+    /// itself, which mostly holds nothing).
+    #[inline]
+    pub(crate) fn forget_types(&mut self) {
+        if !self.types.is_empty() {
+            self.types.clear();
+        }
+        self.slice_bytes = 0;
+        self.last = None;
+    }
+
     /// Hands the contents over (packets to oneself), leaving an empty buffer.
     pub(crate) fn take(&mut self) -> Outbox {
         std::mem::take(self)

@@ -90,7 +90,7 @@ impl Header {
 
     /// The header's bytes, put together in place: one append of them costs less than an
     /// append per field, each of which checks the vector's room.
-    pub(crate) fn to_bytes(&self) -> [u8; HEADER_LEN] {
+    pub(crate) fn to_bytes(self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
         b[..4].copy_from_slice(&[MARK, self.kind, self.flags, self.op]);
         b[4..8].copy_from_slice(&self.round.to_ne_bytes());

@@ -398,6 +398,7 @@ impl Link {
 
     /// A new message; [`WriteMessage::finish`] sends it. On an error, [`Mesh::send_error`]
     /// says whether the member is gone.
+    #[inline]
     pub fn message(&self) -> WriteMessage<'_> {
         self.peer.lanes[self.lane.index()]
             .get()
@@ -482,6 +483,7 @@ impl Mesh {
     }
 
     /// The control port, when this node reads it itself (no [`MeshBuilder::control_upcall`]).
+    #[inline]
     pub fn control_port(&self) -> Option<&ReceivePort> {
         self.control_rx.as_ref()
     }

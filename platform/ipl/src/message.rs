@@ -136,12 +136,14 @@ impl<'a> WriteMessage<'a> {
         }
     }
 
+    #[inline]
     fn len_prefix(&mut self, tag: u8, n: u64) {
         let n = if self.swap { n.swap_bytes() } else { n };
         self.buf.push(tag);
         self.buf.extend_from_slice(&n.to_ne_bytes());
     }
 
+    #[inline]
     fn borrow_or_copy(&mut self, bytes: &'a [u8]) {
         if bytes.len() >= ZERO_COPY_MIN {
             if self.run_start < self.buf.len() {
@@ -172,6 +174,7 @@ impl<'a> WriteMessage<'a> {
     }
 
     /// Writes a byte buffer (with its length); allowed at every serialization level.
+    #[inline]
     pub fn write_bytes(&mut self, b: &'a [u8]) {
         self.len_prefix(TAG_BYTES, b.len() as u64);
         self.borrow_or_copy(b);
@@ -341,6 +344,7 @@ impl ReadMessage {
     }
 
     /// The node that sent the message.
+    #[inline]
     pub fn origin(&self) -> &NodeId {
         // The connection's, found through the port the message holds: no copy of the node's
         // id (and of its reference count) per message.
@@ -701,11 +705,21 @@ impl ReadMessage {
 }
 
 impl Drop for ReadMessage {
+    // Inline where the message is dropped, mostly read to its end: only the check stays there.
+    #[inline]
     fn drop(&mut self) {
         if self.remaining > 0 {
-            if let Err(e) = self.drain() {
-                tracing::warn!("dropping message: {e}");
-            }
+            self.drain_on_drop();
+        }
+    }
+}
+
+impl ReadMessage {
+    #[cold]
+    #[inline(never)]
+    fn drain_on_drop(&mut self) {
+        if let Err(e) = self.drain() {
+            tracing::warn!("dropping message: {e}");
         }
     }
 }

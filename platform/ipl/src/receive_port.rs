@@ -677,6 +677,7 @@ impl ReceivePort {
         self.shared.senders.lock().clone()
     }
 
+    #[inline]
     fn explicit(&self) -> Result<()> {
         if self.dispatcher.is_some() {
             return Err(Error::NotAllowed {
@@ -706,6 +707,7 @@ impl ReceivePort {
     }
 
     /// The next message if one is available now, without waiting.
+    #[inline]
     pub fn poll(&self) -> Result<Option<ReadMessage>> {
         self.explicit()?;
         self.shared.receive_until(Wait::Poll)

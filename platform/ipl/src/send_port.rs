@@ -311,6 +311,7 @@ impl SendPort {
     }
 
     /// Starts a message; the port sends nothing else until it is finished or dropped.
+    #[inline]
     pub fn message(&self) -> WriteMessage<'_> {
         let s = &*self.shared;
         let mut guard = s.state.lock();

@@ -49,8 +49,8 @@ pub(crate) type Key = (u64, u64, u32, u32);
 /// A round message or bulk payload waiting to be consumed.
 pub(crate) struct Msg {
     pub hdr: Header,
+    /// A round message's header and payload, or a bulk payload alone.
     buf: Vec<u8>,
-    at: usize,
     /// Where the buffer goes back once the message is consumed: the spare buffers, for a bulk
     /// payload (its next one of the same size is then read without touching fresh memory);
     /// the thread's small buffers otherwise.
@@ -104,7 +104,9 @@ impl Drop for Msg {
 
 impl Msg {
     pub(crate) fn payload(&self) -> &[u8] {
-        &self.buf[self.at..]
+        // Bulk payloads come without their header, and only they have a home.
+        let at = if self.home.is_some() { 0 } else { HEADER_LEN };
+        &self.buf[at..]
     }
 
     /// Whether the payload's numbers must be byte-swapped here.
@@ -227,7 +229,6 @@ fn parse(m: &mut ReadMessage, src: u32, spare: &Arc<Spare>) -> std::result::Resu
             Msg {
                 hdr,
                 buf: head,
-                at: HEADER_LEN,
                 home: None,
             },
         )),
@@ -236,7 +237,6 @@ fn parse(m: &mut ReadMessage, src: u32, spare: &Arc<Spare>) -> std::result::Resu
             let mut msg = Msg {
                 hdr,
                 buf: spare.take_last(),
-                at: 0,
                 home: Some(spare.clone()),
             };
             m.read_bytes_to(&mut msg.buf).map_err(|e| e.to_string())?;

@@ -250,6 +250,8 @@ impl Bsp {
     }
 
     /// Receives a round message of this group's operation from pid `src`.
+    // Inlined, as the receive path below it is (see `net::parse`).
+    #[inline(always)]
     pub(crate) fn recv_round(
         &self,
         src: usize,

@@ -207,6 +207,9 @@ impl Spare {
 }
 
 /// Parses message `m` of the process with rank `src`.
+// The receive path (`recv_round_step`, `pump`, `file`, `parse`) is inlined into one function:
+// the message it finds travels up as a value, which every call boundary would copy again.
+#[inline(always)]
 fn parse(m: &mut ReadMessage, src: u32, spare: &Arc<Spare>) -> std::result::Result<Parsed, String> {
     let mut head = round_buffer();
     m.read_bytes_to(&mut head).map_err(|e| e.to_string())?;
@@ -726,6 +729,7 @@ impl Net {
 
     /// Files one message from the control port; a round message under key `want` is handed
     /// back instead, to the wait that is looking for it.
+    #[inline(always)]
     fn file(&mut self, mut m: ReadMessage, ctx: &Ctx, want: Option<Key>) -> Result<Option<Msg>> {
         let rank = m.origin().rank();
         let src = rank as usize;
@@ -826,6 +830,7 @@ impl Net {
     /// the first [`POLL_PHASE`] of a wait it polls, giving the processor away between polls (a
     /// peer that shares this core can then run and answer); after that it blocks for at most
     /// one wait slice.
+    #[inline(always)]
     fn pump(&mut self, w: &mut Watch, ctx: &Ctx, want: Option<Key>) -> Result<Option<Msg>> {
         if w.started.map_or(true, |s| s.elapsed() < POLL_PHASE) {
             return match self.control().poll() {
@@ -857,6 +862,7 @@ impl Net {
     /// operation with the same sequence number (the processes called different operations),
     /// and a message of `src` that shows it waiting in another group for this process (see
     /// [`Net::crossed`]).
+    #[inline(always)]
     pub(crate) fn recv_round_step(
         &mut self,
         wait: &mut RoundWait,

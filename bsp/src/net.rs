@@ -598,20 +598,30 @@ impl Net {
     }
 
     /// The send port to `d` on `lane`, connected on first use.
+    #[inline]
     fn link(&mut self, d: usize, lane: Lane, ctx: &Ctx) -> Result<&Link> {
         let i = match lane {
             Lane::Control => 0,
             Lane::Data => 1,
         };
         if self.links[d][i].is_none() {
-            let link = self
-                .mesh
-                .link(&self.nodes[d], lane)
-                .map_err(|e| self.mesh_error(ctx, format!("connecting to pid {d}"), e))?;
-            tracing::debug!(pid = self.pid, to = d, ?lane, "connected");
-            self.links[d][i] = Some(link);
+            self.connect(d, lane, i, ctx)?;
         }
         Ok(self.links[d][i].as_ref().expect("set above"))
+    }
+
+    /// Connects the send port to `d` on `lane` (index `i` of its links): once per peer and
+    /// lane, so out of the way of every later send.
+    #[cold]
+    #[inline(never)]
+    fn connect(&mut self, d: usize, lane: Lane, i: usize, ctx: &Ctx) -> Result<()> {
+        let link = self
+            .mesh
+            .link(&self.nodes[d], lane)
+            .map_err(|e| self.mesh_error(ctx, format!("connecting to pid {d}"), e))?;
+        tracing::debug!(pid = self.pid, to = d, ?lane, "connected");
+        self.links[d][i] = Some(link);
+        Ok(())
     }
 
     /// The error for a failed send to `d`: a peer on its way out may break the connection

@@ -458,7 +458,6 @@ pub(crate) struct Net {
     links: Vec<[Option<Link>; 2]>,
     shared: Arc<Shared>,
     stash: HashMap<Key, Msg>,
-    scratch: Vec<u8>,
     /// The groups this process belongs to now, the whole machine (0) included.
     comms: HashMap<u64, CommInfo>,
 }
@@ -511,7 +510,6 @@ impl Net {
             links: (0..p).map(|_| [None, None]).collect(),
             shared,
             stash: HashMap::default(),
-            scratch: Vec::new(),
             comms: HashMap::from_iter([(
                 0,
                 CommInfo {
@@ -647,18 +645,15 @@ impl Net {
         if !small {
             hdr.flags |= FLAG_NOTICE;
         }
-        let mut scratch = std::mem::take(&mut self.scratch);
-        scratch.clear();
-        hdr.encode(&mut scratch);
-        if small {
-            scratch.extend_from_slice(payload);
-        }
+        let inline: &[u8] = if small { payload } else { &[] };
         let sent = self.link(d, Lane::Control, ctx).map(|port| {
             let mut w = port.message();
-            w.write_bytes(&scratch);
+            w.write_bytes_from(HEADER_LEN + inline.len(), |b| {
+                b.extend_from_slice(&hdr.to_bytes());
+                b.extend_from_slice(inline);
+            });
             w.finish()
         });
-        self.scratch = scratch;
         if let Err(e) = sent? {
             return Err(self.send_error(d, ctx, format!("sending to pid {d}"), e));
         }

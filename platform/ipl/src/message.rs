@@ -180,6 +180,33 @@ impl<'a> WriteMessage<'a> {
         self.borrow_or_copy(b);
     }
 
+    /// Writes a byte buffer of `n` bytes that `fill` appends to the vector it is given, straight
+    /// into the message: what `write_bytes` of those bytes writes (a reader reads them with
+    /// `read_bytes` or `read_bytes_to`), without putting them together somewhere else first.
+    /// If `fill` appends other than `n` bytes, they are taken back and `finish` fails.
+    #[inline]
+    pub fn write_bytes_from(&mut self, n: usize, fill: impl FnOnce(&mut Vec<u8>)) {
+        self.len_prefix(TAG_BYTES, n as u64);
+        let at = self.buf.len();
+        fill(&mut self.buf);
+        if self.buf.len() != at + n {
+            self.wrong_fill(at, n);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wrong_fill(&mut self, at: usize, n: usize) {
+        let wrote = self.buf.len().saturating_sub(at);
+        // The prefix stays and says `n`: the message must not go out at all.
+        self.buf.truncate(at);
+        if self.error.is_none() {
+            self.error = Some(Error::Serialize(format!(
+                "a byte buffer announced as {n} bytes got {wrote}"
+            )));
+        }
+    }
+
     /// Writes a serde object.
     pub fn write<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<()> {
         if !self.allow(Serialization::Object, "an object") {
@@ -756,6 +783,30 @@ mod tests {
         let o: (String, Vec<u16>) = r.read().unwrap();
         assert_eq!(o, ("text".to_string(), vec![1, 2]));
         assert_eq!(r.remaining(), 0);
+    }
+
+    #[test]
+    fn bytes_written_in_place_read_as_one_buffer_and_a_wrong_count_fails_the_message() {
+        let mut w = WriteMessage::detached_swapped();
+        w.write_bytes_from(7, |b| {
+            b.extend_from_slice(b"head");
+            b.extend_from_slice(b"er!");
+        });
+        w.write_u8(9);
+        let mut r = ReadMessage::from_bytes(w.into_bytes().unwrap(), true);
+        assert_eq!(r.read_bytes().unwrap(), b"header!");
+        assert_eq!(r.read_u8().unwrap(), 9);
+        assert_eq!(r.remaining(), 0);
+        for wrong in [&b"short"[..], &b"far too long"[..]] {
+            let mut w = WriteMessage::detached();
+            w.write_bytes_from(7, |b| b.extend_from_slice(wrong));
+            let e = w.into_bytes().unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains(&format!("announced as 7 bytes got {}", wrong.len())),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -662,13 +662,12 @@ impl Net {
             self.stats.bytes_sent += payload.len() as u64;
             return Ok(());
         }
-        let mut head = Vec::with_capacity(HEADER_LEN);
-        Header {
+        let head = Header {
             kind: KIND_BULK,
             flags: hdr.flags & !FLAG_NOTICE,
             ..hdr
         }
-        .encode(&mut head);
+        .to_bytes();
         let port = self.link(d, Lane::Data, ctx)?;
         let mut w = port.message();
         w.write_bytes(&head);
@@ -694,8 +693,7 @@ impl Net {
         early: bool,
         ctx: &Ctx,
     ) -> Result<bool> {
-        let mut head = Vec::with_capacity(HEADER_LEN + ob.slices.len());
-        Header {
+        let hdr = Header {
             kind: KIND_DATA,
             flags: wire::native_flag(),
             op: 0,
@@ -703,11 +701,11 @@ impl Net {
             epoch: superstep,
             aux: ob.packets.len() as u64,
             comm,
-        }
-        .encode(&mut head);
-        head.extend(ob.slices.iter().map(|s| s.code()));
+        };
+        // The header and the slices' number codes, one byte buffer written in place.
+        let head_len = HEADER_LEN + ob.slices.len();
         let bytes = ob.bytes();
-        let via_control = !early && head.len() + bytes <= self.opts.small_message;
+        let via_control = !early && head_len + bytes <= self.opts.small_message;
         let lane = if via_control {
             Lane::Control
         } else {
@@ -715,7 +713,10 @@ impl Net {
         };
         let port = self.link(d, lane, ctx)?;
         let mut w = port.message();
-        w.write_bytes(&head);
+        w.write_bytes_from(head_len, |b| {
+            b.extend_from_slice(&hdr.to_bytes());
+            b.extend(ob.slices.iter().map(|s| s.code()));
+        });
         w.write_bytes(&ob.packets);
         w.write_bytes(&ob.drma);
         for s in &ob.slices {

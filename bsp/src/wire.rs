@@ -83,13 +83,8 @@ pub(crate) struct Header {
 }
 
 impl Header {
-    /// Appends the header's [`HEADER_LEN`] bytes to `out`.
-    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_bytes());
-    }
-
-    /// The header's bytes, put together in place: one append of them costs less than an
-    /// append per field, each of which checks the vector's room.
+    /// The header's [`HEADER_LEN`] bytes, put together in place: one append of them costs less
+    /// than an append per field, each of which checks the vector's room.
     pub(crate) fn to_bytes(self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
         b[..4].copy_from_slice(&[MARK, self.kind, self.flags, self.op]);
@@ -238,8 +233,7 @@ mod tests {
             aux: 42,
             comm: 0x0a0b_0c0d_0e0f_1011,
         };
-        let mut b = Vec::new();
-        h.encode(&mut b);
+        let mut b = h.to_bytes().to_vec();
         assert_eq!(b.len(), HEADER_LEN);
         assert_eq!(Header::decode(&b).unwrap(), h);
         // The same header written by a machine of the other byte order.

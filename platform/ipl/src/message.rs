@@ -456,6 +456,31 @@ impl ReadMessage {
         Some(got)
     }
 
+    /// A byte buffer's tag, length and bytes at once, when all of them are buffered already (a
+    /// small message's usually are) and `f` takes the bytes (returns `Some`); `None` leaves
+    /// everything to the general path, which also reports what is wrong.
+    #[inline(always)]
+    fn take_buffered_bytes<R>(&mut self, f: impl FnOnce(&[u8]) -> Option<R>) -> Option<R> {
+        let Source::Port { rx, conn } = &mut self.src else {
+            return None;
+        };
+        let r = &mut rx.conns[*conn].reader;
+        let b = r.buffered();
+        let &[TAG_BYTES, l0, l1, l2, l3, l4, l5, l6, l7] = b.get(..9)? else {
+            return None;
+        };
+        let n = u64::from_ne_bytes([l0, l1, l2, l3, l4, l5, l6, l7]);
+        let n = if self.swap { n.swap_bytes() } else { n };
+        if n > self.remaining.saturating_sub(9) {
+            return None;
+        }
+        let end = usize::try_from(n).ok()?.checked_add(9)?;
+        let got = f(b.get(9..end)?)?;
+        r.consume(end);
+        self.remaining -= 9 + n;
+        Some(got)
+    }
+
     fn raw_slow(&mut self, dst: &mut [u8], what: &str) -> Result<()> {
         self.take(dst.len() as u64, what)?;
         let r = match &mut self.src {
@@ -607,6 +632,14 @@ impl ReadMessage {
     /// when a message is larger than any before, and writes no byte twice where the message
     /// is no longer than the vector was.
     pub fn read_bytes_to(&mut self, buf: &mut Vec<u8>) -> Result<()> {
+        let done = self.take_buffered_bytes(|bytes| {
+            buf.clear();
+            buf.extend_from_slice(bytes);
+            Some(())
+        });
+        if done.is_some() {
+            return Ok(());
+        }
         let n = self.read_len(TAG_BYTES)?;
         if n > self.remaining {
             return Err(self.decode_err(format!("{n} bytes announced but {} left", self.remaining)));
@@ -637,6 +670,12 @@ impl ReadMessage {
 
     /// Reads a buffer written with `write_bytes` into `buf`, whose length must match.
     pub fn read_bytes_into(&mut self, buf: &mut [u8]) -> Result<()> {
+        let done = self.take_buffered_bytes(|bytes| {
+            (bytes.len() == buf.len()).then(|| buf.copy_from_slice(bytes))
+        });
+        if done.is_some() {
+            return Ok(());
+        }
         let n = self.read_len(TAG_BYTES)?;
         if n != buf.len() as u64 {
             return Err(self.decode_err(format!(
@@ -649,6 +688,9 @@ impl ReadMessage {
 
     /// Reads a buffer written with `write_bytes`.
     pub fn read_bytes(&mut self) -> Result<Vec<u8>> {
+        if let Some(bytes) = self.take_buffered_bytes(|bytes| Some(bytes.to_vec())) {
+            return Ok(bytes);
+        }
         let n = self.read_len(TAG_BYTES)?;
         if n > self.remaining {
             return Err(self.decode_err(format!("{n} bytes announced but {} left", self.remaining)));

@@ -95,6 +95,7 @@ impl Header {
         b
     }
 
+    #[inline]
     pub(crate) fn decode(b: &[u8]) -> Result<Header, String> {
         if b.len() < HEADER_LEN {
             return Err(format!("message of {} bytes has no header", b.len()));

@@ -35,7 +35,7 @@ pub enum Command {
     /// speedup against one-way latency, a line per number of locations and stealing policy.
     StudyChart(StudyChartArgs),
     /// Merge the per-process traces of a run (IPL_TRACE=DIR or --trace DIR) into one trace,
-    /// timeline.json, to open at https://ui.perfetto.dev, and draw its timeline, superstep
+    /// timeline.json, to open at <https://ui.perfetto.dev>, and draw its timeline, superstep
     /// breakdown and steal matrix.
     Timeline(TimelineArgs),
 }

@@ -236,7 +236,7 @@ impl Bsp {
     }
 
     /// Sends a slice of numbers from where it lies: their encoding is their memory, in this
-    /// machine's byte order (as [`Numbers`](reduce::Numbers) sends them).
+    /// machine's byte order (as [`reduce::Numbers`] sends them).
     pub(crate) fn send_numbers<T: Number>(
         &self,
         call: &Call,

@@ -80,9 +80,7 @@ impl Outbox {
         self.packets.clear();
         self.drma.clear();
         self.slices.clear();
-        self.slice_bytes = 0;
-        self.types.clear();
-        self.last = None;
+        self.forget_types();
     }
 
     /// [`clear`](Outbox::clear) for a buffer that [`is_empty`](Outbox::is_empty): only the
@@ -90,10 +88,8 @@ impl Outbox {
     /// itself, which mostly holds nothing).
     #[inline]
     pub(crate) fn forget_types(&mut self) {
-        if !self.types.is_empty() {
-            self.types.clear();
-        }
         self.slice_bytes = 0;
+        self.types.clear();
         self.last = None;
     }
 

@@ -113,7 +113,9 @@ type Handler = Box<dyn FnMut(ReadMessage) -> crate::Result<()> + Send + 'static>
 /// Which of a member's two receive ports a message goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Lane {
-    /// The control port: small messages, read by the owner's thread or a handler.
+    /// The control port: small messages, read by the owner's thread or a handler. Read by the
+    /// owner's thread, it takes large parts over shared memory through the ring, never from
+    /// the sender's memory (see [`ReceivePortBuilder::single_copy`](crate::ReceivePortBuilder::single_copy)).
     Control,
     /// The data port: messages of any size, drained by a handler as they arrive.
     Data,
@@ -320,8 +322,13 @@ impl<'a> MeshBuilder<'a> {
                 upcall_ports.push(p);
                 None
             }
+            // The explicit control port is read by the application's thread, which may be
+            // sending to the very node that sends to it: large parts come through the ring,
+            // so that neither send waits for the other side to take an offer.
             None => Some(
-                ibis.receive_port(&control_ty, &names[0])
+                ibis.receive_port_builder(&control_ty, &names[0])
+                    .single_copy(false)
+                    .create()
                     .map_err(|e| err("creating the control port", e))?,
             ),
         };
@@ -394,6 +401,15 @@ impl Link {
     /// The lane.
     pub fn lane(&self) -> Lane {
         self.lane
+    }
+
+    /// Bytes of messages the connection is sure to hold for the member while it does not read
+    /// before a send waits (see [`SendPort::unread_capacity`](crate::SendPort::unread_capacity)).
+    pub fn unread_capacity(&self) -> u64 {
+        self.peer.lanes[self.lane.index()]
+            .get()
+            .and_then(|port| port.unread_capacity().first().map(|c| c.2))
+            .unwrap_or(0)
     }
 
     /// A new message; [`WriteMessage::finish`] sends it. On an error, [`Mesh::send_error`]

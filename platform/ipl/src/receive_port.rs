@@ -115,6 +115,9 @@ pub(crate) struct PortShared {
     spin: Duration,
     stall: Duration,
     max_message: u64,
+    /// Large parts sent over shared memory may be read from the sender's memory (see
+    /// [`ReceivePortBuilder::single_copy`]).
+    single_copy: bool,
 }
 
 enum Ready {
@@ -457,6 +460,7 @@ impl Acceptor for PortsAcceptor {
         let reject = |r: ConnectReply| Admission {
             reply: r.encode(),
             inbox: None,
+            single_copy: false,
         };
         let req: ConnectRequest = match postcard::from_bytes(request) {
             Ok(r) => r,
@@ -468,6 +472,7 @@ impl Acceptor for PortsAcceptor {
         match port.admit(&req) {
             r @ ConnectReply::Accepted { .. } => Admission {
                 reply: r.encode(),
+                single_copy: port.single_copy,
                 inbox: Some(Box::new(PortInbox {
                     port,
                     origin: req.from,
@@ -518,6 +523,7 @@ pub struct ReceivePortBuilder<'a> {
     on_connect: Option<ConnectUpcall>,
     on_disconnect: Option<DisconnectUpcall>,
     upcall: Option<MessageUpcall>,
+    single_copy: bool,
 }
 
 impl<'a> ReceivePortBuilder<'a> {
@@ -529,7 +535,25 @@ impl<'a> ReceivePortBuilder<'a> {
             on_connect: None,
             on_disconnect: None,
             upcall: None,
+            single_copy: true,
         }
+    }
+
+    /// Whether large parts of messages that reach this port over shared memory (the `shm`
+    /// driver) may be read straight from the sender's memory: one copy, but the send waits
+    /// until this port's reader has taken them, or for a short patience after which it copies
+    /// them into a buffer instead. Without it they go through the connection's ring, copied
+    /// by both sides, and the send returns once they fit. Default `true`, and never more than
+    /// the node's [`Config::shm_single_copy`](crate::Config::shm_single_copy) allows.
+    ///
+    /// Turn it off for a port whose reader also sends while data comes: a thread that sends
+    /// before it receives (as in an exchange between two nodes) cannot take an offer meanwhile,
+    /// and each offer to it would cost the sender that patience. On hosts where the kernel
+    /// reads another process's memory slowly, messages of a few hundred kilobytes also
+    /// arrive sooner through the ring.
+    pub fn single_copy(mut self, on: bool) -> Self {
+        self.single_copy = on;
+        self
     }
 
     /// Called for each sender that connects; returning `Err(reason)` refuses the connection.
@@ -611,6 +635,7 @@ impl<'a> ReceivePortBuilder<'a> {
             spin: cfg.spin,
             stall: cfg.connect_timeout.max(cfg.death_timeout * 2),
             max_message: cfg.max_message,
+            single_copy: self.single_copy,
         });
         {
             let mut table = inner.ports.lock();

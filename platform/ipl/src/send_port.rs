@@ -299,6 +299,20 @@ impl SendPort {
             .collect()
     }
 
+    /// The receive ports this port is connected to, each with the bytes of messages its
+    /// connection is sure to hold for a receiver that does not read before a send waits (0
+    /// where that is up to the system, as with tcp's socket buffers): what a program may send
+    /// to a node that is itself busy sending, without the two waiting for each other.
+    pub fn unread_capacity(&self) -> Vec<(NodeId, String, u64)> {
+        self.shared
+            .state
+            .lock()
+            .conns
+            .iter()
+            .map(|c| (c.target.clone(), c.port.clone(), c.sink.unread_capacity()))
+            .collect()
+    }
+
     /// The receive ports this port is connected to.
     pub fn connected_to(&self) -> Vec<(NodeId, String)> {
         self.shared

@@ -449,3 +449,37 @@ fn a_pool_over_two_hosts_uses_shared_memory_inside_each_and_tcp_between() {
         );
     }
 }
+
+#[test]
+fn a_connection_says_how_much_it_holds_for_a_receiver_that_does_not_read() {
+    if role().is_some() {
+        return;
+    }
+    for driver in [Driver::Shm, Driver::Tcp] {
+        let net = Net::new(driver, 2);
+        let (a, b) = std::thread::scope(|s| {
+            let h = s.spawn(|| {
+                let mut c = net.config();
+                c.rank = Some(1);
+                Ibis::join(c).expect("join")
+            });
+            let mut c = net.config();
+            c.rank = Some(0);
+            (
+                Ibis::join(c).expect("join"),
+                h.join().expect("rank 1 joins"),
+            )
+        });
+        let _rp = b.receive_port(&ty(), "in").expect("receive port");
+        let all = a.pool().wait_closed().expect("pool fills");
+        let sp = a.send_port(&ty()).expect("send port");
+        sp.connect(&all[1], "in").expect("connect");
+        let room = sp.unread_capacity();
+        assert_eq!(room.len(), 1);
+        match driver {
+            // The ring, and the buffers the receiver reads from this process's memory.
+            Driver::Shm => assert_eq!(room[0].2, (256 << 10) + (4 << 20), "{driver:?}"),
+            _ => assert_eq!(room[0].2, 0, "{driver:?}"),
+        }
+    }
+}

@@ -81,6 +81,9 @@ pub(crate) struct Admission {
     pub reply: Vec<u8>,
     /// Where the connection's stream goes, when accepted.
     pub inbox: Option<Box<dyn Inbox>>,
+    /// Whether the receiver may read large parts straight from the sender's memory, where the
+    /// driver can (see [`ReceivePortBuilder::single_copy`](crate::ReceivePortBuilder::single_copy)).
+    pub single_copy: bool,
 }
 
 /// Where an accepted connection is delivered.
@@ -181,6 +184,11 @@ pub(crate) trait Sink: Send {
     /// When the sink wants another `write` call even if nothing wakes the writer.
     fn wake_at(&self) -> Option<Instant> {
         None
+    }
+    /// Bytes of messages the connection is sure to hold for a receiver that does not read
+    /// before a send waits for it; 0 where that is up to the system (a socket's buffers).
+    fn unread_capacity(&self) -> u64 {
+        0
     }
     /// Writes `close` (a close frame) if it fits within a short wait, and ends the connection.
     fn close(self: Box<Self>, close: &[u8]);

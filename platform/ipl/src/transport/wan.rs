@@ -50,6 +50,7 @@ impl Acceptor for WanAcceptor {
             inbox: a
                 .inbox
                 .map(|inner| Box::new(DelayingInbox(inner)) as Box<dyn Inbox>),
+            single_copy: a.single_copy,
         }
     }
 }
@@ -110,6 +111,9 @@ impl Sink for Shaped {
     }
     fn wake_at(&self) -> Option<Instant> {
         self.inner.wake_at()
+    }
+    fn unread_capacity(&self) -> u64 {
+        self.inner.unread_capacity()
     }
     fn close(mut self: Box<Self>, close: &[u8]) {
         // The close frame must not overtake the frames before it.

@@ -10,9 +10,13 @@
 //! receiver for bytes, the sender for room) parks in poll(2) on it, after announcing so in
 //! the ring, and is woken by a byte the other side writes.
 //!
-//! Large parts that do not fit the ring's free room are read by the receiver straight from the
-//! sender's memory ([`remote`]) when the kernel allows it here; otherwise they stream through
-//! the ring, which bounds the memory a connection takes.
+//! Large parts stream through the ring, which bounds the memory a connection takes; what waits
+//! too long for room while the receiver does not read goes to a buffer of the sender's, which
+//! the receiver reads straight from the sender's memory ([`remote`], where the kernel allows
+//! it), so that two nodes that both send before they receive do not wait for each other. With
+//! single copy on ([`Config::shm_single_copy`](crate::Config::shm_single_copy), off by
+//! default) and a receive port that allows it, the receiver reads large parts from the
+//! caller's memory in the first place.
 
 mod fdpass;
 mod memory;
@@ -54,8 +58,10 @@ struct Reply {
     accepted: bool,
     /// The ring's size.
     ring: u64,
-    /// The receiver reads large parts from the sender's memory.
+    /// The receiver can read the sender's memory (what does not fit the ring may be buffered).
     remote: bool,
+    /// The receiver takes large parts offered from the sender's memory (single copy).
+    offers: bool,
 }
 
 /// What identifies this host to its peers: the kernel's boot id and this process's network
@@ -133,13 +139,13 @@ impl Handoff for Accepting {
                 accepted: false,
                 ring: 0,
                 remote: false,
+                offers: false,
             };
             return fdpass::send(s.as_raw_fd(), &crate::wire::encode_setup(&reply), None)
                 .map_err(|e| e.to_string());
         };
         let remote = fdpass::peer_pid(&s)
             .ok()
-            .filter(|_| self.single_copy)
             .and_then(|pid| Remote::open(pid, dial.probe_addr, &dial.probe));
         let (map, fd) = Mapping::create(Ring::mapping_len(self.ring))
             .map_err(|e| format!("cannot create shared memory: {e}"))?;
@@ -149,6 +155,7 @@ impl Handoff for Accepting {
             accepted: true,
             ring: self.ring as u64,
             remote: remote.is_some(),
+            offers: remote.is_some() && self.single_copy && admission.single_copy,
         };
         fdpass::send(
             s.as_raw_fd(),
@@ -213,7 +220,7 @@ impl Driver for ShmDriver {
                 s.set_nonblocking(true)
                     .map_err(|e| io_err("configure socket to", e))?;
                 Some(Box::new(ShmOut {
-                    producer: Producer::new(ring, reply.remote),
+                    producer: Producer::new(ring, reply.remote, reply.offers),
                     sock: s,
                     peer_closed: false,
                 }))
@@ -413,6 +420,10 @@ impl Sink for ShmOut {
 
     fn wake_at(&self) -> Option<Instant> {
         self.producer.wake_at()
+    }
+
+    fn unread_capacity(&self) -> u64 {
+        self.producer.unread_capacity()
     }
 
     fn wait(&mut self, d: Duration) {

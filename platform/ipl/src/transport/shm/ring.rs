@@ -21,12 +21,14 @@
 //! Where the consumer can read the producer's memory ([`super::remote`]), parts of a message
 //! may travel by reference: the producer posts a descriptor (ring position, length, address in
 //! its own memory); when the consumer's reading reaches that position it reads the bytes from
-//! there and marks the descriptor done. A large part is offered from the caller's memory (one
-//! copy in all) and the send waits for the consumer to read it. A consumer that is not
-//! receiving does not take the offer within [`PATIENCE`]: then the part is taken back and
-//! copied into a buffer of the producer's, offered in its place, and the send returns, as a
-//! socket's buffers let a tcp send return; so does whatever does not fit the ring's room.
-//! Such buffers take at most [`BUFFERED`] bytes per connection; beyond that a send waits.
+//! there and marks the descriptor done. With offers on (single copy), a large part is offered
+//! from the caller's memory (one copy in all) and the send waits for the consumer to read it.
+//! A consumer that is not receiving does not take the offer within [`PATIENCE`]: then the part
+//! is taken back and copied into a buffer of the producer's, offered in its place, and the send
+//! returns, as a socket's buffers let a tcp send return; so does whatever does not fit the
+//! ring's room. Without offers every part streams through the ring, and only what has waited
+//! [`PATIENCE`] for room goes to such a buffer. Buffers take at most [`BUFFERED`] bytes per
+//! connection; beyond that a send waits.
 
 use super::memory::{copy_in, copy_out, Mapping};
 use super::remote::Remote;
@@ -515,8 +517,15 @@ pub(crate) struct Producer {
     /// Bytes in the copies of `lent`.
     buffered: usize,
     offer: Option<Offer>,
-    /// Parts may travel by reference (the consumer can read our memory).
+    /// The consumer can read our memory: buffers may hold what the ring has no room for.
     remote: bool,
+    /// Large parts are offered from the caller's memory (single copy); otherwise every part
+    /// streams through the ring.
+    offers: bool,
+    /// Since when a part has waited for room in the ring, while parts stream through it: after
+    /// [`PATIENCE`] the rest goes to a buffer, so that a consumer that is not reading does not
+    /// hold the send.
+    full_since: Option<Instant>,
     /// Large parts still to buffer at once before offering one again.
     eager_left: u32,
     /// The next value of `eager_left` after a failed offer.
@@ -531,7 +540,9 @@ pub(crate) struct Wake {
 }
 
 impl Producer {
-    pub(crate) fn new(ring: Ring, remote: bool) -> Producer {
+    /// A producer whose consumer can read our memory if `remote`, and which offers large parts
+    /// from the caller's memory if `offers` as well.
+    pub(crate) fn new(ring: Ring, remote: bool, offers: bool) -> Producer {
         Producer {
             ring,
             tail: 0,
@@ -543,6 +554,8 @@ impl Producer {
             buffered: 0,
             offer: None,
             remote,
+            offers: offers && remote,
+            full_since: None,
             eager_left: 0,
             eager_next: FIRST_EAGER,
         }
@@ -740,7 +753,7 @@ impl Producer {
                 open_checked = true;
             }
             let from = done - at;
-            if from == 0 && self.remote && part.len() >= REMOTE_MIN {
+            if from == 0 && self.offers && part.len() >= REMOTE_MIN {
                 if self.eager_left > 0 && self.may_copy(len) {
                     self.eager_left -= 1;
                     self.post_copy(part);
@@ -774,10 +787,13 @@ impl Producer {
                 n += k;
             }
             done += n;
+            if n > 0 {
+                self.full_since = None;
+            }
             if n < len - from {
                 let rest = &part[(from + n) as usize..];
-                if !self.may_copy(rest.len() as u64) {
-                    // Full, and no more may be buffered: wait for room.
+                if !self.overflow_due() || !self.may_copy(rest.len() as u64) {
+                    // Full, and nothing (more) may be buffered yet: wait for room.
                     break;
                 }
                 self.post_copy(rest);
@@ -786,7 +802,23 @@ impl Producer {
             at += len;
         }
         self.publish(start_number, start_seq, wake);
+        if done == frame.len {
+            // The next frame waits for room afresh.
+            self.full_since = None;
+        }
         Ok(done - offset)
+    }
+
+    /// Whether what the ring has no room for should go to a buffer now: at once when large
+    /// parts are offered (a consumer that takes offers reads buffers as fast), and while parts
+    /// stream through the ring only once the ring has stayed full for [`PATIENCE`]: a consumer
+    /// that is reading frees room sooner, and buffers reach it more slowly than the ring.
+    fn overflow_due(&mut self) -> bool {
+        if self.offers || !self.remote {
+            return true;
+        }
+        let since = *self.full_since.get_or_insert_with(Instant::now);
+        since.elapsed() > PATIENCE
     }
 
     /// Fails when the consumer has stopped reading.
@@ -874,9 +906,17 @@ impl Producer {
         head == self.head && !oldest_done
     }
 
-    /// When an offered part is due to be taken back, if one is waiting.
+    /// When an offered part is due to be taken back, or a part that waits for room in the ring
+    /// to be buffered, if one is waiting.
     pub(crate) fn wake_at(&self) -> Option<Instant> {
-        self.offer.filter(|o| o.patient).map(|o| o.since + PATIENCE)
+        let waiting = self.offer.filter(|o| o.patient).map(|o| o.since);
+        waiting.or(self.full_since).map(|t| t + PATIENCE)
+    }
+
+    /// Bytes the consumer may leave unread before a send waits for it: the ring, and the
+    /// buffers where the consumer can read them.
+    pub(crate) fn unread_capacity(&self) -> u64 {
+        self.ring.cap + if self.remote { BUFFERED as u64 } else { 0 }
     }
 
     /// Whether the consumer may still read buffers of ours.
@@ -914,7 +954,7 @@ mod tests {
         let (a, fd) = Mapping::create(Ring::mapping_len(cap)).unwrap();
         let b = Mapping::open(&fd, Ring::mapping_len(cap)).unwrap();
         (
-            Producer::new(Ring::new(a).unwrap(), remote),
+            Producer::new(Ring::new(a).unwrap(), remote, remote),
             Consumer::new(Ring::new(b).unwrap()),
         )
     }
@@ -1104,6 +1144,45 @@ mod tests {
         assert_eq!(got, want);
         assert!(!p.lending());
         assert_eq!(p.buffered, 0);
+    }
+
+    #[test]
+    fn without_offers_large_parts_stream_through_the_ring_and_wait_before_a_buffer() {
+        let r = me();
+        let (a, fd) = Mapping::create(Ring::mapping_len(4096)).unwrap();
+        let b = Mapping::open(&fd, Ring::mapping_len(4096)).unwrap();
+        let mut p = Producer::new(Ring::new(a).unwrap(), true, false);
+        let mut c = Consumer::new(Ring::new(b).unwrap());
+        let big: Vec<u8> = (0..100_000u32).map(|i| (i * 5) as u8).collect();
+        // A consumer that reads: everything goes through the ring, nothing is buffered or
+        // offered.
+        let parts: [&[u8]; 2] = [&big, b"tail"];
+        assert_eq!(
+            send(&mut p, &mut c, Some(&r), 3, &parts),
+            expected(3, &parts)
+        );
+        assert!(p.lent.is_empty() && p.offer.is_none() && p.buffered == 0);
+        // Nobody reads: the part waits for room, then the rest is buffered and the send
+        // completes.
+        let chunks = OnceCell::new();
+        let frame = Frame {
+            header: [4; 24],
+            parts: &parts,
+            len: 24 + 100_004,
+            chunks: &chunks,
+        };
+        let mut done = p.write(&frame, 0, &mut Wake::default()).unwrap();
+        assert!(done < frame.len && p.buffered == 0);
+        let due = p.wake_at().expect("a part waits for room");
+        assert!(due > Instant::now());
+        std::thread::sleep(due.saturating_duration_since(Instant::now()) + PATIENCE);
+        done += p.write(&frame, done, &mut Wake::default()).unwrap();
+        assert_eq!(done, frame.len);
+        assert!(p.buffered > 90_000 && p.wake_at().is_none());
+        let mut got = Vec::new();
+        read_all(&mut c, Some(&r), &mut vec![0u8; 7000], &mut got);
+        assert_eq!(got, expected(4, &parts));
+        assert!(!p.lending());
     }
 
     #[test]

@@ -41,6 +41,17 @@ pub(crate) const MESH: &str = "bsp";
 const MAIL_SPIN: Duration = Duration::from_millis(1);
 /// How long a wait polls the control port (yielding between polls) before it blocks.
 const POLL_PHASE: Duration = Duration::from_millis(1);
+/// Round messages up to this many bytes may travel whole on the control connection, instead of
+/// as a notice there and a payload on the data connection: the waiting thread then reads the
+/// payload itself, with no hand-off from the data port's receiving thread. Only where the
+/// connection is sure to hold four such messages for a receiver that does not read (see
+/// [`Link::unread_capacity`]): the round messages one process sends another before it must
+/// wait for that other are two operations' worth at most, so no send can then wait for a
+/// receiver that is itself sending. Shared-memory connections hold their ring (256 KiB) and,
+/// where the kernel lets the receiver read the sender's memory, 4 MiB of buffers; tcp promises
+/// nothing (what a send may leave unread is up to the kernel's socket buffers), so large
+/// payloads keep to the data connection there.
+const ROUND_ON_CONTROL_MAX: usize = 256 << 10;
 
 /// Identifies a round message: (group, operation sequence number, round, sender's pid in the
 /// whole machine).
@@ -62,14 +73,25 @@ pub(crate) struct Msg {
 /// allocation.
 const KEPT_BUFFERS: usize = 8;
 const KEPT_CAPACITY: usize = 4096;
+/// The largest buffer kept per thread for a large round message (one, see
+/// [`ROUND_ON_CONTROL_MAX`]):
+/// a collective that moves the same large payloads again and again would otherwise take fresh
+/// memory from the kernel, page by page, for every message.
+const KEPT_LARGE_CAPACITY: usize = 2 * ROUND_ON_CONTROL_MAX;
 
 thread_local! {
     static ROUND_BUFFERS: std::cell::RefCell<Vec<Vec<u8>>> =
         const { std::cell::RefCell::new(Vec::new()) };
+    static LARGE_ROUND_BUFFER: std::cell::RefCell<Vec<u8>> =
+        const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// A buffer for a message's header and round payload: a kept one, or a new one.
-fn round_buffer() -> Vec<u8> {
+/// A buffer for a message of `len` bytes, header and round payload: a kept one, or a new one.
+#[inline(always)]
+fn round_buffer(len: u64) -> Vec<u8> {
+    if len > KEPT_CAPACITY as u64 {
+        return large_round_buffer(len);
+    }
     ROUND_BUFFERS
         .try_with(|b| b.borrow_mut().pop())
         .ok()
@@ -77,9 +99,31 @@ fn round_buffer() -> Vec<u8> {
         .unwrap_or_default()
 }
 
-/// Keeps `buf` for a later [`round_buffer`] if it is small and there is room.
+/// [`round_buffer`] for a message larger than the small buffers: the thread's large buffer,
+/// with room for the whole message if it is no larger than a buffer that is kept (a longer
+/// one grows as its bytes arrive, so that a length field cannot claim memory by itself).
+#[cold]
+#[inline(never)]
+fn large_round_buffer(len: u64) -> Vec<u8> {
+    let mut buf = LARGE_ROUND_BUFFER
+        .try_with(|b| b.try_borrow_mut().map(|mut b| std::mem::take(&mut *b)))
+        .ok()
+        .and_then(std::result::Result::ok)
+        .unwrap_or_default();
+    if len <= KEPT_LARGE_CAPACITY as u64 {
+        buf.clear();
+        buf.reserve(len as usize);
+    }
+    buf
+}
+
+/// Keeps `buf` for a later [`round_buffer`] if it is not too large and there is room.
 fn keep_round_buffer(buf: Vec<u8>) {
-    if buf.capacity() == 0 || buf.capacity() > KEPT_CAPACITY {
+    if buf.capacity() == 0 {
+        return;
+    }
+    if buf.capacity() > KEPT_CAPACITY {
+        keep_large_round_buffer(buf);
         return;
     }
     // A thread that is ending has no buffers left to keep: then `buf` is freed.
@@ -87,6 +131,23 @@ fn keep_round_buffer(buf: Vec<u8>) {
         if let Ok(mut b) = b.try_borrow_mut() {
             if b.len() < KEPT_BUFFERS {
                 b.push(buf);
+            }
+        }
+    });
+}
+
+/// [`keep_round_buffer`] for a large buffer: kept in place of the thread's large buffer if it
+/// has more room (and not more than [`KEPT_LARGE_CAPACITY`]).
+#[cold]
+#[inline(never)]
+fn keep_large_round_buffer(buf: Vec<u8>) {
+    if buf.capacity() > KEPT_LARGE_CAPACITY {
+        return;
+    }
+    let _ = LARGE_ROUND_BUFFER.try_with(|b| {
+        if let Ok(mut b) = b.try_borrow_mut() {
+            if b.capacity() < buf.capacity() {
+                *b = buf;
             }
         }
     });
@@ -211,7 +272,7 @@ impl Spare {
 // the message it finds travels up as a value, which every call boundary would copy again.
 #[inline(always)]
 fn parse(m: &mut ReadMessage, src: u32, spare: &Arc<Spare>) -> std::result::Result<Parsed, String> {
-    let mut head = round_buffer();
+    let mut head = round_buffer(m.remaining());
     m.read_bytes_to(&mut head).map_err(|e| e.to_string())?;
     let hdr = match Header::decode(&head) {
         Ok(h) => h,
@@ -456,6 +517,9 @@ pub(crate) struct Net {
     pub stats: Stats,
     /// Send ports by pid and lane (control, data), kept here so that a send looks nothing up.
     links: Vec<[Option<Link>; 2]>,
+    /// By pid: the largest round message sent whole on the control connection (see
+    /// [`ROUND_ON_CONTROL_MAX`]), known once connected.
+    control_round_max: Vec<usize>,
     shared: Arc<Shared>,
     stash: HashMap<Key, Msg>,
     /// The groups this process belongs to now, the whole machine (0) included.
@@ -508,6 +572,7 @@ impl Net {
             opts,
             stats: Stats::default(),
             links: (0..p).map(|_| [None, None]).collect(),
+            control_round_max: vec![0; p],
             shared,
             stash: HashMap::default(),
             comms: HashMap::from_iter([(
@@ -617,7 +682,12 @@ impl Net {
             .mesh
             .link(&self.nodes[d], lane)
             .map_err(|e| self.mesh_error(ctx, format!("connecting to pid {d}"), e))?;
-        tracing::debug!(pid = self.pid, to = d, ?lane, "connected");
+        let room = link.unread_capacity();
+        tracing::debug!(pid = self.pid, to = d, ?lane, room, "connected");
+        if lane == Lane::Control {
+            let quarter = usize::try_from(room / 4).unwrap_or(usize::MAX);
+            self.control_round_max[d] = quarter.min(ROUND_ON_CONTROL_MAX);
+        }
         self.links[d][i] = Some(link);
         Ok(())
     }
@@ -630,9 +700,10 @@ impl Net {
         self.mesh_error(ctx, what, e)
     }
 
-    /// Sends a round message of an operation to `d`: on the control connection when small,
-    /// otherwise as a notice there and the payload on the data connection. `hdr.flags` carries
-    /// the byte order of the payload (which a forwarded payload keeps).
+    /// Sends a round message of an operation to `d`: on the control connection when small (or
+    /// up to [`ROUND_ON_CONTROL_MAX`] where the connection holds enough), otherwise as a notice
+    /// there and the payload on the data connection. `hdr.flags` carries the byte order of the payload (which a
+    /// forwarded payload keeps).
     pub(crate) fn send_round(
         &mut self,
         d: usize,
@@ -641,7 +712,12 @@ impl Net {
         ctx: &Ctx,
     ) -> Result<()> {
         hdr.kind = KIND_ROUND;
-        let small = HEADER_LEN + payload.len() <= self.opts.small_message;
+        let len = HEADER_LEN + payload.len();
+        let mut small = len <= self.opts.small_message;
+        if !small && len <= ROUND_ON_CONTROL_MAX {
+            self.link(d, Lane::Control, ctx)?;
+            small = len <= self.control_round_max[d];
+        }
         if !small {
             hdr.flags |= FLAG_NOTICE;
         }

@@ -291,3 +291,33 @@ fn a_root_with_nothing_to_broadcast_fails_the_broadcast_on_every_process() {
         }
     }
 }
+
+#[test]
+fn payloads_up_to_256_kib_travel_whole_on_shared_memory_and_as_bulk_over_tcp() {
+    // 64 KiB per process, and 200 KB at P = 2, where no message carries more than one
+    // process's part: above the 16 KiB of a small message, so over tcp, which promises to hold
+    // nothing for a receiver that does not read, they go as a notice and a bulk payload on the
+    // data connection, while over shared memory, which holds its ring and 4 MiB, they go whole
+    // on the control connection, though both sides of an exchange send before they receive.
+    // (At P = 3, 200 KB parts would gather into messages above 256 KiB.)
+    let cases = [
+        (8 << 10, Net::Shm, 2),
+        (8 << 10, Net::Shm, 3),
+        (8 << 10, Net::Shm, 4),
+        (8 << 10, Net::Tcp, 2),
+        (25_000, Net::Shm, 2),
+    ];
+    for (n, net, p) in cases {
+        let bulk = run(net, p, move |bsp| {
+            common::checks::collectives(bsp, n)?;
+            Ok(bsp.stats().bulk_payloads)
+        });
+        match net {
+            Net::Shm => assert_eq!(bulk, vec![0; p], "{n} numbers over {net:?} at P = {p}"),
+            _ => assert!(
+                bulk.iter().all(|&b| b > 0),
+                "{n} numbers over {net:?} at P = {p}: {bulk:?}"
+            ),
+        }
+    }
+}

@@ -237,3 +237,47 @@ pub(crate) unsafe fn copy_out(dst: *mut u8, src: &[u8]) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every start offset within a block and every length up to a few loop turns, both ways,
+    /// against a plain copy; the bytes around the range stay as they were.
+    #[test]
+    fn copies_at_every_alignment_and_length_match_a_plain_copy() {
+        let (map, _fd) = Mapping::create(4096).expect("shared memory");
+        let shared = map.ptr();
+        let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 31 + 7) as u8).collect();
+        for off in 0..2 * BLOCK {
+            for len in (0..200).chain([511, 512, 513, 1000, 2048 + 3]) {
+                // In: from shared memory holding `pattern` into private memory.
+                // SAFETY: `shared` is a live mapping of 4096 bytes, written by this side only.
+                unsafe { copy_out(shared, &pattern) };
+                let mut dst = vec![0xeeu8; len + 16];
+                // SAFETY: `off + len` plus the word around it lies inside the 4096 bytes.
+                unsafe { copy_in(&mut dst[8..8 + len], shared.add(off)) };
+                assert_eq!(
+                    &dst[8..8 + len],
+                    &pattern[off..off + len],
+                    "in at {off}, {len}"
+                );
+                assert!(dst[..8].iter().chain(&dst[8 + len..]).all(|&b| b == 0xee));
+                // Out: a fresh pattern into shared memory at `off`; the rest keeps `pattern`.
+                let src: Vec<u8> = (0..len).map(|i| (i as u8) ^ 0x5a).collect();
+                // SAFETY: as above.
+                unsafe { copy_out(shared.add(off), &src) };
+                let mut back = vec![0u8; 4096];
+                // SAFETY: the whole mapping, read back.
+                unsafe { copy_in(&mut back, shared) };
+                assert_eq!(&back[off..off + len], &src[..], "out at {off}, {len}");
+                assert_eq!(&back[..off], &pattern[..off], "before {off}, {len}");
+                assert_eq!(
+                    &back[off + len..],
+                    &pattern[off + len..],
+                    "after {off}, {len}"
+                );
+            }
+        }
+    }
+}

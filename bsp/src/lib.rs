@@ -113,8 +113,8 @@
 //! empty superstep at one network latency per round. The *data* port is drained continuously by
 //! `ipl`'s upcall thread into memory: large data messages, early sends and large collective
 //! payloads travel there, so a send of any size always completes and two processes sending
-//! each other large messages can never block each other. Collective payloads up to 256 KiB
-//! stay on the control connection where it is sure to hold four of them for a receiver that
+//! each other large messages can never block each other. Superstep data and collective
+//! payloads up to 256 KiB stay on the control connection where it is sure to hold four of them for a receiver that
 //! is not reading ([`ipl::Link::unread_capacity`]: shared memory, not tcp), so that the
 //! waiting thread reads them itself without a hand-off, and still no send waits for a
 //! process that is itself sending. Every wait is cut into

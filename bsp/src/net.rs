@@ -41,17 +41,18 @@ pub(crate) const MESH: &str = "bsp";
 const MAIL_SPIN: Duration = Duration::from_millis(1);
 /// How long a wait polls the control port (yielding between polls) before it blocks.
 const POLL_PHASE: Duration = Duration::from_millis(1);
-/// Round messages up to this many bytes may travel whole on the control connection, instead of
-/// as a notice there and a payload on the data connection: the waiting thread then reads the
-/// payload itself, with no hand-off from the data port's receiving thread. Only where the
-/// connection is sure to hold four such messages for a receiver that does not read (see
-/// [`Link::unread_capacity`]): the round messages one process sends another before it must
-/// wait for that other are two operations' worth at most, so no send can then wait for a
-/// receiver that is itself sending. Shared-memory connections hold their ring (256 KiB) and,
+/// Round messages and superstep data up to this many bytes may travel on the control
+/// connection, instead of on the data connection (a round message as a notice on the control
+/// connection and its payload on the data connection): the waiting thread then reads them
+/// itself, with no hand-off from the data port's receiving thread. Only where the connection is
+/// sure to hold four such messages for a receiver that does not read (see
+/// [`Link::unread_capacity`]): what one process sends another before it must wait for that
+/// other is two supersteps' data or two operations' round messages at most, so no send can
+/// then wait for a receiver that is itself sending. Shared-memory connections hold their ring (256 KiB) and,
 /// where the kernel lets the receiver read the sender's memory, 4 MiB of buffers; tcp promises
 /// nothing (what a send may leave unread is up to the kernel's socket buffers), so large
 /// payloads keep to the data connection there.
-const ROUND_ON_CONTROL_MAX: usize = 256 << 10;
+const CONTROL_MAX: usize = 256 << 10;
 
 /// Identifies a round message: (group, operation sequence number, round, sender's pid in the
 /// whole machine).
@@ -74,10 +75,10 @@ pub(crate) struct Msg {
 const KEPT_BUFFERS: usize = 8;
 const KEPT_CAPACITY: usize = 4096;
 /// The largest buffer kept per thread for a large round message (one, see
-/// [`ROUND_ON_CONTROL_MAX`]):
+/// [`CONTROL_MAX`]):
 /// a collective that moves the same large payloads again and again would otherwise take fresh
 /// memory from the kernel, page by page, for every message.
-const KEPT_LARGE_CAPACITY: usize = 2 * ROUND_ON_CONTROL_MAX;
+const KEPT_LARGE_CAPACITY: usize = 2 * CONTROL_MAX;
 
 thread_local! {
     static ROUND_BUFFERS: std::cell::RefCell<Vec<Vec<u8>>> =
@@ -413,6 +414,9 @@ pub struct Stats {
     pub data_messages: u64,
     /// Data messages sent early because the memory budget was exceeded.
     pub early_flushes: u64,
+    /// Data messages sent on the data connection (early ones, and those larger than the
+    /// control connection takes); the others went on the control connection.
+    pub data_on_data_connection: u64,
     /// Messages of the barrier and of collectives sent (notices of bulk payloads included).
     pub round_messages: u64,
     /// Collective payloads too large for the control connection, sent on the data connection.
@@ -517,9 +521,9 @@ pub(crate) struct Net {
     pub stats: Stats,
     /// Send ports by pid and lane (control, data), kept here so that a send looks nothing up.
     links: Vec<[Option<Link>; 2]>,
-    /// By pid: the largest round message sent whole on the control connection (see
-    /// [`ROUND_ON_CONTROL_MAX`]), known once connected.
-    control_round_max: Vec<usize>,
+    /// By pid: the largest round or data message sent on the control connection (see
+    /// [`CONTROL_MAX`]), known once connected.
+    control_max: Vec<usize>,
     shared: Arc<Shared>,
     stash: HashMap<Key, Msg>,
     /// The groups this process belongs to now, the whole machine (0) included.
@@ -572,7 +576,7 @@ impl Net {
             opts,
             stats: Stats::default(),
             links: (0..p).map(|_| [None, None]).collect(),
-            control_round_max: vec![0; p],
+            control_max: vec![0; p],
             shared,
             stash: HashMap::default(),
             comms: HashMap::from_iter([(
@@ -686,7 +690,7 @@ impl Net {
         tracing::debug!(pid = self.pid, to = d, ?lane, room, "connected");
         if lane == Lane::Control {
             let quarter = usize::try_from(room / 4).unwrap_or(usize::MAX);
-            self.control_round_max[d] = quarter.min(ROUND_ON_CONTROL_MAX);
+            self.control_max[d] = quarter.min(CONTROL_MAX);
         }
         self.links[d][i] = Some(link);
         Ok(())
@@ -701,7 +705,7 @@ impl Net {
     }
 
     /// Sends a round message of an operation to `d`: on the control connection when small (or
-    /// up to [`ROUND_ON_CONTROL_MAX`] where the connection holds enough), otherwise as a notice
+    /// up to [`CONTROL_MAX`] where the connection holds enough), otherwise as a notice
     /// there and the payload on the data connection. `hdr.flags` carries the byte order of the payload (which a
     /// forwarded payload keeps).
     pub(crate) fn send_round(
@@ -714,9 +718,9 @@ impl Net {
         hdr.kind = KIND_ROUND;
         let len = HEADER_LEN + payload.len();
         let mut small = len <= self.opts.small_message;
-        if !small && len <= ROUND_ON_CONTROL_MAX {
+        if !small && len <= CONTROL_MAX {
             self.link(d, Lane::Control, ctx)?;
-            small = len <= self.control_round_max[d];
+            small = len <= self.control_max[d];
         }
         if !small {
             hdr.flags |= FLAG_NOTICE;
@@ -781,7 +785,12 @@ impl Net {
         // The header and the slices' number codes, one byte buffer written in place.
         let head_len = HEADER_LEN + ob.slices.len();
         let bytes = ob.bytes();
-        let via_control = !early && head_len + bytes <= self.opts.small_message;
+        let len = head_len + bytes;
+        let mut via_control = !early && len <= self.opts.small_message;
+        if !early && !via_control && len <= CONTROL_MAX {
+            self.link(d, Lane::Control, ctx)?;
+            via_control = len <= self.control_max[d];
+        }
         let lane = if via_control {
             Lane::Control
         } else {
@@ -802,6 +811,9 @@ impl Net {
             return Err(self.send_error(d, ctx, format!("sending data to pid {d}"), e));
         }
         self.stats.data_messages += 1;
+        if !via_control {
+            self.stats.data_on_data_connection += 1;
+        }
         self.stats.bytes_sent += bytes as u64;
         if early {
             self.stats.early_flushes += 1;

@@ -14,7 +14,9 @@ pub struct Options {
     /// Messages up to this many bytes travel on the control connection, which the waiting
     /// thread reads itself (lowest latency); larger ones travel on the data connection, which
     /// a receiving thread drains continuously, so that large transfers can never block each
-    /// other. Default 16 KiB; must be at least 64 bytes.
+    /// other, except up to 256 KiB where the control connection is sure to hold them for a
+    /// receiver that is not reading (shared memory; see the crate's front page). Default
+    /// 16 KiB; must be at least 64 bytes.
     pub small_message: usize,
     /// How long one wait lasts before the process checks the pool for failed peers.
     /// Default 50 ms.

@@ -323,6 +323,41 @@ fn large_transfers_both_ways_do_not_block_each_other() {
 }
 
 #[test]
+fn superstep_data_up_to_256_kib_goes_on_the_control_connection_over_shared_memory_only() {
+    // 100 KB to every other process, above the 16 KiB of a small message: over shared memory,
+    // which holds its ring and 4 MiB for a receiver that does not read, it goes on the control
+    // connection, read by the waiting thread; over tcp, which promises nothing, on the data
+    // connection. Either way every process gets exactly what was sent.
+    for (net, p) in [(Net::Shm, 2), (Net::Shm, 3), (Net::Tcp, 2)] {
+        let on_data = run(net, p, |bsp| {
+            let (me, p) = (bsp.pid(), bsp.nprocs());
+            for step in 0..4u64 {
+                for d in (0..p).filter(|&d| d != me) {
+                    let v: Vec<u64> = (0..12_500).map(|i| i * 31 + step * 7 + me as u64).collect();
+                    bsp.send_slice(d, &v)?;
+                }
+                bsp.sync()?;
+                let mut from = Vec::new();
+                while let Some((src, got)) = bsp.recv_slice::<u64>()? {
+                    let want: Vec<u64> = (0..12_500)
+                        .map(|i| i * 31 + step * 7 + src as u64)
+                        .collect();
+                    assert_eq!(got, want, "step {step}, from pid {src}");
+                    from.push(src);
+                }
+                from.sort_unstable();
+                assert_eq!(from, (0..p).filter(|&s| s != me).collect::<Vec<_>>());
+            }
+            Ok(bsp.stats().data_on_data_connection)
+        });
+        match net {
+            Net::Shm => assert_eq!(on_data, vec![0; p], "{net:?} at P = {p}"),
+            _ => assert!(on_data.iter().all(|&n| n >= 4), "{net:?}: {on_data:?}"),
+        }
+    }
+}
+
+#[test]
 fn the_receiver_swaps_numbers_written_in_the_other_byte_order() {
     // Odd ranks write their port-library items big-endian; slices must still read right.
     let pool = format!("bsp-swap-{}", std::process::id());

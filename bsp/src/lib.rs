@@ -108,20 +108,19 @@
 //! # Connections, flow control, failures
 //!
 //! A process has two receive ports, its side of an [`ipl::Mesh`]. Its own thread reads the
-//! *control* port while it waits in `sync` or a collective: barrier rounds, collective rounds
-//! and data messages up to [`Options::small_message`] arrive there without any hand-off between threads, which keeps an
-//! empty superstep at one network latency per round. The *data* port is drained continuously by
-//! `ipl`'s upcall thread into memory: large data messages, early sends and large collective
-//! payloads travel there, so a send of any size always completes and two processes sending
-//! each other large messages can never block each other. Superstep data and collective
-//! payloads up to 256 KiB stay on the control connection where it is sure to hold four of them for a receiver that
-//! is not reading ([`ipl::Link::unread_capacity`]: shared memory, not tcp), so that the
-//! waiting thread reads them itself without a hand-off, and still no send waits for a
-//! process that is itself sending. Every wait is cut into
-//! [`Options::wait_slice`]s; after each slice the process asks the mesh whether all peers live,
-//! so a process that dies or leaves ends every other process's `sync` with
-//! [`Error::PeerGone`] naming it (the first to go, when several did), within the registry's detection time plus a short grace
-//! period, instead of a hang.
+//! *control* port while it waits in `sync` or a collective: barrier rounds, collective rounds and
+//! data messages up to [`Options::small_message`] arrive there without any hand-off between
+//! threads, which keeps an empty superstep at one network latency per round. The *data* port is
+//! drained continuously by `ipl`'s upcall thread into memory: large data messages, early sends and
+//! large collective payloads travel there, so a send of any size always completes and two processes
+//! sending each other large messages can never block each other. Superstep data and collective
+//! payloads up to 256 KiB stay on the control connection where it is sure to hold four of them for
+//! a receiver that is not reading ([`ipl::Link::unread_capacity`]: shared memory, not tcp), so that
+//! the waiting thread reads them itself without a hand-off, and still no send waits for a process
+//! that is itself sending. Every wait is cut into [`Options::wait_slice`]s; after each slice the
+//! process asks the mesh whether all peers live, so a process that dies or leaves ends every other
+//! process's `sync` with [`Error::PeerGone`] naming it (the first to go, when several did), within
+//! the registry's detection time plus a short grace period, instead of a hang.
 //!
 //! # Collectives
 //!

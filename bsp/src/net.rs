@@ -41,17 +41,16 @@ pub(crate) const MESH: &str = "bsp";
 const MAIL_SPIN: Duration = Duration::from_millis(1);
 /// How long a wait polls the control port (yielding between polls) before it blocks.
 const POLL_PHASE: Duration = Duration::from_millis(1);
-/// Round messages and superstep data up to this many bytes may travel on the control
-/// connection, instead of on the data connection (a round message as a notice on the control
-/// connection and its payload on the data connection): the waiting thread then reads them
-/// itself, with no hand-off from the data port's receiving thread. Only where the connection is
-/// sure to hold four such messages for a receiver that does not read (see
-/// [`Link::unread_capacity`]): what one process sends another before it must wait for that
-/// other is two supersteps' data or two operations' round messages at most, so no send can
-/// then wait for a receiver that is itself sending. Shared-memory connections hold their ring (256 KiB) and,
-/// where the kernel lets the receiver read the sender's memory, 4 MiB of buffers; tcp promises
-/// nothing (what a send may leave unread is up to the kernel's socket buffers), so large
-/// payloads keep to the data connection there.
+/// Round messages and superstep data up to this many bytes may travel on the control connection,
+/// instead of on the data connection (a round message as a notice on the control connection and its
+/// payload on the data connection): the waiting thread then reads them itself, with no hand-off
+/// from the data port's receiving thread. Only where the connection is sure to hold four such
+/// messages for a receiver that does not read (see [`Link::unread_capacity`]): what one process
+/// sends another before it must wait for that other is two supersteps' data or two operations'
+/// round messages at most, so no send can then wait for a receiver that is itself sending.
+/// Shared-memory connections hold their ring (256 KiB) and, where the kernel lets the receiver read
+/// the sender's memory, 4 MiB of buffers; tcp promises nothing (what a send may leave unread is up
+/// to the kernel's socket buffers), so large payloads keep to the data connection there.
 const CONTROL_MAX: usize = 256 << 10;
 
 /// Identifies a round message: (group, operation sequence number, round, sender's pid in the
@@ -704,9 +703,9 @@ impl Net {
         self.mesh_error(ctx, what, e)
     }
 
-    /// Sends a round message of an operation to `d`: on the control connection when small (or
-    /// up to [`CONTROL_MAX`] where the connection holds enough), otherwise as a notice
-    /// there and the payload on the data connection. `hdr.flags` carries the byte order of the payload (which a
+    /// Sends a round message of an operation to `d`: on the control connection when small (or up to
+    /// [`CONTROL_MAX`] where the connection holds enough), otherwise as a notice there and the
+    /// payload on the data connection. `hdr.flags` carries the byte order of the payload (which a
     /// forwarded payload keeps).
     pub(crate) fn send_round(
         &mut self,

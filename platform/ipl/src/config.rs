@@ -126,11 +126,13 @@ pub struct Config {
     /// Whether receivers of shared-memory connections read parts of at least 32 KiB straight
     /// from the sender's memory (one copy, where the system allows reading another process's
     /// memory) instead of through the ring (two copies, made by both sides at once; what waits
-    /// too long for room there is buffered either way); default false (`IPL_SHM_SINGLE_COPY`). On the 2-core virtual machines this was measured on, the
-    /// kernel's copy from another process (`process_vm_readv`) moved 64 KiB in 4.9 us where
-    /// a plain copy took 0.5 us, and 100 KB messages streamed at about half the rate they
-    /// reach through the ring; where the kernel reads another process's memory fast, turning
-    /// it on saves the second copy and a core.
+    /// too long for room there is buffered either way); default false (`IPL_SHM_SINGLE_COPY`).
+    /// On the 2-core virtual machines this was measured on, the kernel's copy from another
+    /// process (`process_vm_readv`) moved 64 KiB in 5.4 us where a plain copy took 0.7 us
+    /// (`results/copy-cost-20261124-2029`, the `copy_cost` example), and 100 KB messages
+    /// streamed at 0.4x the rate they reach through the ring (`results/ipl-bench-20261124-2028`
+    /// against `results/ipl-bench-throughput-single-copy-20261124-2029`); where the kernel reads
+    /// another process's memory fast, turning it on saves the second copy and a core.
     pub shm_single_copy: bool,
     /// The parallel launcher (`mpirun`, `srun`) the pool was read from, if any.
     pub launcher: Option<Launcher>,

@@ -114,8 +114,9 @@ type Handler = Box<dyn FnMut(ReadMessage) -> crate::Result<()> + Send + 'static>
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Lane {
     /// The control port: small messages, read by the owner's thread or a handler. Read by the
-    /// owner's thread, it takes large parts over shared memory through the ring, never from
-    /// the sender's memory (see [`ReceivePortBuilder::single_copy`](crate::ReceivePortBuilder::single_copy)).
+    /// owner's thread, it takes large parts over shared memory through the ring, never from the
+    /// sender's memory (see
+    /// [`ReceivePortBuilder::single_copy`](crate::ReceivePortBuilder::single_copy)).
     Control,
     /// The data port: messages of any size, drained by a handler as they arrive.
     Data,

@@ -82,7 +82,8 @@ pub(crate) struct Admission {
     /// Where the connection's stream goes, when accepted.
     pub inbox: Option<Box<dyn Inbox>>,
     /// Whether the receiver may read large parts straight from the sender's memory, where the
-    /// driver can (see [`ReceivePortBuilder::single_copy`](crate::ReceivePortBuilder::single_copy)).
+    /// driver can (see
+    /// [`ReceivePortBuilder::single_copy`](crate::ReceivePortBuilder::single_copy)).
     pub single_copy: bool,
 }
 

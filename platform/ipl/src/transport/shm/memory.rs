@@ -130,10 +130,10 @@ const BLOCK: usize = std::mem::size_of::<Block>();
 
 /// Copies `dst.len()` bytes from shared memory at `src` into private memory.
 ///
-/// The other side may write the same bytes at any time (a peer that misbehaves, or one that
-/// crashed half-way): volatile reads make that change only the bytes we get, never the meaning
-/// of our program. Memory is read in whole aligned words or blocks of them; the bytes of the first and last word
-/// outside the range are read and dropped.
+/// The other side may write the same bytes at any time (a peer that misbehaves, or one that crashed
+/// half-way): volatile reads make that change only the bytes we get, never the meaning of our
+/// program. Memory is read in whole aligned words or blocks of them; the bytes of the first and
+/// last word outside the range are read and dropped.
 ///
 /// # Safety
 /// Every aligned 8-byte word that overlaps `src..src + dst.len()` must lie inside a live

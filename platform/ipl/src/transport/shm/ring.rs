@@ -526,6 +526,9 @@ pub(crate) struct Producer {
     /// [`PATIENCE`] the rest goes to a buffer, so that a consumer that is not reading does not
     /// hold the send.
     full_since: Option<Instant>,
+    /// A part that is due to be buffered found no buffer room (or descriptor slot) left at the
+    /// last write: nothing is due before the consumer frees some, and it says so when it does.
+    buffers_full: bool,
     /// Large parts still to buffer at once before offering one again.
     eager_left: u32,
     /// The next value of `eager_left` after a failed offer.
@@ -556,6 +559,7 @@ impl Producer {
             remote,
             offers: offers && remote,
             full_since: None,
+            buffers_full: false,
             eager_left: 0,
             eager_next: FIRST_EAGER,
         }
@@ -696,6 +700,7 @@ impl Producer {
         }
         let start_number = self.number;
         let start_seq = self.seq;
+        self.buffers_full = false;
         // Checked before anything new is written, not before a part the consumer has read is
         // counted: a consumer may close as soon as it has read everything.
         let mut open_checked = false;
@@ -724,6 +729,9 @@ impl Producer {
                     return Err(corrupt("a descriptor in a state nobody set"));
                 }
                 let late = o.patient && s == o.seq << 2 | OFFERED && o.since.elapsed() > PATIENCE;
+                if late && !self.can_buffer(len) {
+                    self.buffers_full = true;
+                }
                 if !late
                     || !self.can_buffer(len)
                     || slot
@@ -792,8 +800,13 @@ impl Producer {
             }
             if n < len - from {
                 let rest = &part[(from + n) as usize..];
-                if !self.overflow_due() || !self.may_copy(rest.len() as u64) {
-                    // Full, and nothing (more) may be buffered yet: wait for room.
+                if !self.overflow_due() {
+                    // Full, and not yet for long: wait for room.
+                    break;
+                }
+                if !self.may_copy(rest.len() as u64) {
+                    // Full, and no more may be buffered: wait for room or for buffers to free.
+                    self.buffers_full = self.remote;
                     break;
                 }
                 self.post_copy(rest);
@@ -909,6 +922,9 @@ impl Producer {
     /// When an offered part is due to be taken back, or a part that waits for room in the ring
     /// to be buffered, if one is waiting.
     pub(crate) fn wake_at(&self) -> Option<Instant> {
+        if self.buffers_full {
+            return None;
+        }
         let waiting = self.offer.filter(|o| o.patient).map(|o| o.since);
         waiting.or(self.full_since).map(|t| t + PATIENCE)
     }
@@ -1183,6 +1199,47 @@ mod tests {
         read_all(&mut c, Some(&r), &mut vec![0u8; 7000], &mut got);
         assert_eq!(got, expected(4, &parts));
         assert!(!p.lending());
+    }
+
+    #[test]
+    fn a_part_too_large_to_buffer_waits_for_the_reader_without_a_deadline() {
+        let r = me();
+        let (a, fd) = Mapping::create(Ring::mapping_len(4096)).unwrap();
+        let b = Mapping::open(&fd, Ring::mapping_len(4096)).unwrap();
+        let mut p = Producer::new(Ring::new(a).unwrap(), true, false);
+        let mut c = Consumer::new(Ring::new(b).unwrap());
+        let big: Vec<u8> = (0..BUFFERED as u32 + 100_000)
+            .map(|i| (i * 11) as u8)
+            .collect();
+        let parts: [&[u8]; 1] = [&big];
+        let chunks = OnceCell::new();
+        let frame = Frame {
+            header: [5; 24],
+            parts: &parts,
+            len: 24 + big.len() as u64,
+            chunks: &chunks,
+        };
+        let mut done = p.write(&frame, 0, &mut Wake::default()).unwrap();
+        let due = p
+            .wake_at()
+            .expect("the part waits for room, then for a buffer");
+        std::thread::sleep(due.saturating_duration_since(Instant::now()) + PATIENCE);
+        // Due, but more than the buffers may hold: nothing is due any more, so a waiting
+        // writer sleeps until the reader says it made room instead of polling.
+        done += p.write(&frame, done, &mut Wake::default()).unwrap();
+        assert!(done < frame.len && p.buffered == 0);
+        assert!(p.wake_at().is_none());
+        // The reader reads; the rest streams through the ring.
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 10_000];
+        while done < frame.len {
+            let n = c.read(&mut buf, Some(&r), &mut Signal::default()).unwrap();
+            got.extend_from_slice(&buf[..n]);
+            done += p.write(&frame, done, &mut Wake::default()).unwrap();
+        }
+        read_all(&mut c, Some(&r), &mut buf, &mut got);
+        assert_eq!(got, expected(5, &parts));
+        assert!(!p.lending() && p.wake_at().is_none());
     }
 
     #[test]

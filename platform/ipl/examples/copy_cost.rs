@@ -2,8 +2,8 @@
 //! the kernel's copy from a process's memory (`process_vm_readv`, what single copy does, here
 //! reading this process's own memory through the same path) next to a plain copy in memory
 //! (what each side does to move a part through the ring). Prints microseconds per copy and
-//! their ratio for sizes from 4 KiB to 8 MiB; the figures behind the default of
-//! `IPL_SHM_SINGLE_COPY` (see `Config::shm_single_copy`).
+//! their ratio for sizes from 4 KiB to 8 MiB (see `Config::shm_single_copy` and
+//! `ReceivePortBuilder::single_copy`).
 //!
 //! ```text
 //! cargo run --release -p ipl --example copy_cost [repetitions]

@@ -119,20 +119,22 @@ pub struct Config {
     pub max_message: u64,
     /// Size in bytes of the ring of each shared-memory connection (a power of two from 4 KiB
     /// to 1 GiB; default 256 KiB): what a sender may write ahead of its receiver, as a socket's
-    /// buffers do for tcp. Larger parts stream through it as the receiver reads (or, with
-    /// [`Config::shm_single_copy`], wait for the receiver, which copies them straight from the
-    /// sender's memory where the system allows it).
+    /// buffers do for tcp. Larger parts wait for the receiver, which copies them straight from
+    /// the sender's memory where the system allows it ([`Config::shm_single_copy`]), or stream
+    /// through it as the receiver reads.
     pub shm_ring: usize,
-    /// Whether receivers of shared-memory connections read parts of at least 32 KiB straight
-    /// from the sender's memory (one copy, where the system allows reading another process's
-    /// memory) instead of through the ring (two copies, made by both sides at once; what waits
-    /// too long for room there is buffered either way); default false (`IPL_SHM_SINGLE_COPY`).
-    /// On the 2-core virtual machines this was measured on, the kernel's copy from another
-    /// process (`process_vm_readv`) moved 64 KiB in 5.4 us where a plain copy took 0.7 us
-    /// (`results/copy-cost-20261124-2029`, the `copy_cost` example), and 100 KB messages
-    /// streamed at 0.4x the rate they reach through the ring (`results/ipl-bench-20261124-2028`
-    /// against `results/ipl-bench-throughput-single-copy-20261124-2029`); where the kernel reads
-    /// another process's memory fast, turning it on saves the second copy and a core.
+    /// Whether receivers of shared-memory connections read parts of at least 32 KiB straight from
+    /// the sender's memory (one copy, where the system allows reading another process's memory)
+    /// instead of through the ring (two copies, made by both sides at once; what waits too long for
+    /// room there is buffered either way); default true (`IPL_SHM_SINGLE_COPY`), and a receive port
+    /// may still refuse it
+    /// ([`ReceivePortBuilder::single_copy`](crate::ReceivePortBuilder::single_copy)). Which way
+    /// streams faster depends on where the two processes run: on the 2-core virtual machines this
+    /// was measured on, 100 KB messages streamed through the ring at 27 GB/s or at 6.6 GB/s, run by
+    /// run, and by single copy at 11 to 12 GB/s either way (`results/ipl-bench-20261124-2056` and
+    /// `results/ipl-bench-20261124-2028` against
+    /// `results/ipl-bench-throughput-single-copy-20261124-2029`), although the kernel's copy itself
+    /// takes 4 to 8 times a plain one there (`results/copy-cost-20261124-2029`).
     pub shm_single_copy: bool,
     /// The parallel launcher (`mpirun`, `srun`) the pool was read from, if any.
     pub launcher: Option<Launcher>,
@@ -231,7 +233,7 @@ impl Config {
             byte_order: ByteOrder::Native,
             max_message: DEFAULT_MAX_MESSAGE,
             shm_ring: 256 * 1024,
-            shm_single_copy: false,
+            shm_single_copy: true,
             launcher: None,
             join_running: false,
         }

@@ -10,9 +10,8 @@
 //! Drivers carry the bytes and know nothing of ports: `inproc` (nodes are threads, the embedded
 //! default, no network), `tcp` (one event-loop thread per node accepts connections; receivers
 //! read their sockets themselves, spinning briefly before they park), and `shm` (processes of
-//! one host talk through rings in shared memory, or, where configured, large parts go from the
-//! sender's memory to the receiver's in one copy; the default for pools of processes, with tcp
-//! to other hosts). A
+//! one host talk through rings in shared memory, and large parts go from the sender's memory to
+//! the receiver's in one copy; the default for pools of processes, with tcp to other hosts). A
 //! filter wraps any driver: `wan` emulates latency and bandwidth between locations. Every
 //! connection proves knowledge of the pool secret before any traffic.
 //!

@@ -10,13 +10,13 @@
 //! receiver for bytes, the sender for room) parks in poll(2) on it, after announcing so in
 //! the ring, and is woken by a byte the other side writes.
 //!
-//! Large parts stream through the ring, which bounds the memory a connection takes; what waits
-//! too long for room while the receiver does not read goes to a buffer of the sender's, which
-//! the receiver reads straight from the sender's memory ([`remote`], where the kernel allows
-//! it), so that two nodes that both send before they receive do not wait for each other. With
-//! single copy on ([`Config::shm_single_copy`](crate::Config::shm_single_copy), off by
-//! default) and a receive port that allows it, the receiver reads large parts from the
-//! caller's memory in the first place.
+//! With single copy on ([`Config::shm_single_copy`](crate::Config::shm_single_copy), the
+//! default) and a receive port that allows it, the receiver reads large parts straight from
+//! the sender's memory ([`remote`], where the kernel allows it). Otherwise they stream through
+//! the ring, which bounds the memory a connection takes. Either way, what waits too long for
+//! the receiver while it does not read goes to a buffer of the sender's, which the receiver
+//! reads from the sender's memory, so that two nodes that both send before they receive do not
+//! wait for each other.
 
 mod fdpass;
 mod memory;

@@ -10,10 +10,9 @@
 mod common;
 
 use common::fib;
-use common::tasks::{queens, Fib, RandomTree};
+use common::tasks::{queens, Fib, RandomTree, Sleepy};
 use ipl::{Config, Driver, Ibis};
-use satin::{Context, Runtime, Steal, Task};
-use serde::{Deserialize, Serialize};
+use satin::{Runtime, Steal};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -22,31 +21,11 @@ const LIMIT: Duration = Duration::from_secs(120);
 
 const TREE: RandomTree = RandomTree { seed: 7, depth: 9 };
 
-/// Eight children of some milliseconds of sequential work each, so that idle ranks steal.
-#[derive(Serialize, Deserialize)]
-struct Spread;
-
-impl Task for Spread {
-    type Output = u64;
-    fn run(self, cx: &mut Context) -> u64 {
-        let children: Vec<_> = (0..8).map(|_| cx.spawn(SequentialFib(27))).collect();
-        cx.sync();
-        children.into_iter().map(|h| h.take()).sum()
-    }
-}
-satin::register!(Spread);
-
-/// fib(n) by the plain recursive function, in one job.
-#[derive(Serialize, Deserialize)]
-struct SequentialFib(u32);
-
-impl Task for SequentialFib {
-    type Output = u64;
-    fn run(self, _cx: &mut Context) -> u64 {
-        fib(self.0)
-    }
-}
-satin::register!(SequentialFib);
+/// Work that lasts as long in every build, and long enough that idle ranks steal some of it:
+/// 16 leaves of 20 ms, which one rank alone would take 320 ms for. (Eight leaves of fib(27)
+/// each, the earlier form, ended on the master before either other rank had stolen in one CI
+/// run of an unoptimised build.)
+const NAPS: Sleepy = Sleepy { depth: 4, ms: 20 };
 
 /// Entry point of the ranks; does nothing in a normal test run.
 #[test]
@@ -68,7 +47,7 @@ fn child_process_entry() {
         rt.run(Fib(24)),
         rt.run(queens(10, 4)),
         rt.run(TREE),
-        rt.run(Spread),
+        rt.run(NAPS),
     ];
     for (i, r) in results.into_iter().enumerate() {
         match r {
@@ -106,7 +85,7 @@ fn compute(test: &str, n: u32, steal: &str) {
         fib(24),
         common::queens_seq(10, 0, 0, 0),
         TREE.sequential(),
-        8 * fib(27),
+        1 << NAPS.depth,
     ];
     let mut results: Vec<Vec<(u32, u64)>> = vec![Vec::new(); expect.len()];
     let mut nones = vec![0; expect.len()];

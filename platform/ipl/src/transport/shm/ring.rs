@@ -965,14 +965,34 @@ mod tests {
     use super::*;
     use std::cell::OnceCell;
 
-    /// The producer's and the consumer's views of one ring of `cap` bytes.
+    /// The producer's and the consumer's views of one ring of `cap` bytes; large parts are
+    /// offered where the consumer can read the producer's memory.
     fn pair(cap: usize, remote: bool) -> (Producer, Consumer) {
+        pair_with(cap, remote, remote)
+    }
+
+    /// [`pair`] with offers chosen apart from whether the consumer can read our memory.
+    fn pair_with(cap: usize, remote: bool, offers: bool) -> (Producer, Consumer) {
         let (a, fd) = Mapping::create(Ring::mapping_len(cap)).unwrap();
         let b = Mapping::open(&fd, Ring::mapping_len(cap)).unwrap();
         (
-            Producer::new(Ring::new(a).unwrap(), remote, remote),
+            Producer::new(Ring::new(a).unwrap(), remote, offers),
             Consumer::new(Ring::new(b).unwrap()),
         )
+    }
+
+    /// A frame of header `h` and `parts`, as long as they are.
+    fn frame_of<'a>(
+        h: u8,
+        parts: &'a [&'a [u8]],
+        chunks: &'a OnceCell<Vec<bytes::Bytes>>,
+    ) -> Frame<'a> {
+        Frame {
+            header: [h; 24],
+            parts,
+            len: 24 + parts.iter().map(|x| x.len() as u64).sum::<u64>(),
+            chunks,
+        }
     }
 
     /// This process, whose memory the consumer reads as a peer's.
@@ -991,12 +1011,7 @@ mod tests {
         parts: &[&[u8]],
     ) -> Vec<u8> {
         let chunks = OnceCell::new();
-        let frame = Frame {
-            header: [h; 24],
-            parts,
-            len: 24 + parts.iter().map(|x| x.len() as u64).sum::<u64>(),
-            chunks: &chunks,
-        };
+        let frame = frame_of(h, parts, &chunks);
         let (mut done, mut got) = (0, Vec::new());
         let mut buf = vec![0u8; 10_000];
         while done < frame.len {
@@ -1128,12 +1143,7 @@ mod tests {
         let big: Vec<u8> = (0..100_000u32).map(|i| (i * 3) as u8).collect();
         let parts: [&[u8]; 2] = [&big, b"tail"];
         let chunks = OnceCell::new();
-        let frame = Frame {
-            header: [1; 24],
-            parts: &parts,
-            len: 24 + 100_004,
-            chunks: &chunks,
-        };
+        let frame = frame_of(1, &parts, &chunks);
         // Nobody reads: the offer waits, then is taken back and buffered; the send completes.
         let mut done = p.write(&frame, 0, &mut Wake::default()).unwrap();
         assert!(done < frame.len);
@@ -1143,12 +1153,7 @@ mod tests {
         assert_eq!(p.buffered, 100_000);
         // The next large part is buffered at once.
         let parts2: [&[u8]; 1] = [&big];
-        let frame2 = Frame {
-            header: [2; 24],
-            parts: &parts2,
-            len: 24 + 100_000,
-            chunks: &chunks,
-        };
+        let frame2 = frame_of(2, &parts2, &chunks);
         assert_eq!(
             p.write(&frame2, 0, &mut Wake::default()).unwrap(),
             frame2.len
@@ -1165,10 +1170,7 @@ mod tests {
     #[test]
     fn without_offers_large_parts_stream_through_the_ring_and_wait_before_a_buffer() {
         let r = me();
-        let (a, fd) = Mapping::create(Ring::mapping_len(4096)).unwrap();
-        let b = Mapping::open(&fd, Ring::mapping_len(4096)).unwrap();
-        let mut p = Producer::new(Ring::new(a).unwrap(), true, false);
-        let mut c = Consumer::new(Ring::new(b).unwrap());
+        let (mut p, mut c) = pair_with(4096, true, false);
         let big: Vec<u8> = (0..100_000u32).map(|i| (i * 5) as u8).collect();
         // A consumer that reads: everything goes through the ring, nothing is buffered or
         // offered.
@@ -1181,12 +1183,7 @@ mod tests {
         // Nobody reads: the part waits for room, then the rest is buffered and the send
         // completes.
         let chunks = OnceCell::new();
-        let frame = Frame {
-            header: [4; 24],
-            parts: &parts,
-            len: 24 + 100_004,
-            chunks: &chunks,
-        };
+        let frame = frame_of(4, &parts, &chunks);
         let mut done = p.write(&frame, 0, &mut Wake::default()).unwrap();
         assert!(done < frame.len && p.buffered == 0);
         let due = p.wake_at().expect("a part waits for room");
@@ -1204,21 +1201,13 @@ mod tests {
     #[test]
     fn a_part_too_large_to_buffer_waits_for_the_reader_without_a_deadline() {
         let r = me();
-        let (a, fd) = Mapping::create(Ring::mapping_len(4096)).unwrap();
-        let b = Mapping::open(&fd, Ring::mapping_len(4096)).unwrap();
-        let mut p = Producer::new(Ring::new(a).unwrap(), true, false);
-        let mut c = Consumer::new(Ring::new(b).unwrap());
+        let (mut p, mut c) = pair_with(4096, true, false);
         let big: Vec<u8> = (0..BUFFERED as u32 + 100_000)
             .map(|i| (i * 11) as u8)
             .collect();
         let parts: [&[u8]; 1] = [&big];
         let chunks = OnceCell::new();
-        let frame = Frame {
-            header: [5; 24],
-            parts: &parts,
-            len: 24 + big.len() as u64,
-            chunks: &chunks,
-        };
+        let frame = frame_of(5, &parts, &chunks);
         let mut done = p.write(&frame, 0, &mut Wake::default()).unwrap();
         let due = p
             .wake_at()

@@ -703,6 +703,21 @@ impl Net {
         self.mesh_error(ctx, what, e)
     }
 
+    /// Whether a message of `len` bytes to `d` goes on the control connection: a small one
+    /// always, a larger one up to [`CONTROL_MAX`] where that connection holds enough (connected
+    /// first, to know).
+    #[inline(always)]
+    fn on_control(&mut self, d: usize, len: usize, ctx: &Ctx) -> Result<bool> {
+        if len <= self.opts.small_message {
+            return Ok(true);
+        }
+        if len > CONTROL_MAX {
+            return Ok(false);
+        }
+        self.link(d, Lane::Control, ctx)?;
+        Ok(len <= self.control_max[d])
+    }
+
     /// Sends a round message of an operation to `d`: on the control connection when small (or up to
     /// [`CONTROL_MAX`] where the connection holds enough), otherwise as a notice there and the
     /// payload on the data connection. `hdr.flags` carries the byte order of the payload (which a
@@ -715,12 +730,7 @@ impl Net {
         ctx: &Ctx,
     ) -> Result<()> {
         hdr.kind = KIND_ROUND;
-        let len = HEADER_LEN + payload.len();
-        let mut small = len <= self.opts.small_message;
-        if !small && len <= CONTROL_MAX {
-            self.link(d, Lane::Control, ctx)?;
-            small = len <= self.control_max[d];
-        }
+        let small = self.on_control(d, HEADER_LEN + payload.len(), ctx)?;
         if !small {
             hdr.flags |= FLAG_NOTICE;
         }
@@ -784,12 +794,7 @@ impl Net {
         // The header and the slices' number codes, one byte buffer written in place.
         let head_len = HEADER_LEN + ob.slices.len();
         let bytes = ob.bytes();
-        let len = head_len + bytes;
-        let mut via_control = !early && len <= self.opts.small_message;
-        if !early && !via_control && len <= CONTROL_MAX {
-            self.link(d, Lane::Control, ctx)?;
-            via_control = len <= self.control_max[d];
-        }
+        let via_control = !early && self.on_control(d, head_len + bytes, ctx)?;
         let lane = if via_control {
             Lane::Control
         } else {

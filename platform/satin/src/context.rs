@@ -339,7 +339,12 @@ impl<'scope> Context<'scope> {
                 return handle;
             }
         }
-        self.spawn_unsignalled(task)
+        let handle = self.spawn_unsignalled(task);
+        // A request that `attend` could not serve (nothing was queued) waits for this very
+        // job: publish it now rather than at the next spawn or sync, which a task splitting
+        // on demand (see `work_wanted`) may not reach for a long while.
+        self.worker().serve_publish_request();
+        handle
     }
 
     /// The part of `spawn` that runs the child at once.
@@ -630,6 +635,31 @@ impl<'scope> Context<'scope> {
     #[inline(always)]
     pub fn is_aborted(&self) -> bool {
         self.worker().signal() != self.seen.get() && self.attend()
+    }
+
+    /// True when an idle worker asked this one for work and nothing it has queued can serve
+    /// the request: a task holding work it can divide (a stack of pending nodes, a range)
+    /// should split a piece off and [`spawn`](Context::spawn) it now. Such a spawn is
+    /// published for thieves before it returns.
+    ///
+    /// This lets a task split on demand instead of at fixed intervals: while every worker is
+    /// busy, it spawns nothing and pays nothing. The thief may be a worker of this process or,
+    /// in a pool, a steal request from another process. Jobs already queued on this worker are
+    /// published by this call if a request is up, and it then returns false. Costs one load
+    /// while no request is up.
+    #[inline(always)]
+    pub fn work_wanted(&self) -> bool {
+        self.worker().signal() & PUBLISH != 0 && self.work_wanted_raised()
+    }
+
+    /// [`work_wanted`](Context::work_wanted) once a request is up: publishes what is queued,
+    /// and says whether the request is still unserved.
+    #[cold]
+    #[inline(never)]
+    fn work_wanted_raised(&self) -> bool {
+        let w = self.worker();
+        w.publish();
+        w.signal() & PUBLISH != 0
     }
 
     /// Index of the worker thread running this task, in `0..num_workers()`.

@@ -111,6 +111,13 @@
 //! request empties the queue, so the next spawns are queued again. [`Inlining::OFF`] queues
 //! every child, as Satin does.
 //!
+//! The same request lets a task split its work on demand: [`Context::work_wanted`] says that
+//! an idle worker (of this process, or in a pool a steal request from another) asked this one
+//! for work and nothing queued could serve it. A task holding divisible work (a stack of
+//! pending nodes, a range) then spawns a piece, which is published before `spawn` returns; while
+//! every worker is busy it spawns nothing at all. The UTS search on one process splits this way
+//! (see its README for what it gains over splitting at fixed intervals).
+//!
 //! What this costs (`satin-bench` on 2 cores of an AMD EPYC that other work shared, load average 4
 //! to 10; medians of seven runs, the README gives the ranges and says how to measure): fib(32) with
 //! every call spawning both children runs in about 0.8 times the time of the same with

@@ -58,15 +58,21 @@ struct Args {
           value_parser = clap::value_parser!(u64).range(1..))]
     max_nodes: u64,
 
-    /// Parallel searches: nodes a worker expands between two hand-outs of work.
-    #[arg(long, value_name = "N", default_value_t = SplitPolicy::default().every,
-          value_parser = clap::value_parser!(u32).range(1..))]
-    split_every: u32,
+    /// Parallel searches: hand out work every N nodes a worker expands (128). The default
+    /// of satin on one process is --split-on-demand instead.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    split_every: Option<u32>,
 
-    /// Parallel searches: the most pending nodes handed out at once.
-    #[arg(long, value_name = "N", default_value_t = SplitPolicy::default().chunk,
-          value_parser = clap::value_parser!(u32).range(1..))]
-    chunk: u32,
+    /// Parallel searches: the most pending nodes handed out at once (at most half of the
+    /// stack goes); 4 at fixed intervals, half the stack with --split-on-demand.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    chunk: Option<u32>,
+
+    /// satin: hand out work only when an idle worker asks for it, instead of every
+    /// --split-every nodes. The default on one process; between processes, where asking
+    /// takes a message, work is handed out every 128 nodes unless this is given.
+    #[arg(long, conflicts_with_all = ["rayon", "split_every"])]
+    split_on_demand: bool,
 
     /// Write a trace of each process (steals, idle periods, spawn and sync counts) to a file of
     /// its own in DIR, as IPL_TRACE=DIR does; `bench-harness timeline DIR` merges and draws them.
@@ -283,11 +289,28 @@ fn in_pool(
     }))
 }
 
-fn run(args: Args, params: TreeParams) -> Result<(), AppError> {
-    let split = SplitPolicy {
-        every: args.split_every,
-        chunk: args.chunk,
+/// The split policy the flags ask for: satin on one process splits on demand unless told
+/// otherwise; searches over processes and rayon's hand out work at fixed intervals (see the
+/// README for the measurements behind the choice).
+fn split_policy(args: &Args, mode: Mode, processes: usize) -> SplitPolicy {
+    let on_demand = match (args.split_on_demand, args.split_every) {
+        (true, _) => true,
+        (false, Some(_)) => false,
+        (false, None) => mode == Mode::Satin && processes == 1,
     };
+    let base = if on_demand {
+        SplitPolicy::ON_DEMAND
+    } else {
+        SplitPolicy::FIXED
+    };
+    SplitPolicy {
+        every: args.split_every.unwrap_or(base.every),
+        chunk: args.chunk.unwrap_or(base.chunk),
+        ..base
+    }
+}
+
+fn run(args: Args, params: TreeParams) -> Result<(), AppError> {
     let mode = if args.seq {
         Mode::Sequential
     } else if args.rayon {
@@ -311,6 +334,7 @@ fn run(args: Args, params: TreeParams) -> Result<(), AppError> {
         let p = ibis.pool();
         p.size().map_or_else(|| p.members().len(), |n| n as usize)
     });
+    let split = split_policy(&args, mode, processes);
     let outcome = match (mode, pool.clone()) {
         (Mode::Sequential, _) => sequential(params, args.max_nodes)?,
         (Mode::Rayon, _) => {
@@ -377,8 +401,15 @@ fn print_result(
         "checksum": c.checksum(),
     });
     if mode != Mode::Sequential {
-        line["parameters"]["split_every"] = json!(split.every);
-        line["parameters"]["chunk"] = json!(split.chunk);
+        if split.on_demand {
+            line["parameters"]["split"] = json!("on demand");
+        } else {
+            line["parameters"]["split_every"] = json!(split.every);
+        }
+        line["parameters"]["chunk"] = match split.chunk {
+            u32::MAX => json!("half"),
+            n => json!(n),
+        };
     }
     if processes > 1 {
         line["parameters"]["steal"] = json!(match args.steal {

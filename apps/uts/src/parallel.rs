@@ -38,25 +38,40 @@ use crate::walk::{self, Budget, Pending, SearchError, Walk, CHARGE_EVERY};
 /// When a worker hands part of its stack to others.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SplitPolicy {
-    /// Nodes expanded between two hand-outs.
+    /// Nodes expanded between two hand-outs (unless `on_demand`).
     pub every: u32,
     /// The most pending nodes handed out at once (at most half of the stack goes).
     pub chunk: u32,
+    /// Hand out work only when an idle worker asks for it, looking after every node, instead
+    /// of every `every` nodes: satin alone can, through
+    /// [`Context::work_wanted`](satin::Context::work_wanted).
+    pub on_demand: bool,
 }
 
 impl Default for SplitPolicy {
-    /// Every 128 nodes, the 4 oldest: on 2 cores the best of the policies tried on T1 and T3
-    /// (every 16 to 512 nodes, 1 to 64 nodes or half the stack), for satin and rayon alike;
-    /// see the crate's README.
+    /// [`SplitPolicy::FIXED`].
     fn default() -> Self {
-        SplitPolicy {
-            every: 128,
-            chunk: 4,
-        }
+        SplitPolicy::FIXED
     }
 }
 
 impl SplitPolicy {
+    /// Every 128 nodes, the 4 oldest: on 2 cores the best of the policies tried on T1 and T3
+    /// (every 16 to 512 nodes, 1 to 64 nodes or half the stack), for satin and rayon alike;
+    /// see the crate's README.
+    pub const FIXED: SplitPolicy = SplitPolicy {
+        every: 128,
+        chunk: 4,
+        on_demand: false,
+    };
+
+    /// Half of the stack, whenever an idle worker asks: satin's default (see the README).
+    pub const ON_DEMAND: SplitPolicy = SplitPolicy {
+        every: 128,
+        chunk: u32::MAX,
+        on_demand: true,
+    };
+
     /// Checks that both numbers are at least 1.
     ///
     /// # Errors
@@ -349,10 +364,15 @@ impl<'s> Stretch<'s> {
     }
 
     /// Walks on until it is time to hand out work, and returns the oldest pending nodes to
-    /// hand out; `None` once nothing is pending (or the node limit stopped the walk).
+    /// hand out; `None` once nothing is pending (or the node limit stopped the walk). With a
+    /// policy `on_demand`, it is time when `wanted` says so.
     #[inline(never)]
-    fn next_part(&mut self) -> Option<Vec<Pending>> {
-        let SplitPolicy { every, chunk } = self.split;
+    fn next_part(&mut self, wanted: &dyn Fn() -> bool) -> Option<Vec<Pending>> {
+        let SplitPolicy {
+            every,
+            chunk,
+            on_demand,
+        } = self.split;
         // Locals, so that the loop keeps them in registers.
         let mut since_split = self.since_split;
         let mut charged = self.charged;
@@ -360,9 +380,15 @@ impl<'s> Stretch<'s> {
         let mut part = None;
         while walk.step() {
             since_split += 1;
-            if self.may_split && since_split >= every && walk.pending() >= 2 {
+            let due = if on_demand {
+                wanted()
+            } else {
+                since_split >= every
+            };
+            if self.may_split && walk.pending() >= 2 && due {
                 since_split = 0;
-                part = Some(walk.split_oldest((walk.pending() / 2).min(chunk as usize)));
+                let n = (walk.pending() / 2).min(chunk.try_into().unwrap_or(usize::MAX));
+                part = Some(walk.split_oldest(n));
                 break;
             }
             let nodes = walk.counts().nodes;
@@ -410,7 +436,7 @@ impl satin::Task for Subtrees {
         let may_split = nesting.0 < MAX_NESTING;
         let mut stretch = Stretch::new(state, pending, may_split);
         let mut children: Vec<satin::Handle<Partial>> = Vec::new();
-        while let Some(part) = stretch.next_part() {
+        while let Some(part) = stretch.next_part(&|| cx.work_wanted()) {
             children.push(cx.spawn(Subtrees {
                 search: search.clone(),
                 pending: part,
@@ -547,11 +573,21 @@ struct Totals {
 /// search: tasks spawned into one `rayon::scope`, each adding its counts to shared totals.
 ///
 /// # Errors
-/// The node limit.
+/// The node limit, or a policy `on_demand`: rayon does not tell a task that a thread wants
+/// work.
 pub fn search_rayon(
     pool: &rayon::ThreadPool,
     search: &SharedSearch,
-) -> Result<Counts, SearchError> {
+) -> Result<Counts, ParallelError> {
+    if search.0.split.on_demand {
+        return Err(ParamError::OutOfRange {
+            flag: "--split-on-demand",
+            value: "with --rayon".into(),
+            why: "rayon does not tell a task when a thread wants work; only satin splits on demand"
+                .into(),
+        }
+        .into());
+    }
     let (counts, root) = walk::start(search.tree());
     search.budget().charge(counts.nodes);
     let totals = Totals {
@@ -570,7 +606,7 @@ pub fn search_rayon(
         },
         stopped: totals.stopped.into_inner(),
     };
-    finish(search, counts, p)
+    Ok(finish(search, counts, p)?)
 }
 
 fn rayon_walk<'s>(
@@ -584,7 +620,7 @@ fn rayon_walk<'s>(
         return;
     }
     let mut stretch = Stretch::new(state, pending, true);
-    while let Some(part) = stretch.next_part() {
+    while let Some(part) = stretch.next_part(&|| false) {
         s.spawn(move |s| rayon_walk(s, state, totals, part));
     }
     let p = stretch.finish();
@@ -648,6 +684,11 @@ mod tests {
         recipe.params.nonleaf_prob = 3.0;
         let bytes = postcard::to_allocvec(&(recipe, Vec::<Pending>::new())).unwrap();
         assert!(postcard::from_bytes::<Subtrees>(&bytes).is_err());
-        assert!(SplitPolicy { every: 0, chunk: 1 }.validate().is_err());
+        assert!(SplitPolicy {
+            every: 0,
+            ..SplitPolicy::FIXED
+        }
+        .validate()
+        .is_err());
     }
 }

@@ -95,7 +95,18 @@ fn every_mode_prints_the_same_counts() {
     }
     let t1 = result_line(uts().args(["--sample", "T1", "--threads", "2"]), d);
     assert_eq!(counts(&t1), T1);
-    assert!(t1["satin"]["spawns"].as_u64() > Some(100), "{t1}");
+    // On one process satin hands out work when a worker asks, half the stack at a time.
+    assert_eq!(t1["parameters"]["split"], "on demand", "{t1}");
+    assert_eq!(t1["parameters"]["chunk"], "half", "{t1}");
+    assert!(t1["satin"]["spawns"].as_u64() >= Some(1), "{t1}");
+    let fixed = result_line(
+        uts().args(["--sample", "T1", "--threads", "2", "--split-every", "128"]),
+        d,
+    );
+    assert_eq!(counts(&fixed), T1);
+    assert_eq!(fixed["parameters"]["split_every"], 128, "{fixed}");
+    assert_eq!(fixed["parameters"]["chunk"], 4, "{fixed}");
+    assert!(fixed["satin"]["spawns"].as_u64() > Some(100), "{fixed}");
 }
 
 #[test]
@@ -110,12 +121,20 @@ fn processes_under_ipl_run_give_the_published_counts() {
         ("4", "1", "random", "T3", T3),
         ("2", "1", "random", "T1", T1),
         ("4", "2", "cluster-aware", "T1", T1),
+        ("2", "1", "on-demand", "T3", T3),
+        ("3", "1", "on-demand", "T1", T1),
     ] {
+        // "on-demand": cluster-aware stealing, work handed out only when asked.
+        let (steal, split) = match steal {
+            "on-demand" => ("cluster-aware", &["--split-on-demand"][..]),
+            s => (s, &[][..]),
+        };
         let v = result_line(
             Command::new(&launcher)
                 .args(["-n", nodes, "--clusters", clusters, "--"])
                 .arg(env!("CARGO_BIN_EXE_uts"))
-                .args(["--sample", tree, "--steal", steal]),
+                .args(["--sample", tree, "--steal", steal])
+                .args(split),
             d,
         );
         assert_eq!(
@@ -126,6 +145,14 @@ fn processes_under_ipl_run_give_the_published_counts() {
         assert_eq!(v["processes"].to_string(), nodes);
         if nodes != "1" {
             assert_eq!(v["parameters"]["steal"], steal);
+            // Between processes work goes out at fixed intervals unless asked otherwise.
+            let want_split = if split.is_empty() {
+                "every"
+            } else {
+                "on demand"
+            };
+            let got_split = v["parameters"]["split"].as_str().unwrap_or("every");
+            assert_eq!(got_split, want_split, "{v}");
         }
     }
 }
@@ -154,6 +181,12 @@ fn bad_flags_are_refused_with_status_2() {
         (&["--sample", "T9"][..], "unknown sample tree 'T9'"),
         (&["--sample", "T1", "-t", "0"][..], "cannot be used with"),
         (&["--seq", "--rayon"][..], "cannot be used with"),
+        (&["--rayon", "--split-on-demand"][..], "cannot be used with"),
+        (
+            &["--split-on-demand", "--split-every", "64"][..],
+            "cannot be used with",
+        ),
+        (&["--chunk", "0"][..], "--chunk"),
         (&["--max-nodes", "0"][..], "--max-nodes"),
     ] {
         let (status, out, err) = output(uts().args(args), d);

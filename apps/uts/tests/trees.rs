@@ -29,14 +29,15 @@ fn satin_on_one_to_four_threads_gives_the_published_counts() {
         for threads in 1..=4 {
             let runtime = satin::Runtime::local().threads(threads);
             for name in ["T1", "T3"] {
-                let got = search_satin(
-                    &runtime,
-                    sample(name).params(),
-                    u64::MAX,
-                    SplitPolicy::default(),
-                )
-                .unwrap();
-                assert_eq!(got, expected(name), "{name} on {threads} threads");
+                for split in [SplitPolicy::FIXED, SplitPolicy::ON_DEMAND] {
+                    let got =
+                        search_satin(&runtime, sample(name).params(), u64::MAX, split).unwrap();
+                    assert_eq!(
+                        got,
+                        expected(name),
+                        "{name} on {threads} threads, {split:?}"
+                    );
+                }
             }
             assert!(
                 runtime.stats().spawns > 100,
@@ -83,13 +84,20 @@ fn small_trees_agree_across_modes_and_split_policies() {
             "-t 2 -a 0 -d 12 -b 5 -r 1 -q 0.234375 -m 4",
             "-t 3 -b 4 -d 6",
         ];
+        let fixed = |every, chunk| SplitPolicy {
+            every,
+            chunk,
+            on_demand: false,
+        };
         let policies = [
-            SplitPolicy { every: 1, chunk: 1 },
-            SplitPolicy { every: 3, chunk: 5 },
+            fixed(1, 1),
+            fixed(3, 5),
             SplitPolicy::default(),
+            fixed(1000, 100),
+            SplitPolicy::ON_DEMAND,
             SplitPolicy {
-                every: 1000,
-                chunk: 100,
+                chunk: 1,
+                ..SplitPolicy::ON_DEMAND
             },
         ];
         let runtimes: Vec<satin::Runtime> = [1, 2, 3]
@@ -111,11 +119,14 @@ fn small_trees_agree_across_modes_and_split_policies() {
                     assert_eq!(got, want, "{args}, {split:?}, {} threads", rt.num_threads());
                 }
                 let search = SharedSearch::new(params, u64::MAX, split).unwrap();
-                assert_eq!(
-                    search_rayon(&pool, &search).unwrap(),
-                    want,
-                    "{args}, {split:?}"
-                );
+                match search_rayon(&pool, &search) {
+                    Ok(got) => assert_eq!(got, want, "{args}, {split:?}"),
+                    // rayon cannot tell when a thread wants work.
+                    Err(e) => {
+                        assert!(split.on_demand, "{args}, {split:?}: {e}");
+                        assert!(e.to_string().contains("only satin splits on demand"), "{e}");
+                    }
+                }
             }
         }
     });
@@ -146,7 +157,10 @@ fn every_search_stops_at_the_node_limit() {
             .build()
             .unwrap();
         let search = SharedSearch::new(params, limit, SplitPolicy::default()).unwrap();
-        stopped(search_rayon(&pool, &search).unwrap_err());
+        match search_rayon(&pool, &search) {
+            Err(uts::parallel::ParallelError::Search(e)) => stopped(e),
+            other => panic!("rayon's search ran past the limit: {other:?}"),
+        }
         // Whatever the budget counted, the search stopped soon after the limit.
         assert!(search.budget().counted() < 20 * limit);
         // A tree just within the limit is searched in full.

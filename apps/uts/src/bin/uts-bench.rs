@@ -5,9 +5,10 @@
 //!
 //! Each round runs, for every tree and in this order: the reference C code (`--reference`,
 //! the UTS distribution's depth-first `uts-dfs`; see the crate's README for where it comes
-//! from and how it is compiled), the sequential search, satin on T threads and rayon on T
-//! threads (same walk and split policy; satin first in odd rounds, rayon first in even
-//! ones), and P processes of one thread under `ipl-run`
+//! from and how it is compiled), the sequential search, then on T threads, in turns: satin
+//! splitting work on demand (its default), satin with rayon's policy (a hand-out at fixed
+//! intervals: the same walk and policy as rayon's), and rayon; last P processes of one
+//! thread under `ipl-run`
 //! (the `uts` binary next to this one; its own timer excludes starting the pool). Every run's
 //! counts are checked against the published ones. The summary gives medians over the rounds:
 //! node rates, and speedups and time ratios as medians of the per-round ratios.
@@ -101,12 +102,25 @@ fn run_bounded(cmd: &mut Command, limit: Duration) -> Result<Output, String> {
     })
 }
 
+/// The parallel contenders on one process, run in turns in each round: satin splitting on
+/// demand (its default), satin with rayon's policy, and rayon, which cannot split on demand.
+const CONTENDERS: [(&str, SplitPolicy); 3] = [
+    ("satin", SplitPolicy::ON_DEMAND),
+    ("satin with rayon's policy", SplitPolicy::FIXED),
+    ("rayon", SplitPolicy::FIXED),
+];
+/// rayon's index in [`CONTENDERS`].
+const RAYON: usize = 2;
+
 /// Seconds of every contender in every round, for one tree.
 #[derive(Default)]
 struct Times {
     reference: Vec<f64>,
     sequential: Vec<f64>,
+    /// satin splitting on demand.
     satin: Vec<f64>,
+    /// satin with the policy rayon uses.
+    satin_fixed: Vec<f64>,
     rayon: Vec<f64>,
     processes: Vec<f64>,
 }
@@ -304,34 +318,35 @@ fn run(args: Args) -> Result<(), String> {
             check("the sequential search", tree, c)?;
             line += &format!("  sequential {s:.4}s");
             t.sequential.push(s);
-            let search = |_: ()| {
-                SharedSearch::new(params, u64::MAX, SplitPolicy::default())
-                    .map_err(|e| e.to_string())
+            let search = |split: SplitPolicy| {
+                SharedSearch::new(params, u64::MAX, split).map_err(|e| e.to_string())
             };
-            // Each runtime runs first in every other round, so that neither always meets
-            // the caches and the cores' state the other left behind.
-            let satin_run = || -> Result<f64, String> {
-                let s = search(())?;
-                let (c, secs) =
-                    timed(|| search_satin_shared(&satin, &s).map_err(|e| e.to_string()))?;
-                check("satin", tree, c)?;
+            let run_one = |contender: usize| -> Result<f64, String> {
+                let (what, split) = CONTENDERS[contender];
+                let s = search(split)?;
+                let (c, secs) = timed(|| {
+                    if contender == RAYON {
+                        search_rayon(&rayon, &s).map_err(|e| e.to_string())
+                    } else {
+                        search_satin_shared(&satin, &s).map_err(|e| e.to_string())
+                    }
+                })?;
+                check(what, tree, c)?;
                 Ok(secs)
             };
-            let rayon_run = || -> Result<f64, String> {
-                let s = search(())?;
-                let (c, secs) = timed(|| search_rayon(&rayon, &s).map_err(|e| e.to_string()))?;
-                check("rayon", tree, c)?;
-                Ok(secs)
-            };
-            let (s_satin, s_rayon) = if round % 2 == 1 {
-                let a = satin_run()?;
-                (a, rayon_run()?)
-            } else {
-                let b = rayon_run()?;
-                (satin_run()?, b)
-            };
-            line += &format!("  satin {s_satin:.4}s  rayon {s_rayon:.4}s");
+            // Each contender runs first in every third round, so that none always meets the
+            // caches and the cores' state another left behind.
+            let mut secs = [0.0; CONTENDERS.len()];
+            for k in 0..CONTENDERS.len() {
+                let contender = (round as usize + k) % CONTENDERS.len();
+                secs[contender] = run_one(contender)?;
+            }
+            let [s_satin, s_satin_fixed, s_rayon] = secs;
+            line += &format!(
+                "  satin {s_satin:.4}s  satin-fixed {s_satin_fixed:.4}s  rayon {s_rayon:.4}s"
+            );
             t.satin.push(s_satin);
+            t.satin_fixed.push(s_satin_fixed);
             t.rayon.push(s_rayon);
             if args.processes > 0 {
                 let s = run_processes(&bin_dir, tree, args.processes, limit)?;
@@ -343,7 +358,7 @@ fn run(args: Args) -> Result<(), String> {
     }
     println!();
     println!(
-        "tree  seq Mnodes/s  ref Mnodes/s  seq/ref  satin {0}t speedup  rayon {0}t speedup  satin/rayon time  {1}x1 processes speedup",
+        "tree  seq Mnodes/s  ref Mnodes/s  seq/ref  satin {0}t speedup  rayon {0}t speedup  satin/rayon time  fixed/rayon time  {1}x1 processes speedup",
         args.threads, args.processes
     );
     for (tree, t) in trees.iter().zip(&times) {
@@ -357,7 +372,7 @@ fn run(args: Args) -> Result<(), String> {
         let seq_rate = rate(&t.sequential);
         let ref_rate = rate(&t.reference);
         println!(
-            "{:<5} {:>12} {:>13} {:>8} {:>18} {:>18} {:>17} {:>23}",
+            "{:<5} {:>12} {:>13} {:>8} {:>18} {:>18} {:>17} {:>17} {:>23}",
             tree.name,
             fmt(seq_rate, 2),
             fmt(ref_rate, 2),
@@ -365,17 +380,23 @@ fn run(args: Args) -> Result<(), String> {
             fmt(ratio(&t.sequential, &t.satin), 2),
             fmt(ratio(&t.sequential, &t.rayon), 2),
             fmt(ratio(&t.satin, &t.rayon), 3),
+            fmt(ratio(&t.satin_fixed, &t.rayon), 3),
             fmt(ratio(&t.sequential, &t.processes), 2),
         );
     }
     for (tree, t) in trees.iter().zip(&times) {
-        if let Some((low, high)) = ratio_interval(&t.satin, &t.rayon) {
-            println!(
-                "{}: satin/rayon time {}, 95% confidence interval of the median [{low:.3}, {high:.3}] over {} rounds",
-                tree.name,
-                fmt(ratio(&t.satin, &t.rayon), 3),
-                t.satin.len()
-            );
+        for (what, satin) in [
+            ("satin/rayon time", &t.satin),
+            ("satin with rayon's policy/rayon time", &t.satin_fixed),
+        ] {
+            if let Some((low, high)) = ratio_interval(satin, &t.rayon) {
+                println!(
+                    "{}: {what} {}, 95% confidence interval of the median [{low:.3}, {high:.3}] over {} rounds",
+                    tree.name,
+                    fmt(ratio(satin, &t.rayon), 3),
+                    satin.len()
+                );
+            }
         }
     }
     println!(

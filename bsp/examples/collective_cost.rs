@@ -17,7 +17,7 @@
 use bsp::Op;
 
 /// The collectives this example can time.
-const NAMES: [&str; 7] = [
+const NAMES: [&str; 8] = [
     "all_to_all",
     "all_reduce",
     "all_gather",
@@ -25,6 +25,7 @@ const NAMES: [&str; 7] = [
     "scan",
     "exscan",
     "reduce",
+    "reduce_scatter",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -53,6 +54,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let all = vec![0.0f64; each * p];
     let mine = vec![0.0f64; each];
     let mut v = vec![0.0f64; each];
+    let counts = vec![each; p];
     let mut call = |bsp: &mut bsp::Bsp| -> bsp::Result<()> {
         match name.as_str() {
             "all_to_all" => drop(bsp.all_to_all(&send)?),
@@ -61,7 +63,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "scatter" => drop(bsp.scatter_slice(0, (me == 0).then_some(&all[..]))?),
             "scan" => bsp.scan_slice(&mut v, Op::Sum)?,
             "exscan" => drop(bsp.exscan_slice(&mut v, Op::Sum)?),
-            _ => drop(bsp.reduce_slice(0, &mine, Op::Sum)?),
+            "reduce" => drop(bsp.reduce_slice(0, &mine, Op::Sum)?),
+            _ => drop(bsp.reduce_scatter(&all, &counts, Op::Sum)?),
         }
         Ok(())
     };

@@ -23,6 +23,10 @@ use crate::number::Number;
 use crate::wire::{self, Cursor};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use smallvec::SmallVec;
+
+/// What a direct exchange received, by sender (`None` for this process).
+type Received = Vec<Option<Msg>>;
 
 impl Bsp {
     /// Every process sends `send[d]` to process `d` and gets back, at index `s`, what process
@@ -70,7 +74,7 @@ impl Bsp {
 
     /// Sends `send[d]` straight to every other process `d`; returns what each sent here, by
     /// sender (see the module documentation).
-    fn direct_exchange(&mut self, call: &Call, send: &[&[u8]]) -> Result<Vec<Option<Msg>>> {
+    fn direct_exchange(&mut self, call: &Call, send: &[&[u8]]) -> Result<Received> {
         let (p, me) = (self.nprocs, self.pid);
         // Start with the next process up, so that the processes do not all send to the
         // same one first.
@@ -78,7 +82,7 @@ impl Bsp {
             let d = (me + i) % p;
             self.send_bytes(call, d, 0, send[d], wire::native_flag())?;
         }
-        let mut got: Vec<Option<Msg>> = (0..p).map(|_| None).collect();
+        let mut got: Received = (0..p).map(|_| None).collect();
         for i in 1..p {
             let s = (me + p - i) % p;
             got[s] = Some(self.recv_msg(call, s, 0)?);
@@ -97,16 +101,20 @@ impl Bsp {
             )));
         }
         let call = self.begin(op::ALL_TO_ALL, u64::from(T::TAG));
-        let bytes: Vec<&[u8]> = send.iter().map(|v| bytemuck::cast_slice(&v[..])).collect();
+        let bytes: SmallVec<[&[u8]; 8]> =
+            send.iter().map(|v| bytemuck::cast_slice(&v[..])).collect();
         let got = self.direct_exchange(&call, &bytes)?;
-        got.into_iter()
-            .enumerate()
-            .map(|(s, msg)| match msg {
-                None => Ok(send[s].clone()),
+        // Pushed one by one: collecting would reuse the allocation of `got`, and shrink it
+        // with a reallocation.
+        let mut out = Vec::with_capacity(p);
+        for (s, msg) in got.into_iter().enumerate() {
+            out.push(match msg {
+                None => send[s].clone(),
                 Some(m) => numbers_from::<T>(m.payload(), m.swapped(), None)
-                    .map_err(|why| self.payload_error(&call, s, why)),
-            })
-            .collect()
+                    .map_err(|why| self.payload_error(&call, s, why))?,
+            });
+        }
+        Ok(out)
     }
 
     /// All-to-all of values of any serde type: `send[d]` goes to process `d`; returns, at
@@ -132,7 +140,7 @@ impl Bsp {
             });
         }
         let call = self.begin(op::ALL_TO_ALL_WITH, type_sig::<T>(0));
-        let refs: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
+        let refs: SmallVec<[&[u8]; 8]> = bytes.iter().map(Vec::as_slice).collect();
         let got = self.direct_exchange(&call, &refs)?;
         let mut own = send.into_iter().nth(me);
         got.into_iter()

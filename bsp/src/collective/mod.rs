@@ -84,7 +84,15 @@ pub(crate) fn name_hash(name: &str) -> u64 {
 }
 
 pub(crate) fn bytes_hash(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+    fnv_bytes(FNV_START, bytes)
+}
+
+/// Where an FNV-1a hash starts.
+pub(crate) const FNV_START: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// Goes on with FNV-1a hash `h` over `bytes`.
+pub(crate) fn fnv_bytes(h: u64, bytes: &[u8]) -> u64 {
+    bytes.iter().fold(h, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
 }

@@ -33,6 +33,7 @@ use crate::error::Result;
 use crate::number::{Number, Op};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use smallvec::SmallVec;
 use std::ops::Range;
 
 type Res<T> = std::result::Result<T, String>;
@@ -178,6 +179,9 @@ trait Elements {
     type E: Clone;
     /// Writes the elements of `parts`, one part after another.
     fn encode(&self, parts: &[&[Self::E]], out: &mut Vec<u8>) -> Res<()>;
+    /// The encoding of one part where it is its memory as it stands (numbers), so that it can
+    /// be sent without a copy.
+    fn as_encoded<'a>(&self, part: &'a [Self::E]) -> Option<&'a [u8]>;
     fn decode(&self, b: &[u8], swap: bool) -> Res<Vec<Self::E>>;
     /// Combines `other` into `into` element by element, `into` first when it comes from lower
     /// pids.
@@ -191,6 +195,9 @@ impl<T: Number> Elements for Op<T> {
             out.extend_from_slice(bytemuck::cast_slice(p));
         }
         Ok(())
+    }
+    fn as_encoded<'a>(&self, part: &'a [T]) -> Option<&'a [u8]> {
+        Some(bytemuck::cast_slice(part))
     }
     fn decode(&self, b: &[u8], swap: bool) -> Res<Vec<T>> {
         numbers_from(b, swap, None)
@@ -210,6 +217,9 @@ where
         let items: Vec<&T> = parts.iter().flat_map(|p| p.iter()).collect();
         crate::codec::encode_into(&items, out).map_err(|e| e.0)
     }
+    fn as_encoded<'a>(&self, _part: &'a [T]) -> Option<&'a [u8]> {
+        None
+    }
     fn decode(&self, b: &[u8], swap: bool) -> Res<Vec<T>> {
         crate::codec::decode::<Vec<T>>(b, swap).map_err(|e| e.0)
     }
@@ -222,6 +232,18 @@ where
             };
         }
     }
+}
+
+/// Ranges of elements, one per process or participant: inline up to 8 (no allocation for a
+/// collective of a few processes).
+type Ranges = SmallVec<[Range<usize>; 8]>;
+
+/// What a reduce-scatter's signature says of its counts: the hash of each count as 8 bytes,
+/// little-endian, whatever the host (processes of both byte orders agree on it).
+fn counts_hash(counts: &[usize]) -> u64 {
+    counts.iter().fold(super::FNV_START, |h, &c| {
+        super::fnv_bytes(h, &(c as u64).to_le_bytes())
+    })
 }
 
 /// The processes of recursive doubling and halving when P is not a power of two: the first
@@ -766,6 +788,11 @@ impl Bsp {
         let last = rounds + 1;
         let mut buf = Vec::new();
         let mut send = |this: &Self, to: usize, round: u32, parts: &[&[L::E]]| {
+            if let [part] = parts {
+                if let Some(bytes) = how.as_encoded(part) {
+                    return this.send_bytes(call, to, round, bytes, crate::wire::native_flag());
+                }
+            }
             buf.clear();
             how.encode(parts, &mut buf)
                 .map_err(|why| this.encode_error::<L::E>(why))?;
@@ -795,8 +822,8 @@ impl Bsp {
             parts[pids.start].start..parts[pids.end - 1].end
         };
         let nr = f.rank(r).expect("an even pid of a pair has returned");
-        // The participants this process holds the elements of, and those elements, in order.
-        let mut held: Vec<usize> = (0..f.pof2).collect();
+        // This process holds the elements of the participants that agree with it in the bits
+        // below the round's (all of them at first), in participant order.
         let mut data: std::borrow::Cow<'_, [L::E]> = if r < 2 * f.rem {
             let mut lower = receive(self, r - 1, 0, values.len())?;
             how.combine_into(&mut lower, values, true);
@@ -806,12 +833,13 @@ impl Bsp {
         };
         for k in 0..rounds {
             let bit = 1usize << k;
+            let below = bit - 1;
             let pn = nr ^ bit;
             let peer = f.pid(pn);
             // Where each held participant's elements lie in `data`.
             let mut at = 0;
-            let (mut give, mut keep) = (Vec::new(), Vec::new());
-            for &g in &held {
+            let (mut give, mut keep) = (Ranges::new(), Ranges::new());
+            for g in (0..f.pof2).filter(|g| g & below == nr & below) {
                 let n = span(g).len();
                 if g & bit == nr & bit {
                     keep.push(at..at + n);
@@ -820,8 +848,10 @@ impl Bsp {
                 }
                 at += n;
             }
-            let give: Vec<&[L::E]> = give.into_iter().map(|g| &data[g]).collect();
-            send(self, peer, k + 1, &give)?;
+            {
+                let give: SmallVec<[&[L::E]; 8]> = give.into_iter().map(|g| &data[g]).collect();
+                send(self, peer, k + 1, &give)?;
+            }
             let want: usize = keep.iter().map(|g| g.len()).sum();
             let mut theirs = receive(self, peer, k + 1, want)?;
             let mut at = 0;
@@ -831,7 +861,6 @@ impl Bsp {
                 at += n;
             }
             data = theirs.into();
-            held.retain(|g| g & bit == nr & bit);
         }
         let mut data = data.into_owned();
         if r < 2 * f.rem {
@@ -843,7 +872,7 @@ impl Bsp {
         Ok(data)
     }
 
-    fn parts(&self, what: &str, len: usize, counts: &[usize]) -> Result<Vec<Range<usize>>> {
+    fn parts(&self, what: &str, len: usize, counts: &[usize]) -> Result<Ranges> {
         if counts.len() != self.nprocs {
             return Err(self.usage(format!(
                 "{what} needs a count per process ({}), got {}",
@@ -882,9 +911,7 @@ impl Bsp {
         op: Op<T>,
     ) -> Result<Vec<T>> {
         let parts = self.parts("reduce_scatter", values.len(), counts)?;
-        let counts_hash = super::bytes_hash(bytemuck::cast_slice(
-            &counts.iter().map(|&c| c as u64).collect::<Vec<u64>>(),
-        ));
+        let counts_hash = counts_hash(counts);
         let sig = u64::from(T::TAG) | u64::from(op.code()) << 8 | counts_hash << 16;
         let call = self.begin(op::REDUCE_SCATTER, sig);
         self.halving(&call, values, &parts, &op)
@@ -903,9 +930,7 @@ impl Bsp {
         F: Fn(T, T) -> T,
     {
         let parts = self.parts("reduce_scatter_with", values.len(), counts)?;
-        let counts_hash = super::bytes_hash(bytemuck::cast_slice(
-            &counts.iter().map(|&c| c as u64).collect::<Vec<u64>>(),
-        ));
+        let counts_hash = counts_hash(counts);
         let call = self.begin(op::REDUCE_SCATTER, type_sig::<T>(counts_hash));
         self.halving(&call, &values, &parts, &With::new(f))
     }

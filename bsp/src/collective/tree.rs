@@ -14,9 +14,13 @@ use crate::number::Number;
 use crate::wire::{self, put_varint, Cursor};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use smallvec::SmallVec;
 
 /// Where each part of a scatter's block ends, given the block and its number of parts.
-type PartEnds<'a> = &'a dyn Fn(&[u8], usize) -> std::result::Result<Vec<usize>, String>;
+type PartEnds<'a> = &'a dyn Fn(&[u8], usize) -> std::result::Result<Ends, String>;
+/// The ends of a scatter's parts: inline up to 8, so that a small scatter does not allocate
+/// for them.
+type Ends = SmallVec<[usize; 8]>;
 /// Decodes this process's part of a scatter from its bytes and their order flags.
 type PartDecode<'a, V> = &'a dyn Fn(&[u8], u8) -> std::result::Result<V, String>;
 
@@ -28,15 +32,15 @@ pub(crate) const SMALL_GROUP: usize = 4;
 
 /// The relative pids a scatter's process at relative pid `rel` passes parts on to, each with
 /// the relative pids whose parts it gets (`child..end`), largest subtree first.
-fn scatter_children(rel: usize, p: usize) -> Vec<(usize, usize)> {
+fn scatter_children(rel: usize, p: usize) -> SmallVec<[(usize, usize); 8]> {
     if p <= SMALL_GROUP {
         return if rel == 0 {
             (1..p).map(|c| (c, c + 1)).collect()
         } else {
-            Vec::new()
+            SmallVec::new()
         };
     }
-    let mut out = Vec::new();
+    let mut out = SmallVec::new();
     let mut mask = span(rel, p) >> 1;
     while mask > 0 {
         if rel + mask < p {
@@ -246,7 +250,7 @@ impl Bsp {
         };
         // Where the part of each relative pid rel, rel + 1, ... ends in `data`.
         let ends = if failed {
-            Vec::new()
+            Ends::new()
         } else {
             ends(data, have).map_err(|why| self.payload_error(call, root, why))?
         };
@@ -305,7 +309,7 @@ impl Bsp {
         let call = self.begin(op::SCATTER, type_sig::<T>(root as u64) << 32 | root as u64);
         let frames = |data: &[u8], have: usize| {
             let mut c = Cursor::new(data, 0);
-            let mut ends = Vec::with_capacity(have);
+            let mut ends = Ends::with_capacity(have);
             while !c.at_end() {
                 next_item(&mut c)?;
                 ends.push(c.pos);

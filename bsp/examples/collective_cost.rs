@@ -80,7 +80,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if me == 0 {
         let bytes = each * 8;
         println!(
-            "{n} {name} calls of {bytes} bytes per process on {p} processes: {us:.2} us per call"
+            "{n} {name} calls of {bytes} bytes per process on {p} processes: {us:.3} us per call"
         );
     }
     Ok(())

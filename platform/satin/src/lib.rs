@@ -129,7 +129,9 @@
 //! (callgrind, one thread, 1.6 times; times on one thread gave 1.6 to 1.9 times). On one thread a
 //! spawn costs about 3 to 6 ns over a plain call when it runs its child at once and 9 to 13 ns when
 //! it queues it (a `rayon::join`, which covers two calls, 10 to 13 ns); fib(40) spawning above 20
-//! runs about 2 times as fast on 2 threads as sequentially.
+//! runs about 2 times as fast on 2 threads as sequentially. On a faster machine with little
+//! other work (`results/satin-bench-20261124-2211`) the same ratios were 0.53, 1.46 and 1.06,
+//! and a queued spawn cost 5.8 ns against 7.6 ns for a `rayon::join`.
 //!
 //! A task that panics fails the whole run: every other job of it is cancelled and
 //! [`Runtime::run`] returns [`Error::TaskPanicked`] naming the task. [`Runtime::stats`] counts

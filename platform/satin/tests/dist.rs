@@ -1,7 +1,8 @@
 //! Distributed runs on pools of nodes that are threads of the test process, over the
 //! in-process driver, tcp, shared memory and the wide-area emulation: results equal the sequential ones
-//! with both stealing policies, work really moves between nodes, and a panic anywhere
-//! fails the run on every node with an error that says where.
+//! with both stealing policies, work really moves between nodes, a panic anywhere
+//! fails the run on every node with an error that says where, and steal requests from another
+//! node make `Context::work_wanted` true.
 
 mod common;
 
@@ -420,4 +421,75 @@ fn idle_nodes_back_off_instead_of_flooding_the_pool() {
         );
         assert_eq!(stats.remote_steals, 0);
     }
+}
+
+/// Pieces handed out on demand that have run (per test binary, so only one test uses it).
+static PIECES_RAN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// A piece of work handed out on demand: counts itself.
+#[derive(Serialize, Deserialize)]
+struct Piece(u64);
+
+impl Task for Piece {
+    type Output = u64;
+    fn run(self, _cx: &mut Context) -> u64 {
+        PIECES_RAN.fetch_add(1, Ordering::SeqCst);
+        self.0
+    }
+}
+satin::register!(Piece);
+
+/// Spawns `pieces` pieces, each only when `work_wanted` says a thief asked, and waits
+/// without syncing until all have run: on a master of one thread only another node can have
+/// run them, so its steal requests must have been seen as requests for work.
+#[derive(Serialize, Deserialize)]
+struct SplitWhenAsked {
+    pieces: u64,
+}
+
+impl Task for SplitWhenAsked {
+    type Output = u64;
+    fn run(self, cx: &mut Context) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut handles = Vec::new();
+        while (handles.len() as u64) < self.pieces {
+            assert!(Instant::now() < deadline, "no other node asked for work");
+            if cx.work_wanted() {
+                handles.push(cx.spawn(Piece(handles.len() as u64 + 1)));
+            }
+            std::hint::spin_loop();
+        }
+        while u64::from(PIECES_RAN.load(Ordering::SeqCst)) < self.pieces {
+            assert!(
+                Instant::now() < deadline,
+                "a piece handed out was never taken"
+            );
+            std::hint::spin_loop();
+        }
+        cx.sync();
+        handles.into_iter().map(|h| h.take()).sum()
+    }
+}
+satin::register!(SplitWhenAsked);
+
+#[test]
+fn steal_requests_from_another_node_ask_for_work() {
+    let reports = on_nodes(Layout::new(Driver::Inproc, 2, 1), |ibis| {
+        let rt = Runtime::in_pool(ibis).threads(1).steal(Steal::Random);
+        let out = rt.run(SplitWhenAsked { pieces: 5 }).expect("run");
+        (
+            out,
+            rt.stats(),
+            rt.node().name(),
+            rt.master().unwrap().name(),
+        )
+    });
+    let mut received = 0;
+    for (out, stats, me, master) in reports {
+        let want = (me == master).then_some(1 + 2 + 3 + 4 + 5);
+        assert_eq!(out, want, "{me}");
+        received += stats.jobs_received;
+    }
+    // Each piece ran on the node that did not hand it out.
+    assert!(received >= 5, "{received} jobs received");
 }

@@ -25,9 +25,6 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use smallvec::SmallVec;
 
-/// What a direct exchange received, by sender (`None` for this process).
-type Received = Vec<Option<Msg>>;
-
 impl Bsp {
     /// Every process sends `send[d]` to process `d` and gets back, at index `s`, what process
     /// `s` sent it (the seed's TotalExchangeInt, for any number type), with Bruck's algorithm.
@@ -74,7 +71,7 @@ impl Bsp {
 
     /// Sends `send[d]` straight to every other process `d`; returns what each sent here, by
     /// sender (see the module documentation).
-    fn direct_exchange(&mut self, call: &Call, send: &[&[u8]]) -> Result<Received> {
+    fn direct_exchange(&mut self, call: &Call, send: &[&[u8]]) -> Result<Vec<Option<Msg>>> {
         let (p, me) = (self.nprocs, self.pid);
         // Start with the next process up, so that the processes do not all send to the
         // same one first.
@@ -82,7 +79,7 @@ impl Bsp {
             let d = (me + i) % p;
             self.send_bytes(call, d, 0, send[d], wire::native_flag())?;
         }
-        let mut got: Received = (0..p).map(|_| None).collect();
+        let mut got: Vec<Option<Msg>> = (0..p).map(|_| None).collect();
         for i in 1..p {
             let s = (me + p - i) % p;
             got[s] = Some(self.recv_msg(call, s, 0)?);

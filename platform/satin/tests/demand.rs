@@ -4,64 +4,15 @@
 mod common;
 
 use std::hint;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::bounded;
+use common::tasks::{Piece, SplitOnDemand, PIECES_RAN};
 use satin::{Context, Inlining, Runtime, Task};
 
 /// How long a test waits for the other worker before it fails.
 const PATIENCE: Duration = Duration::from_secs(20);
-
-/// Reports the worker it ran on, and counts itself in `RAN`.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct WhereAmI;
-
-static RAN: AtomicU32 = AtomicU32::new(0);
-
-impl Task for WhereAmI {
-    type Output = usize;
-    fn run(self, cx: &mut Context) -> usize {
-        RAN.fetch_add(1, Ordering::SeqCst);
-        cx.worker_index()
-    }
-}
-satin::register!(WhereAmI);
-
-/// Spawns `pieces` children, each only once `work_wanted` says an idle worker asks, and
-/// waits (without syncing) until they all ran; returns its own worker and theirs.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct SplitOnDemand {
-    pieces: u32,
-    ran_before: u32,
-}
-
-impl Task for SplitOnDemand {
-    type Output = (usize, Vec<usize>);
-    fn run(self, cx: &mut Context) -> (usize, Vec<usize>) {
-        let deadline = Instant::now() + PATIENCE;
-        let mut children = Vec::new();
-        while children.len() < self.pieces as usize {
-            assert!(Instant::now() < deadline, "no worker asked for work");
-            if cx.work_wanted() {
-                children.push(cx.spawn(WhereAmI));
-            }
-            hint::spin_loop();
-        }
-        // Never popped by this task before its sync: each ran because a thief took it.
-        while RAN.load(Ordering::SeqCst) < self.ran_before + self.pieces {
-            assert!(
-                Instant::now() < deadline,
-                "a child handed out was never taken"
-            );
-            hint::spin_loop();
-        }
-        cx.sync();
-        let me = cx.worker_index();
-        (me, children.into_iter().map(|h| h.take()).collect())
-    }
-}
-satin::register!(SplitOnDemand);
 
 /// Queues one child first, then only asks `work_wanted` until the child ran: the request of
 /// the idle worker is served from the queue, not with a new spawn.
@@ -74,8 +25,8 @@ impl Task for QueueThenAsk {
     type Output = (usize, usize);
     fn run(self, cx: &mut Context) -> (usize, usize) {
         let deadline = Instant::now() + PATIENCE;
-        let child = cx.spawn(WhereAmI);
-        while RAN.load(Ordering::SeqCst) < self.ran_before + 1 {
+        let child = cx.spawn(Piece(1));
+        while PIECES_RAN.load(Ordering::SeqCst) < self.ran_before + 1 {
             assert!(
                 Instant::now() < deadline,
                 "the queued child was never handed out"
@@ -84,7 +35,7 @@ impl Task for QueueThenAsk {
             hint::spin_loop();
         }
         cx.sync();
-        (cx.worker_index(), child.take())
+        (cx.worker_index(), child.take().1)
     }
 }
 satin::register!(QueueThenAsk);
@@ -103,12 +54,12 @@ impl Task for AskAlone {
 }
 satin::register!(AskAlone);
 
-// The tests share `RAN`; one test function runs them in turn.
+// The tests share `PIECES_RAN`; one test function runs them in turn.
 #[test]
 fn work_handed_out_on_demand_reaches_the_idle_worker() {
     bounded("splitting on demand", || {
         let rt = Runtime::local().threads(2).inlining(Inlining::OFF);
-        let before = RAN.load(Ordering::SeqCst);
+        let before = PIECES_RAN.load(Ordering::SeqCst);
         let (me, theirs) = rt
             .run(SplitOnDemand {
                 pieces: 20,
@@ -117,11 +68,11 @@ fn work_handed_out_on_demand_reaches_the_idle_worker() {
             .unwrap();
         assert_eq!(theirs.len(), 20);
         assert!(
-            theirs.iter().all(|&w| w != me),
+            theirs.iter().all(|&(_, w)| w != me),
             "a piece ran on the worker that handed it out: {me} {theirs:?}"
         );
 
-        let before = RAN.load(Ordering::SeqCst);
+        let before = PIECES_RAN.load(Ordering::SeqCst);
         let (me, child) = rt.run(QueueThenAsk { ran_before: before }).unwrap();
         assert_ne!(
             me, child,

@@ -9,7 +9,7 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::tasks::{queens, Fib, Nop, RandomTree, Sleepy};
+use common::tasks::{queens, Fib, Nop, RandomTree, Sleepy, SplitOnDemand};
 use common::{fib, on_nodes, on_nodes_until, Layout, LIMIT};
 use ipl::Driver;
 use satin::{Context, Error, Runtime, Stats, Steal, Task};
@@ -423,60 +423,18 @@ fn idle_nodes_back_off_instead_of_flooding_the_pool() {
     }
 }
 
-/// Pieces handed out on demand that have run (per test binary, so only one test uses it).
-static PIECES_RAN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-
-/// A piece of work handed out on demand: counts itself.
-#[derive(Serialize, Deserialize)]
-struct Piece(u64);
-
-impl Task for Piece {
-    type Output = u64;
-    fn run(self, _cx: &mut Context) -> u64 {
-        PIECES_RAN.fetch_add(1, Ordering::SeqCst);
-        self.0
-    }
-}
-satin::register!(Piece);
-
-/// Spawns `pieces` pieces, each only when `work_wanted` says a thief asked, and waits
-/// without syncing until all have run: on a master of one thread only another node can have
-/// run them, so its steal requests must have been seen as requests for work.
-#[derive(Serialize, Deserialize)]
-struct SplitWhenAsked {
-    pieces: u64,
-}
-
-impl Task for SplitWhenAsked {
-    type Output = u64;
-    fn run(self, cx: &mut Context) -> u64 {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut handles = Vec::new();
-        while (handles.len() as u64) < self.pieces {
-            assert!(Instant::now() < deadline, "no other node asked for work");
-            if cx.work_wanted() {
-                handles.push(cx.spawn(Piece(handles.len() as u64 + 1)));
-            }
-            std::hint::spin_loop();
-        }
-        while u64::from(PIECES_RAN.load(Ordering::SeqCst)) < self.pieces {
-            assert!(
-                Instant::now() < deadline,
-                "a piece handed out was never taken"
-            );
-            std::hint::spin_loop();
-        }
-        cx.sync();
-        handles.into_iter().map(|h| h.take()).sum()
-    }
-}
-satin::register!(SplitWhenAsked);
-
 #[test]
 fn steal_requests_from_another_node_ask_for_work() {
     let reports = on_nodes(Layout::new(Driver::Inproc, 2, 1), |ibis| {
+        // On a master of one thread only another node can run the pieces, so its steal
+        // requests must have been seen as requests for work. Only this test of the binary
+        // runs pieces.
         let rt = Runtime::in_pool(ibis).threads(1).steal(Steal::Random);
-        let out = rt.run(SplitWhenAsked { pieces: 5 }).expect("run");
+        let split = SplitOnDemand {
+            pieces: 5,
+            ran_before: 0,
+        };
+        let out = rt.run(split).expect("run");
         (
             out,
             rt.stats(),
@@ -486,8 +444,9 @@ fn steal_requests_from_another_node_ask_for_work() {
     });
     let mut received = 0;
     for (out, stats, me, master) in reports {
+        let sum = out.map(|(_, pieces)| pieces.iter().map(|&(k, _)| k).sum::<u64>());
         let want = (me == master).then_some(1 + 2 + 3 + 4 + 5);
-        assert_eq!(out, want, "{me}");
+        assert_eq!(sum, want, "{me}");
         received += stats.jobs_received;
     }
     // Each piece ran on the node that did not hand it out.

@@ -176,3 +176,57 @@ impl Task for Sleepy {
     }
 }
 satin::register!(Sleepy);
+
+/// Pieces handed out on demand that have run in this test binary.
+pub static PIECES_RAN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// A piece of work handed out on demand: counts itself in [`PIECES_RAN`] and returns its
+/// number and the worker it ran on.
+#[derive(Serialize, Deserialize)]
+pub struct Piece(pub u64);
+
+impl Task for Piece {
+    type Output = (u64, usize);
+    fn run(self, cx: &mut Context) -> (u64, usize) {
+        PIECES_RAN.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        (self.0, cx.worker_index())
+    }
+}
+satin::register!(Piece);
+
+/// Spawns pieces 1 to `pieces`, each only once `work_wanted` says an idle worker asked, and
+/// waits without syncing until all have run (`ran_before` pieces had run before it began):
+/// each ran because a thief took it. Returns its own worker and what the pieces returned.
+#[derive(Serialize, Deserialize)]
+pub struct SplitOnDemand {
+    pub pieces: u64,
+    pub ran_before: u32,
+}
+
+impl Task for SplitOnDemand {
+    type Output = (usize, Vec<(u64, usize)>);
+    fn run(self, cx: &mut Context) -> (usize, Vec<(u64, usize)>) {
+        use std::sync::atomic::Ordering;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut children = Vec::new();
+        while (children.len() as u64) < self.pieces {
+            assert!(Instant::now() < deadline, "no worker asked for work");
+            if cx.work_wanted() {
+                children.push(cx.spawn(Piece(children.len() as u64 + 1)));
+            }
+            std::hint::spin_loop();
+        }
+        let all = u64::from(self.ran_before) + self.pieces;
+        while u64::from(PIECES_RAN.load(Ordering::SeqCst)) < all {
+            assert!(
+                Instant::now() < deadline,
+                "a piece handed out was never taken"
+            );
+            std::hint::spin_loop();
+        }
+        cx.sync();
+        let me = cx.worker_index();
+        (me, children.into_iter().map(|h| h.take()).collect())
+    }
+}
+satin::register!(SplitOnDemand);

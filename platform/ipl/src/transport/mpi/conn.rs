@@ -5,7 +5,8 @@
 //! so MPI's non-overtaking order keeps them in order: a frame up to [`SMALL_FRAME`] bytes as one
 //! message (one MPI message per small ipl message, as a raw MPI program would send it; up to
 //! 4000 bytes with a blocking send, within the transports' eager limit), a larger one as its
-//! header alone. The body of a large frame follows on the bulk tag, in pieces that follow its
+//! header with the small parts in front of its first large part (a slice's length field, say).
+//! The rest of a large frame's body follows on the bulk tag, in pieces that follow its
 //! parts (small items together, a large part in pieces of at most 256 KiB of its own), which
 //! the receiver, knowing from the header how much is to come, probes for and receives straight
 //! into the caller's memory when the caller reads a whole piece. The receiver keeps a receive
@@ -349,13 +350,39 @@ impl MpiSink {
                 self.send(Bytes::from(v))?;
                 return Ok(frame.len);
             }
-            if !self.room(HEADER_LEN as u64)? {
+            // The header takes the small parts in front of the first large one along (the
+            // length field of a slice, say): one MPI message fewer per frame, and the reader
+            // takes the large part straight into its caller's memory as before.
+            let mut first = HEADER_LEN;
+            let mut part = 0;
+            while let Some(p) = frame.parts.get(part) {
+                if p.len() >= LARGE_PART || first + p.len() > EAGER_FRAME as usize {
+                    break;
+                }
+                first += p.len();
+                part += 1;
+            }
+            if !self.room(first as u64)? {
                 return Ok(0);
             }
-            self.send(Bytes::copy_from_slice(&frame.header))?;
+            self.eager.clear();
+            self.eager.extend_from_slice(&frame.header);
+            for p in &frame.parts[..part] {
+                self.eager.extend_from_slice(p);
+            }
+            {
+                let live = self.world.live.read_recursive();
+                if !*live {
+                    return Err(closed());
+                }
+                // Within the eager limit: returns once MPI has copied it (see `EAGER_FRAME`).
+                raw::send(self.dest, self.tag, &self.eager)?;
+            }
+            self.sent += first as u64;
             self.frame = Progress {
-                posted: HEADER_LEN as u64,
-                ..Progress::default()
+                posted: first as u64,
+                part,
+                part_at: 0,
             };
         } else if offset != self.frame.posted {
             return Err(io::Error::other(format!(

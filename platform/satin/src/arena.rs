@@ -36,10 +36,14 @@ pub(crate) const fn footprint(size: usize, align: usize) -> Option<usize> {
     Some(size.div_ceil(ALIGN) * ALIGN)
 }
 
-/// Where the top of an arena was: `top` in the chunk that ends at `end`.
+/// Where the top of an arena was: the address `top` in the chunk that ends at `end`.
+///
+/// The top is kept as an address and given back the chunk's provenance (that of `end`) on
+/// release: marks are made from frames, through shared references, and a pointer derived
+/// from one must never be written through, as the arena writes the next records at its top.
 #[derive(Clone, Copy)]
 pub(crate) struct Mark {
-    top: *mut u8,
+    top: usize,
     end: *mut u8,
 }
 
@@ -70,9 +74,13 @@ impl Chunk {
 }
 
 impl Mark {
-    /// The mark of `top` in the chunk that ends at `end`.
-    pub(crate) fn at(top: *mut u8, end: *mut u8) -> Mark {
-        Mark { top, end }
+    /// The mark of the address of `top` in the chunk that ends at `end` (a pointer the arena
+    /// handed out, with the chunk's provenance).
+    pub(crate) fn at(top: *const u8, end: *mut u8) -> Mark {
+        Mark {
+            top: top as usize,
+            end,
+        }
     }
 }
 
@@ -88,10 +96,7 @@ impl Arena {
     /// The current top, to release back to with [`release`](Arena::release).
     #[cfg(test)]
     pub(crate) fn mark(&self) -> Mark {
-        Mark {
-            top: self.top.get(),
-            end: self.end.get(),
-        }
+        Mark::at(self.top.get(), self.end.get())
     }
 
     /// The end of the chunk the top is in: with the address of something allocated in that
@@ -105,7 +110,12 @@ impl Arena {
     /// reverse order of taking them (frames nest).
     #[inline(always)]
     pub(crate) fn release(&self, mark: Mark) {
-        self.top.set(mark.top);
+        // The chunk's provenance at the mark's address, which lies in the chunk (or both are
+        // null, before the first chunk).
+        self.top.set(
+            mark.end
+                .wrapping_sub((mark.end as usize).wrapping_sub(mark.top)),
+        );
         self.end.set(mark.end);
     }
 

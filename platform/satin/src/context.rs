@@ -81,7 +81,7 @@ const OWN_SIZE: usize = match arena::footprint(size_of::<Own>(), align_of::<Own>
 impl Own {
     /// Where the arena's top goes back to when the task ends.
     fn mark(&self) -> Mark {
-        Mark::at(ptr::from_ref(self).cast_mut().cast(), self.chunk_end)
+        Mark::at(ptr::from_ref(self).cast(), self.chunk_end)
     }
 }
 

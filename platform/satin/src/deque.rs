@@ -17,7 +17,7 @@
 //! visible to thieves only when that stretch ends.
 
 use std::cell::{Cell, UnsafeCell};
-use std::ptr;
+use std::ptr::{self, NonNull};
 
 use crossbeam_deque::Worker as Public;
 
@@ -30,7 +30,9 @@ pub(crate) struct Deque {
     private_len: Cell<u32>,
     /// What the oldest private job links to: a record that belongs to no frame, so that a
     /// pop compares the top's parent with its frame without first looking for an empty stack.
-    bottom: Box<JobHeader>,
+    /// Owned (freed on drop), but not a `Box`: the stack's links point into it, and moving a
+    /// `Box` (the deque moves with its worker) would claim it unaliased.
+    bottom: NonNull<JobHeader>,
     public: Public<JobRef>,
     /// Reused by `publish` to reverse the private stack.
     scratch: UnsafeCell<Vec<JobRef>>,
@@ -38,9 +40,9 @@ pub(crate) struct Deque {
 
 impl Deque {
     pub(crate) fn new(public: Public<JobRef>) -> Self {
-        let bottom = Box::new(JobHeader::mark());
+        let bottom = NonNull::from(Box::leak(Box::new(JobHeader::mark())));
         Deque {
-            top: Cell::new(&*bottom),
+            top: Cell::new(bottom.as_ptr()),
             private_len: Cell::new(0),
             bottom,
             public,
@@ -51,7 +53,7 @@ impl Deque {
     /// True if `job` is the bottom of the private stack, no job.
     #[inline(always)]
     fn is_bottom(&self, job: *const JobHeader) -> bool {
-        ptr::eq(job, &*self.bottom)
+        ptr::eq(job, self.bottom.as_ptr())
     }
 
     /// The link a job about to be pushed must hold: the current top.
@@ -162,7 +164,7 @@ impl Deque {
         // SAFETY: only the owning thread reaches the deque, and this is the only user of the
         // scratch vector.
         let scratch = unsafe { &mut *self.scratch.get() };
-        let mut node = self.top.replace(&*self.bottom);
+        let mut node = self.top.replace(self.bottom.as_ptr());
         self.private_len.set(0);
         while !self.is_bottom(node) {
             // SAFETY: as in `pop_child`; the parent frames run on this thread.
@@ -182,5 +184,13 @@ impl Deque {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.is_bottom(self.top.get()) && self.public.is_empty()
+    }
+}
+
+impl Drop for Deque {
+    fn drop(&mut self) {
+        // SAFETY: `bottom` came from `Box::leak` in `new` and is freed only here; no job links
+        // to it any more (a deque is dropped with its worker, after its last job).
+        drop(unsafe { Box::from_raw(self.bottom.as_ptr()) });
     }
 }

@@ -3,7 +3,7 @@
 mod common;
 
 use common::tasks::{queens, Fib, RandomTree};
-use common::{bounded, fib, queens_seq, THREADS};
+use common::{bounded, fib, queens_seq, sized, THREADS};
 use satin::{Context, Runtime, Task};
 use serde::{Deserialize, Serialize};
 
@@ -27,21 +27,21 @@ satin::register!(FibCall);
 
 #[test]
 fn fib_matches_sequential() {
+    let n = sized(22, 12);
     for threads in THREADS {
-        let v = bounded("fib", move || {
-            Runtime::local().threads(threads).run(Fib(22))
-        });
-        assert_eq!(v.unwrap(), fib(22), "{threads} threads");
+        let v = bounded("fib", move || Runtime::local().threads(threads).run(Fib(n)));
+        assert_eq!(v.unwrap(), fib(n), "{threads} threads");
     }
 }
 
 #[test]
 fn fib_with_call_matches_sequential() {
+    let n = sized(23, 13);
     for threads in THREADS {
         let v = bounded("fib with call", move || {
-            Runtime::local().threads(threads).run(FibCall(23))
+            Runtime::local().threads(threads).run(FibCall(n))
         });
-        assert_eq!(v.unwrap(), fib(23), "{threads} threads");
+        assert_eq!(v.unwrap(), fib(n), "{threads} threads");
     }
 }
 
@@ -51,8 +51,12 @@ fn nqueens_matches_known_counts() {
     for threads in THREADS {
         let counts = bounded("nqueens", move || {
             let rt = Runtime::local().threads(threads);
-            [(8, 92), (10, 724), (11, 2680)]
-                .map(|(n, expect)| (rt.run(queens(n, 4)).unwrap(), expect))
+            let sizes = if cfg!(miri) {
+                [(5, 10), (6, 4), (7, 40)]
+            } else {
+                [(8, 92), (10, 724), (11, 2680)]
+            };
+            sizes.map(|(n, expect)| (rt.run(queens(n, 4)).unwrap(), expect))
         });
         for (got, expect) in counts {
             assert_eq!(got, expect, "{threads} threads");
@@ -63,7 +67,10 @@ fn nqueens_matches_known_counts() {
 #[test]
 fn random_trees_match_sequential() {
     for seed in [1u64, 7, 42, 2024] {
-        let root = RandomTree { seed, depth: 9 };
+        let root = RandomTree {
+            seed,
+            depth: sized(9, 4),
+        };
         let expect = root.sequential();
         for threads in THREADS {
             let got = bounded("random tree", move || {
@@ -76,18 +83,19 @@ fn random_trees_match_sequential() {
 
 #[test]
 fn statistics_count_spawns_and_jobs() {
-    let stats = bounded("stats", || {
+    let n = sized(15, 9);
+    let stats = bounded("stats", move || {
         let rt = Runtime::local().threads(2);
-        assert_eq!(rt.run(Fib(15)).unwrap(), fib(15));
+        assert_eq!(rt.run(Fib(n)).unwrap(), fib(n));
         rt.stats()
     });
-    // fib(15) makes 2 * fib(16) - 1 calls; all but the root are spawns.
-    let calls = 2 * fib(16) - 1;
+    // fib(n) makes 2 * fib(n + 1) - 1 calls; all but the root are spawns.
+    let calls = 2 * fib(n + 1) - 1;
     assert_eq!(stats.spawns, calls - 1);
     assert_eq!(stats.jobs_executed, calls);
     assert_eq!(stats.jobs_discarded, 0);
     assert!(
-        stats.syncs >= fib(16) - 1,
+        stats.syncs >= fib(n + 1) - 1,
         "one sync per inner node: {stats:?}"
     );
     assert!(stats.local_steals <= stats.local_steal_attempts);
@@ -104,26 +112,28 @@ fn zero_threads_is_an_error() {
 
 #[test]
 fn a_runtime_runs_many_roots() {
-    let sums = bounded("many roots", || {
+    let m = sized(15, 8);
+    let sums = bounded("many roots", move || {
         let rt = Runtime::local().threads(3);
-        (0..50).map(|i| rt.run(Fib(i % 15)).unwrap()).sum::<u64>()
+        (0..50).map(|i| rt.run(Fib(i % m)).unwrap()).sum::<u64>()
     });
-    assert_eq!(sums, (0..50).map(|i| fib(i % 15)).sum::<u64>());
+    assert_eq!(sums, (0..50).map(|i| fib(i % m)).sum::<u64>());
 }
 
 #[test]
 fn roots_from_several_threads_share_a_runtime() {
-    let total = bounded("concurrent roots", || {
+    let base = sized(16, 8);
+    let total = bounded("concurrent roots", move || {
         let rt = std::sync::Arc::new(Runtime::local().threads(2));
         let callers: Vec<_> = (0..4)
             .map(|i| {
                 let rt = std::sync::Arc::clone(&rt);
-                std::thread::spawn(move || rt.run(Fib(16 + i)).unwrap())
+                std::thread::spawn(move || rt.run(Fib(base + i)).unwrap())
             })
             .collect();
         callers.into_iter().map(|c| c.join().unwrap()).sum::<u64>()
     });
-    assert_eq!(total, (16..20).map(fib).sum::<u64>());
+    assert_eq!(total, (base..base + 4).map(fib).sum::<u64>());
 }
 
 /// A task whose output counts its drops, to check that unread outputs are dropped once.

@@ -4,7 +4,7 @@
 mod common;
 
 use common::tasks::{queens, Fib, RandomTree};
-use common::{bounded, fib, THREADS};
+use common::{bounded, fib, sized, THREADS};
 use satin::{Context, Error, Inlining, Runtime, Task};
 use serde::{Deserialize, Serialize};
 
@@ -30,22 +30,28 @@ const SETTINGS: [Inlining; 5] = [
 
 #[test]
 fn every_setting_computes_the_sequential_results() {
+    // Deep enough for the default to inline (12 frames), also under Miri.
+    let n = sized(20, 14);
+    let (board, solutions) = if cfg!(miri) { (6, 4) } else { (9, 352) };
     for inlining in SETTINGS {
         for threads in THREADS {
             let (f, q, trees) = bounded("inlining", move || {
                 let rt = Runtime::local().threads(threads).inlining(inlining);
-                let f = rt.run(Fib(20)).unwrap();
-                let q = rt.run(queens(9, 5)).unwrap();
+                let f = rt.run(Fib(n)).unwrap();
+                let q = rt.run(queens(board, 5)).unwrap();
                 let trees: Vec<(u64, u64)> = [3u64, 11, 99]
                     .map(|seed| {
-                        let root = RandomTree { seed, depth: 8 };
+                        let root = RandomTree {
+                            seed,
+                            depth: sized(8, 4),
+                        };
                         (rt.run(root).unwrap(), root.sequential())
                     })
                     .into();
                 (f, q, trees)
             });
-            assert_eq!(f, fib(20), "{inlining:?}, {threads} threads");
-            assert_eq!(q, 352, "{inlining:?}, {threads} threads");
+            assert_eq!(f, fib(n), "{inlining:?}, {threads} threads");
+            assert_eq!(q, solutions, "{inlining:?}, {threads} threads");
             for (got, expect) in trees {
                 assert_eq!(got, expect, "{inlining:?}, {threads} threads");
             }
@@ -55,7 +61,8 @@ fn every_setting_computes_the_sequential_results() {
 
 #[test]
 fn inlined_spawns_are_counted_as_spawns_and_jobs() {
-    let calls = 2 * fib(19) - 1; // calls of fib(18); all but the root are spawns
+    let n = sized(18, 14);
+    let calls = 2 * fib(n + 1) - 1; // calls of fib(n); all but the root are spawns
     for (inlining, expect_inlined) in [
         (Inlining::OFF, false),
         (Inlining::DEFAULT, true),
@@ -69,7 +76,7 @@ fn inlined_spawns_are_counted_as_spawns_and_jobs() {
     ] {
         let stats = bounded("stats", move || {
             let rt = Runtime::local().threads(1).inlining(inlining);
-            assert_eq!(rt.run(Fib(18)).unwrap(), fib(18));
+            assert_eq!(rt.run(Fib(n)).unwrap(), fib(n));
             rt.stats()
         });
         assert_eq!(stats.spawns, calls - 1, "{inlining:?}");

@@ -7,7 +7,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{bounded, fib};
+use common::{bounded, fib, sized};
 use satin::remote::{registered_name, Remote, RemoteJob};
 use satin::{Context, Error, Runtime, Task};
 use serde::{Deserialize, Serialize};
@@ -200,11 +200,11 @@ fn serialized_work_runs_as_a_new_root() {
     let out = bounded("serialized root", || {
         let rt = Runtime::local().threads(2);
         let remote = rt.remote().unwrap();
-        let task = postcard::to_allocvec(&Fib(20)).unwrap();
+        let task = postcard::to_allocvec(&Fib(N)).unwrap();
         // Local work and received work share the workers; the runtime lives until both ended
         // (a run submitted after it is gone fails: see the next test).
         thread::scope(|s| {
-            let local = s.spawn(|| rt.run(Fib(21)).unwrap());
+            let local = s.spawn(|| rt.run(Fib(N + 1)).unwrap());
             let out = remote.run_serialized("tests/fib", &task).unwrap();
             (
                 postcard::from_bytes::<u64>(&out).unwrap(),
@@ -212,8 +212,11 @@ fn serialized_work_runs_as_a_new_root() {
             )
         })
     });
-    assert_eq!(out, (fib(20), fib(21)));
+    assert_eq!(out, (fib(N), fib(N + 1)));
 }
+
+/// The size of the serialized root's and the local root's work.
+const N: u32 = sized(20, 10);
 
 #[test]
 fn work_submitted_after_the_runtime_is_gone_fails_instead_of_waiting_forever() {
@@ -307,7 +310,7 @@ fn idle_workers_call_the_idle_hook() {
             .expect("hook called");
         remote.clear_idle_hook();
         // The runtime works as before once the hook is gone.
-        assert_eq!(rt.run(Fib(15)).unwrap(), fib(15));
+        assert_eq!(rt.run(Fib(sized(15, 8))).unwrap(), fib(sized(15, 8)));
         calls.load(Ordering::SeqCst)
     });
     assert!(calls >= 1);

@@ -9,8 +9,9 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-/// Every test gives up after this long instead of hanging the suite.
-pub const LIMIT: Duration = Duration::from_secs(60);
+/// Every test gives up after this long instead of hanging the suite (under Miri, which runs
+/// them thousands of times slower, after an hour).
+pub const LIMIT: Duration = Duration::from_secs(if cfg!(miri) { 3600 } else { 60 });
 
 /// Runs `f` on its own thread and returns its result, or fails the test if it takes longer
 /// than [`LIMIT`]. A panic in `f` fails the test with the same message.
@@ -32,6 +33,16 @@ pub fn bounded<R: Send + 'static>(what: &str, f: impl FnOnce() -> R + Send + 'st
             Err(payload) => std::panic::resume_unwind(payload),
             Ok(()) => unreachable!("the thread sends before it ends"),
         },
+    }
+}
+
+/// `normal`, or `small` under Miri, which interprets every operation and checks it against
+/// Rust's rules: the same paths, on problems small enough to finish.
+pub const fn sized(normal: u32, small: u32) -> u32 {
+    if cfg!(miri) {
+        small
+    } else {
+        normal
     }
 }
 

@@ -334,6 +334,10 @@ fn sum_list(
     sum_list_portable(list, range, pos, eps2)
 }
 
+/// [`sum_list_portable`] compiled for AVX.
+///
+/// # Safety
+/// The processor must support AVX (`is_x86_feature_detected!("avx")`).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx")]
 unsafe fn sum_list_avx(

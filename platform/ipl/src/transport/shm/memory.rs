@@ -15,6 +15,33 @@ const SIZE_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::
 pub(crate) struct Mapping {
     ptr: *mut u8,
     len: usize,
+    /// Under Miri, which cannot map a memfd, the tests' two sides share a heap block instead
+    /// (see [`Mapping::private_pair`]); it is freed with the last of them.
+    #[cfg(miri)]
+    heap: Option<std::sync::Arc<HeapBlock>>,
+}
+
+/// Page-aligned zeroed heap memory, freed on drop (Miri only).
+#[cfg(miri)]
+pub(crate) struct HeapBlock {
+    ptr: *mut u8,
+    layout: std::alloc::Layout,
+}
+
+// SAFETY: plain memory reached only through raw pointers (atomics and volatile copies), as a
+// mapping is.
+#[cfg(miri)]
+unsafe impl Send for HeapBlock {}
+// SAFETY: as above.
+#[cfg(miri)]
+unsafe impl Sync for HeapBlock {}
+
+#[cfg(miri)]
+impl Drop for HeapBlock {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `private_pair` with this layout, and freed once.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) };
+    }
 }
 
 // SAFETY: the mapping is plain memory; all access goes through raw pointers into it (atomics
@@ -94,7 +121,26 @@ impl Mapping {
         Ok(Mapping {
             ptr: ptr.cast(),
             len,
+            #[cfg(miri)]
+            heap: None,
         })
+    }
+
+    /// Two views of `len` bytes of zeroed memory shared by the two sides of a test, for Miri,
+    /// which cannot map a memfd: the same layout and alignment, on the heap.
+    #[cfg(miri)]
+    pub(crate) fn private_pair(len: usize) -> (Mapping, Mapping) {
+        let layout = std::alloc::Layout::from_size_align(len, 4096).expect("a page-aligned layout");
+        // SAFETY: the layout's size is not zero (rings are at least a page).
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        assert!(!ptr.is_null(), "out of memory");
+        let heap = std::sync::Arc::new(HeapBlock { ptr, layout });
+        let view = || Mapping {
+            ptr,
+            len,
+            heap: Some(heap.clone()),
+        };
+        (view(), view())
     }
 
     /// The start of the mapping (page-aligned).
@@ -110,6 +156,10 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        #[cfg(miri)]
+        if self.heap.is_some() {
+            return;
+        }
         // SAFETY: unmaps exactly the region `map` mapped; nothing refers to it any more (the
         // atomics and pointers handed out borrow `self`).
         unsafe {

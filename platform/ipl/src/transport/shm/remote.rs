@@ -8,6 +8,7 @@
 //! reading a random probe the peer announced at an address it announced.
 
 use std::io;
+#[cfg(not(miri))]
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::OnceLock;
 

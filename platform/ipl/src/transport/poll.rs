@@ -16,7 +16,7 @@ pub(crate) fn entry(fd: i32, events: i16) -> libc::pollfd {
 /// arriving packet while the waiter is spinning instead of waiting.
 #[cfg(not(miri))]
 pub(crate) fn wait(fds: &mut [libc::pollfd], d: Duration) -> std::io::Result<usize> {
-    let ms = d.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+    let ms = timeout_ms(d);
     // SAFETY: `fds` is a valid array of pollfd of the given length for the duration of the call.
     let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
     if r < 0 {
@@ -65,7 +65,7 @@ pub(crate) fn wait(fds: &mut [libc::pollfd], d: Duration) -> std::io::Result<usi
         unsafe { libc::epoll_ctl(raw, libc::EPOLL_CTL_ADD, f.fd, &mut ev) };
     }
     let mut out = vec![libc::epoll_event { events: 0, u64: 0 }; fds.len().max(1)];
-    let ms = d.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+    let ms = timeout_ms(d);
     // SAFETY: `out` has room for `out.len()` events.
     let n = unsafe { libc::epoll_wait(raw, out.as_mut_ptr(), out.len() as i32, ms) };
     if n < 0 {
@@ -88,6 +88,12 @@ pub(crate) fn wait(fds: &mut [libc::pollfd], d: Duration) -> std::io::Result<usi
         ready += usize::from(f.revents != 0);
     }
     Ok(ready)
+}
+
+/// `d` in whole milliseconds, rounded up (a wait never ends early), at most what poll(2) and
+/// epoll_wait(2) take.
+fn timeout_ms(d: Duration) -> i32 {
+    d.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
 }
 
 /// Waits until `fd` is ready for `events` or `d` passes.

@@ -318,6 +318,24 @@ impl MpiSink {
         len
     }
 
+    /// Sends `header` and `parts` as one message on the data tag with a blocking send from
+    /// the sink's own buffer: at most [`EAGER_FRAME`] bytes, within the eager limit, so the
+    /// send returns once MPI has copied them.
+    fn send_eager(&mut self, header: &[u8], parts: &[&[u8]]) -> io::Result<()> {
+        self.eager.clear();
+        self.eager.extend_from_slice(header);
+        for p in parts {
+            self.eager.extend_from_slice(p);
+        }
+        let live = self.world.live.read_recursive();
+        if !*live {
+            return Err(closed());
+        }
+        raw::send(self.dest, self.tag, &self.eager)?;
+        self.sent += self.eager.len() as u64;
+        Ok(())
+    }
+
     fn write_frame(&mut self, frame: &Frame<'_>, offset: u64) -> io::Result<u64> {
         self.check_receiver()?;
         self.outbox.reap(&self.world)?;
@@ -325,17 +343,7 @@ impl MpiSink {
             // A new frame (one given up on in the middle is forgotten).
             self.frame = Progress::default();
             if frame.len <= EAGER_FRAME && self.room(frame.len)? {
-                self.eager.clear();
-                self.eager.extend_from_slice(&frame.header);
-                for p in frame.parts {
-                    self.eager.extend_from_slice(p);
-                }
-                let live = self.world.live.read_recursive();
-                if !*live {
-                    return Err(closed());
-                }
-                raw::send(self.dest, self.tag, &self.eager)?;
-                self.sent += frame.len;
+                self.send_eager(&frame.header, frame.parts)?;
                 return Ok(frame.len);
             }
             if frame.len <= SMALL_FRAME {
@@ -365,20 +373,7 @@ impl MpiSink {
             if !self.room(first as u64)? {
                 return Ok(0);
             }
-            self.eager.clear();
-            self.eager.extend_from_slice(&frame.header);
-            for p in &frame.parts[..part] {
-                self.eager.extend_from_slice(p);
-            }
-            {
-                let live = self.world.live.read_recursive();
-                if !*live {
-                    return Err(closed());
-                }
-                // Within the eager limit: returns once MPI has copied it (see `EAGER_FRAME`).
-                raw::send(self.dest, self.tag, &self.eager)?;
-            }
-            self.sent += first as u64;
+            self.send_eager(&frame.header, &frame.parts[..part])?;
             self.frame = Progress {
                 posted: first as u64,
                 part,

@@ -321,3 +321,23 @@ fn payloads_up_to_256_kib_travel_whole_on_shared_memory_and_as_bulk_over_tcp() {
         }
     }
 }
+
+#[test]
+fn all_gather_slice_puts_every_block_in_pid_order_whatever_its_length() {
+    // Empty slices, one number each, and a length that is no power of two, on machines whose
+    // last round of Bruck's concatenation receives fewer blocks than the ones before (3, 5).
+    for (net, p) in SHAPES {
+        for n in [0usize, 1, 7] {
+            run(net, p, move |bsp| {
+                let me = bsp.pid();
+                let mine: Vec<u32> = (0..n).map(|j| (me * 100 + j) as u32).collect();
+                let all = bsp.all_gather_slice(&mine)?;
+                let want: Vec<u32> = (0..p)
+                    .flat_map(|i| (0..n).map(move |j| (i * 100 + j) as u32))
+                    .collect();
+                assert_eq!(all, want, "pid {me} of {p}, {n} each");
+                Ok(())
+            });
+        }
+    }
+}

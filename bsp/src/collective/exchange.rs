@@ -217,25 +217,72 @@ impl Bsp {
     pub fn all_gather_slice<T: Number>(&mut self, values: &[T]) -> Result<Vec<T>> {
         let (p, me, n) = (self.nprocs, self.pid, values.len());
         let call = self.begin(op::ALL_GATHER, type_sig::<[T]>(n as u64));
-        // Bruck's concatenation on numbers: every process converts what it receives to its
-        // own byte order, so the values it passes on are all in one order, and are written
-        // straight from (and read straight into) the growing result.
-        let mut held: Vec<T> = Vec::with_capacity(n * p);
-        held.extend_from_slice(values);
+        // Bruck's concatenation on numbers: block k of the rounds is the values of pid
+        // (me + k) % p. Every process converts what it receives to its own byte order, so the
+        // values it passes on are all in one order, and are written straight from the blocks
+        // held. The last round's blocks go straight to their places in the result, in pid
+        // order, instead of being appended and the whole rotated.
+        let mut held: Vec<T> = Vec::new();
         let mut dist = 1;
         let mut round = 0;
         while dist < p {
             let m = dist.min(p - dist);
             let (to, from) = ((me + p - dist) % p, (me + dist) % p);
-            self.send_numbers(&call, to, round, &held[..m * n])?;
+            // Until a round has received, the only block held is this process's own.
+            let blocks = if dist == 1 { values } else { &held[..] };
+            self.send_numbers(&call, to, round, &blocks[..m * n])?;
             let msg = self.recv_msg(&call, from, round)?;
+            if dist + m == p {
+                return in_pid_order(blocks, msg.payload(), msg.swapped(), n, p, me)
+                    .map_err(|why| self.payload_error(&call, from, why));
+            }
+            if dist == 1 {
+                held.reserve_exact(n * p.next_power_of_two() / 2);
+                held.extend_from_slice(values);
+            }
             extend_numbers(&mut held, msg.payload(), msg.swapped(), m * n)
                 .map_err(|why| self.payload_error(&call, from, why))?;
             dist <<= 1;
             round += 1;
         }
-        // held starts with this process's values: rotate pid 0's to the front.
-        held.rotate_right(me * n);
-        Ok(held)
+        Ok(values.to_vec())
     }
+}
+
+/// The result of Bruck's concatenation in pid order, from the last round: `held`, the blocks
+/// 0 to d - 1 this process had, and `payload`, the blocks d to p - 1 it received (`n` numbers
+/// each, block k being pid (me + k) % p's).
+fn in_pid_order<T: Number>(
+    held: &[T],
+    payload: &[u8],
+    swapped: bool,
+    n: usize,
+    p: usize,
+    me: usize,
+) -> std::result::Result<Vec<T>, String> {
+    let d = held.len() / n.max(1);
+    let size = std::mem::size_of::<T>();
+    let block = n * size;
+    let received = if n == 0 { 0 } else { p - d };
+    if payload.len() != received * block {
+        return Err(format!(
+            "{} bytes for {} {}",
+            payload.len(),
+            received * n,
+            T::NAME
+        ));
+    }
+    let mut out = Vec::with_capacity(n * p);
+    // Pid 0 is block p - me: blocks p - me to p - 1 come first, then 0 to p - me - 1.
+    let first = (p - me) % p;
+    for (a, b) in [(first, p), (0, first)] {
+        if a < d.min(b) {
+            out.extend_from_slice(&held[a * n..d.min(b) * n]);
+        }
+        if b > d.max(a) {
+            let from = (d.max(a) - d) * block;
+            crate::number::extend_from_bytes(&mut out, &payload[from..(b - d) * block], swapped);
+        }
+    }
+    Ok(out)
 }

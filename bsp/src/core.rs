@@ -12,6 +12,7 @@ use crate::wire::Header;
 use parking_lot::{Mutex, MutexGuard};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use std::cell::Cell;
 use std::sync::Arc;
 
 /// Operation codes carried by round messages, so that processes calling different operations
@@ -106,6 +107,10 @@ pub struct Bsp {
     pub(crate) nprocs: usize,
     pub(crate) superstep: u64,
     pub(crate) seq: u64,
+    /// An operation begun (see [`begin_op`](Bsp::begin_op)) that the connections have not been
+    /// told of yet: they are told under the first lock the operation takes to send or receive,
+    /// instead of under a lock of its own.
+    unstarted: Cell<Option<u64>>,
     pub(crate) out: Vec<Outbox>,
     /// Bytes buffered for other processes in this superstep.
     buffered: usize,
@@ -202,6 +207,7 @@ impl Bsp {
             nprocs: p,
             superstep: 0,
             seq: 0,
+            unstarted: Cell::new(None),
             out: (0..p).map(|_| Outbox::default()).collect(),
             buffered: 0,
             via_control: vec![0; p],
@@ -219,6 +225,17 @@ impl Bsp {
     /// The connections, locked for one call.
     pub(crate) fn net(&self) -> MutexGuard<'_, Net> {
         self.net.lock()
+    }
+
+    /// The connections, locked for a step of the operation in progress: tells them first of
+    /// the operation's start, if it was not told yet (see [`begin_op`](Bsp::begin_op)).
+    #[inline(always)]
+    fn net_for_op(&self) -> MutexGuard<'_, Net> {
+        let mut net = self.net.lock();
+        if let Some(seq) = self.unstarted.take() {
+            net.started(self.comm, seq);
+        }
+        net
     }
 
     /// The connections, shared, for a new handle.
@@ -241,10 +258,14 @@ impl Bsp {
     ) -> Result<()> {
         hdr.comm = self.comm;
         let Some(trace) = &self.trace else {
-            return self.net().send_round(self.members[d], hdr, payload, ctx);
+            return self
+                .net_for_op()
+                .send_round(self.members[d], hdr, payload, ctx);
         };
         let since = std::time::Instant::now();
-        let sent = self.net().send_round(self.members[d], hdr, payload, ctx);
+        let sent = self
+            .net_for_op()
+            .send_round(self.members[d], hdr, payload, ctx);
         trace.round(since);
         sent
     }
@@ -265,7 +286,7 @@ impl Bsp {
         // The connections are taken for one step at a time, so that handles of this process
         // on other threads get their turn.
         let received = loop {
-            match self.net().recv_round_step(&mut wait, ctx) {
+            match self.net_for_op().recv_round_step(&mut wait, ctx) {
                 Ok(Some(m)) => break Ok(m),
                 Ok(None) => {}
                 Err(e) => break Err(e),
@@ -322,6 +343,19 @@ impl Bsp {
     pub(crate) fn next_seq(&mut self, op: u8) -> (u64, Ctx) {
         let (seq, ctx) = self.take_seq(op);
         self.net().started(self.comm, seq);
+        (seq, ctx)
+    }
+
+    /// The next sequence number and its context for an operation all of whose sends and
+    /// receives go through [`send_round`](Bsp::send_round) and
+    /// [`recv_round`](Bsp::recv_round): the connections learn of its start under the first
+    /// lock those take, which saves a lock per operation. An operation that took none (a group
+    /// of one) is told of now, before the next one starts, so that they never lag behind.
+    pub(crate) fn begin_op(&mut self, op: u8) -> (u64, Ctx) {
+        let (seq, ctx) = self.take_seq(op);
+        if self.unstarted.replace(Some(seq)).is_some() {
+            drop(self.net_for_op());
+        }
         (seq, ctx)
     }
 

@@ -190,7 +190,7 @@ impl Bsp {
 
     /// Starts collective `op` with signature `sig`.
     pub(crate) fn begin(&mut self, op: u8, sig: u64) -> Call {
-        let (seq, ctx) = self.next_seq(op);
+        let (seq, ctx) = self.begin_op(op);
         tracing::trace!(pid = self.pid, seq, comm = self.comm, "{}", op::name(op));
         Call { seq, op, sig, ctx }
     }

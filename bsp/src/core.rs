@@ -125,6 +125,8 @@ pub struct Bsp {
     pub(crate) instance: u64,
     /// Packets sent since the process's counters were last updated.
     packets: u64,
+    /// Supersteps completed since the process's counters were last updated.
+    supersteps_uncounted: u64,
     /// What a traced run records of this handle's supersteps.
     pub(crate) trace: Option<Box<StepTrace>>,
 }
@@ -141,8 +143,12 @@ impl std::fmt::Debug for Bsp {
 
 impl Drop for Bsp {
     fn drop(&mut self) {
+        let mut net = self.net.lock();
+        // What this handle counted and did not pass on yet stays in the process's counters.
+        net.stats.packets_sent += self.packets;
+        net.stats.supersteps += self.supersteps_uncounted;
         if self.comm != 0 {
-            self.net().leave_comm(self.comm);
+            net.leave_comm(self.comm);
         }
     }
 }
@@ -218,6 +224,7 @@ impl Bsp {
             gets: Vec::new(),
             instance: INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             packets: 0,
+            supersteps_uncounted: 0,
             trace: StepTrace::new(),
         }
     }
@@ -328,6 +335,7 @@ impl Bsp {
     pub fn stats(&self) -> Stats {
         let mut s = self.net().stats.clone();
         s.packets_sent += self.packets;
+        s.supersteps += self.supersteps_uncounted;
         s
     }
 
@@ -526,6 +534,7 @@ impl Bsp {
         let mut guard = self.net.lock();
         guard.started(self.comm, seq);
         guard.stats.packets_sent += std::mem::take(&mut self.packets);
+        guard.stats.supersteps += std::mem::take(&mut self.supersteps_uncounted);
         for d in 0..self.nprocs {
             if d == self.pid || self.out[d].is_empty() {
                 continue;
@@ -548,7 +557,6 @@ impl Bsp {
             self.out[d].clear();
         }
         self.buffered = 0;
-        drop(guard);
         if let Some(t) = &mut traced {
             t.sent = Some(std::time::Instant::now());
         }
@@ -563,17 +571,36 @@ impl Bsp {
                 .zip(&mut self.via_data)
                 .map(|(c, d)| (u64::from(std::mem::take(c)) << 32) | u64::from(std::mem::take(d))),
         );
-        let total = self.reduce_counts(seq, &ctx, counts)?;
+        // The reduction's first message, when this process's first step sends, goes under the
+        // lock taken for the data: one lock fewer per superstep.
+        let first = self.butterfly_first_send();
+        if let Some((to, round)) = first {
+            let mut hdr = Self::round_header(
+                seq,
+                op::SYNC,
+                counts_sig(self.nprocs),
+                round,
+                crate::wire::native_flag(),
+            );
+            hdr.comm = self.comm;
+            guard.send_round(self.members[to], hdr, bytemuck::cast_slice(&counts), &ctx)?;
+        }
+        drop(guard);
+        let total = self.reduce_counts(seq, &ctx, counts, first.is_some())?;
         let mine = total[self.pid];
         // The vector of sums serves the next sync's counts.
         self.counts = total;
-        let mut wait = StepWait::new(self.comm, s, (mine >> 32) as u32, mine as u32);
-        let mut parts = loop {
-            let mut net = self.net();
-            if let Some(parts) = net.superstep_step(&mut wait, &ctx)? {
-                // Counted under the lock taken anyway.
-                net.stats.supersteps += 1;
-                break parts;
+        // Counted at the next lock taken anyway (the next sync's), and by `stats` meanwhile.
+        self.supersteps_uncounted += 1;
+        let mut parts = if mine == 0 {
+            // Nothing is on its way here: no look at the mailbox, and no lock.
+            Vec::new()
+        } else {
+            let mut wait = StepWait::new(self.comm, s, (mine >> 32) as u32, mine as u32);
+            loop {
+                if let Some(parts) = self.net().superstep_step(&mut wait, &ctx)? {
+                    break parts;
+                }
             }
         };
         for part in &mut parts {
@@ -641,18 +668,30 @@ impl Bsp {
     }
 
     /// The barrier of `sync`: a rank-ordered all-reduce of the per-destination message counts.
-    fn reduce_counts(&mut self, seq: u64, ctx: &Ctx, counts: Vec<u64>) -> Result<Vec<u64>> {
+    /// `sent_first`: the reduction's first message has been sent (see `sync`).
+    fn reduce_counts(
+        &mut self,
+        seq: u64,
+        ctx: &Ctx,
+        counts: Vec<u64>,
+        sent_first: bool,
+    ) -> Result<Vec<u64>> {
         let p = self.nprocs;
         let call = crate::collective::Call {
             seq,
             op: op::SYNC,
-            sig: p as u64,
+            sig: counts_sig(p),
             ctx: *ctx,
         };
         let counts_sum = crate::collective::Numbers {
             op: crate::Op::Sum,
             n: p,
         };
-        self.butterfly(&call, counts, &counts_sum)
+        self.butterfly(&call, counts, &counts_sum, sent_first)
     }
+}
+
+/// The signature of a sync's reduction of message counts among `p` processes.
+const fn counts_sig(p: usize) -> u64 {
+    p as u64
 }

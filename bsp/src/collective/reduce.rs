@@ -354,18 +354,22 @@ impl Bsp {
         call: &Call,
         mine: R::V,
         red: &R,
+        sent_first: bool,
     ) -> Result<R::V> {
         let (p, r) = (self.nprocs, self.pid);
         if p == 1 {
             return Ok(mine);
         }
+        debug_assert!(!sent_first || self.butterfly_first_send().is_some());
         let f = Folded::new(p);
         let rounds = f.pof2.trailing_zeros();
         let mut buf = Vec::new();
         let mut v = mine;
         if r < 2 * f.rem {
             if r % 2 == 0 {
-                self.send_reduced(call, r + 1, 0, red, &v, &mut buf)?;
+                if !sent_first {
+                    self.send_reduced(call, r + 1, 0, red, &v, &mut buf)?;
+                }
             } else {
                 v = self.absorb(call, r - 1, 0, red, v, true)?;
             }
@@ -374,7 +378,11 @@ impl Bsp {
             for k in 0..rounds {
                 let pn = nr ^ (1 << k);
                 let peer = f.pid(pn);
-                self.send_reduced(call, peer, k + 1, red, &v, &mut buf)?;
+                // A participant's first round is its first step only if it has no partner
+                // to hear from before.
+                if !(sent_first && k == 0 && r >= 2 * f.rem) {
+                    self.send_reduced(call, peer, k + 1, red, &v, &mut buf)?;
+                }
                 v = self.absorb(call, peer, k + 1, red, v, pn < nr)?;
             }
         }
@@ -388,6 +396,23 @@ impl Bsp {
         Ok(v)
     }
 
+    /// Where this process's first message of [`butterfly`](Bsp::butterfly) goes, as (pid,
+    /// round), when its first step sends its own value unchanged rather than receives: a
+    /// caller may send that message itself (with [`Reduction::wire`] of the value) and then
+    /// call `butterfly` with `sent_first`.
+    pub(crate) fn butterfly_first_send(&self) -> Option<(usize, u32)> {
+        let (p, r) = (self.nprocs, self.pid);
+        if p == 1 {
+            return None;
+        }
+        let f = Folded::new(p);
+        if r < 2 * f.rem {
+            return (r % 2 == 0).then_some((r + 1, 0));
+        }
+        let nr = f.rank(r)?;
+        Some((f.pid(nr ^ 1), 1))
+    }
+
     /// Combines one number from every process with `op` and returns the result on every
     /// process: `let m: f64 = bsp.all_reduce(local_max, bsp::Op::Max)?;`.
     ///
@@ -396,7 +421,7 @@ impl Bsp {
     /// superstep.
     pub fn all_reduce<T: Number>(&mut self, value: T, op: Op<T>) -> Result<T> {
         let call = self.begin(op::ALL_REDUCE, number_sig(&op, 1));
-        self.butterfly(&call, value, &One(op))
+        self.butterfly(&call, value, &One(op), false)
     }
 
     /// Element-wise [`all_reduce`](Bsp::all_reduce) of a slice, in place. Every process must
@@ -468,7 +493,7 @@ impl Bsp {
         F: Fn(T, T) -> T,
     {
         let call = self.begin(op::ALL_REDUCE_WITH, type_sig::<T>(0));
-        self.butterfly(&call, value, &With::new(f))
+        self.butterfly(&call, value, &With::new(f), false)
     }
 
     /// Reduction to `root` along the binomial tree over pids (see the module documentation):

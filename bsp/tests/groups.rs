@@ -155,3 +155,27 @@ fn a_group_on_another_thread_runs_beside_the_machine() {
         });
     }
 }
+
+#[test]
+fn supersteps_and_packets_of_a_dropped_group_stay_in_the_process_counters() {
+    let stats = run(Net::Local, 4, |bsp| {
+        let me = bsp.pid();
+        {
+            let mut g = bsp.split(me % 2, me)?;
+            for _ in 0..3 {
+                g.send(1 - g.pid(), &7u8)?;
+                g.sync()?;
+            }
+            // Counted in this handle's view, through the process's counters and its own.
+            assert_eq!(g.stats().supersteps, 3);
+            // A packet and no sync after it: still counted once the handle is gone.
+            g.send(1 - g.pid(), &7u8)?;
+        }
+        bsp.sync()?;
+        Ok(bsp.stats())
+    });
+    for s in stats {
+        assert_eq!(s.supersteps, 4, "3 of the group and 1 of the machine");
+        assert_eq!(s.packets_sent, 4);
+    }
+}

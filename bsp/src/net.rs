@@ -21,7 +21,7 @@ use crate::inbox::InPart;
 use crate::number::read_vec;
 use crate::options::Options;
 use crate::wire::{self, Header, FLAG_NOTICE, HEADER_LEN, KIND_BULK, KIND_DATA, KIND_ROUND};
-use ipl::{Departure, Ibis, Lane, Link, Mesh, MeshError, NodeId, ReadMessage};
+use ipl::{Departure, Ibis, Lane, Link, Mesh, MeshError, NodeId, ReadMessage, WriteMessage};
 use parking_lot::{Condvar, Mutex};
 // The maps here are looked up a few times per superstep and collective round, with keys of a
 // few integers from members of the pool, who proved the pool's secret: a fast hash rather
@@ -264,6 +264,36 @@ impl Spare {
                 spare.push(v);
             }
         }
+    }
+}
+
+/// Writes a round message: its header (kind [`KIND_ROUND`]) and the payload carried inline,
+/// one byte buffer.
+fn write_round(w: &mut WriteMessage<'_>, hdr: &Header, inline: &[u8]) {
+    w.write_bytes_from(HEADER_LEN + inline.len(), |b| {
+        b.extend_from_slice(&hdr.to_bytes());
+        b.extend_from_slice(inline);
+    });
+}
+
+/// Writes a bulk payload on the data connection: `head`, its header's bytes (kind
+/// [`KIND_BULK`]), then the payload.
+fn write_bulk<'a>(w: &mut WriteMessage<'a>, head: &'a [u8], payload: &'a [u8]) {
+    w.write_bytes(head);
+    w.write_bytes(payload);
+}
+
+/// Writes a data message of a superstep: the header (kind [`KIND_DATA`]) and the slices' number
+/// codes in one byte buffer, then the packets, the puts and gets, and the slices.
+fn write_data<'a>(w: &mut WriteMessage<'a>, hdr: &Header, ob: &'a crate::outbox::Outbox) {
+    w.write_bytes_from(HEADER_LEN + ob.slices.len(), |b| {
+        b.extend_from_slice(&hdr.to_bytes());
+        b.extend(ob.slices.iter().map(|s| s.code()));
+    });
+    w.write_bytes(&ob.packets);
+    w.write_bytes(&ob.drma);
+    for s in &ob.slices {
+        s.write_to(w);
     }
 }
 
@@ -737,10 +767,7 @@ impl Net {
         let inline: &[u8] = if small { payload } else { &[] };
         let sent = self.link(d, Lane::Control, ctx).map(|port| {
             let mut w = port.message();
-            w.write_bytes_from(HEADER_LEN + inline.len(), |b| {
-                b.extend_from_slice(&hdr.to_bytes());
-                b.extend_from_slice(inline);
-            });
+            write_round(&mut w, &hdr, inline);
             w.finish()
         });
         if let Err(e) = sent? {
@@ -759,8 +786,7 @@ impl Net {
         .to_bytes();
         let port = self.link(d, Lane::Data, ctx)?;
         let mut w = port.message();
-        w.write_bytes(&head);
-        w.write_bytes(payload);
+        write_bulk(&mut w, &head, payload);
         if let Err(e) = w.finish() {
             return Err(self.send_error(d, ctx, format!("sending to pid {d}"), e));
         }
@@ -802,15 +828,7 @@ impl Net {
         };
         let port = self.link(d, lane, ctx)?;
         let mut w = port.message();
-        w.write_bytes_from(head_len, |b| {
-            b.extend_from_slice(&hdr.to_bytes());
-            b.extend(ob.slices.iter().map(|s| s.code()));
-        });
-        w.write_bytes(&ob.packets);
-        w.write_bytes(&ob.drma);
-        for s in &ob.slices {
-            s.write_to(&mut w);
-        }
+        write_data(&mut w, &hdr, ob);
         if let Err(e) = w.finish() {
             return Err(self.send_error(d, ctx, format!("sending data to pid {d}"), e));
         }
@@ -1173,5 +1191,126 @@ fn mesh_error(pid: usize, superstep: u64, what: &str, during: &str, e: MeshError
             source,
         },
         e => Error::Config(format!("pid {pid}: {what}: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inbox::Incoming;
+    use crate::outbox::Outbox;
+
+    /// One message of each kind a peer sends, as the bytes of an ipl message.
+    fn valid_messages() -> Vec<Vec<u8>> {
+        let header = |kind, aux| Header {
+            kind,
+            flags: wire::native_flag(),
+            op: op::ALL_REDUCE,
+            round: 1,
+            epoch: 5,
+            aux,
+            comm: 0,
+        };
+        let mut round = WriteMessage::detached();
+        write_round(&mut round, &header(KIND_ROUND, 2), &[7u8; 16]);
+        let head = header(KIND_BULK, 2).to_bytes();
+        let payload = [9u8; 40];
+        let mut bulk = WriteMessage::detached();
+        write_bulk(&mut bulk, &head, &payload);
+        let mut ob = Outbox::default();
+        ob.push_packet("u64", &77u64).expect("encodes");
+        ob.push_packet("alloc::string::String", "text")
+            .expect("encodes");
+        ob.push_slice(&[1.5f64, 2.5]);
+        ob.push_put(0, 1, &[3u32]);
+        ob.push_get(0, 4, 0, 2);
+        let mut data = WriteMessage::detached();
+        write_data(&mut data, &header(KIND_DATA, ob.packets.len() as u64), &ob);
+        [round, bulk, data]
+            .into_iter()
+            .map(|m| m.into_bytes().expect("a detached message"))
+            .collect()
+    }
+
+    /// Parses `bytes` as a message from pid 1 and reads whatever it yields to its end; an error
+    /// anywhere is fine, a panic is not.
+    fn parse_and_read(bytes: Vec<u8>, spare: &Arc<Spare>) -> bool {
+        let mut m = ReadMessage::from_bytes(bytes, false);
+        match parse(&mut m, 1, spare) {
+            Ok(Parsed::Data { part, .. }) => {
+                let mut incoming = Incoming::new(0, 5, vec![part]);
+                for _ in 0..16 {
+                    match incoming.peek() {
+                        Ok(Some(_)) => {
+                            let read = match incoming.next_is::<u64>() {
+                                Ok(true) => incoming.recv::<u64>().map(|_| ()),
+                                Ok(false) => incoming.recv_slice::<f64>().map(|_| ()),
+                                Err(e) => Err(e),
+                            };
+                            if read.is_err() {
+                                break;
+                            }
+                        }
+                        _ => break,
+                    }
+                }
+                true
+            }
+            Ok(Parsed::Round(_, msg) | Parsed::Bulk(_, msg)) => {
+                let _ = (msg.payload().len(), msg.swapped());
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// A peer's message, cut short anywhere or with any byte changed, and random bytes with or
+    /// without a valid header in front: every one is parsed to a value or an error, never a
+    /// panic, and the untouched messages parse.
+    #[test]
+    fn damaged_and_random_messages_are_errors_not_panics() {
+        let spare = Arc::new(Spare::new(1 << 20));
+        let valid = valid_messages();
+        for v in &valid {
+            assert!(
+                parse_and_read(v.clone(), &spare),
+                "an intact message parses"
+            );
+            for len in 0..v.len() {
+                parse_and_read(v[..len].to_vec(), &spare);
+            }
+            for i in 0..v.len() {
+                for b in [
+                    0u8,
+                    0xff,
+                    v[i] ^ 0x80,
+                    v[i].wrapping_add(1),
+                    v[i].wrapping_sub(1),
+                ] {
+                    let mut w = v.clone();
+                    w[i] = b;
+                    parse_and_read(w, &spare);
+                }
+            }
+        }
+        // xorshift: the same bytes on every run.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for i in 0..3000 {
+            let len = (next() % 160) as usize;
+            let mut bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            if i % 2 == 1 {
+                // Behind the first bytes of a valid message, so that decoding gets further.
+                let v = &valid[i % valid.len()];
+                let keep = (next() as usize) % v.len();
+                bytes.splice(0..0, v[..keep].iter().copied());
+            }
+            parse_and_read(bytes, &spare);
+        }
     }
 }

@@ -590,8 +590,6 @@ impl Bsp {
         let mine = total[self.pid];
         // The vector of sums serves the next sync's counts.
         self.counts = total;
-        // Counted at the next lock taken anyway (the next sync's), and by `stats` meanwhile.
-        self.supersteps_uncounted += 1;
         let mut parts = if mine == 0 {
             // Nothing is on its way here: no look at the mailbox, and no lock.
             Vec::new()
@@ -603,6 +601,8 @@ impl Bsp {
                 }
             }
         };
+        // Counted at the next lock taken anyway (the next sync's), and by `stats` meanwhile.
+        self.supersteps_uncounted += 1;
         for part in &mut parts {
             match self.pid_of.get(part.src).copied() {
                 Some(p) if p != u32::MAX => part.src = p as usize,

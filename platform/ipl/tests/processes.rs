@@ -31,6 +31,27 @@ fn child_process_entry() {
         let me = ibis.id().rank();
         if ibis.pool().size().is_none() {
             println!("joined as rank {me}");
+            // Stays until the first launch's ranks have gone, which they do once they have
+            // seen both joiners: a joiner that left at once could be gone before one of them
+            // looked (neither among its members nor in its events since it subscribed).
+            let until = Instant::now() + Duration::from_secs(60);
+            let mut first: std::collections::BTreeSet<u32> = ibis
+                .pool()
+                .members()
+                .iter()
+                .map(|n| n.rank())
+                .filter(|&r| r < 2)
+                .collect();
+            while !first.is_empty() {
+                match events.recv_deadline(until) {
+                    Ok(PoolEvent::Left(n) | PoolEvent::Died(n)) => {
+                        first.remove(&n.rank());
+                    }
+                    Ok(_) => continue,
+                    // The end of the wait or of the pool's registry ends it too.
+                    Err(_) => break,
+                }
+            }
             return;
         }
         // The joiners may be in before this node subscribed: the members it knows after

@@ -259,22 +259,30 @@ impl Bsp {
     pub(crate) fn send_round(
         &self,
         d: usize,
+        hdr: Header,
+        payload: &[u8],
+        ctx: &Ctx,
+    ) -> Result<()> {
+        let Some(trace) = &self.trace else {
+            return self.send_round_on(&mut self.net_for_op(), d, hdr, payload, ctx);
+        };
+        let since = std::time::Instant::now();
+        let sent = self.send_round_on(&mut self.net_for_op(), d, hdr, payload, ctx);
+        trace.round(since);
+        sent
+    }
+
+    /// [`send_round`](Bsp::send_round) on the connections `net` holds locked.
+    pub(crate) fn send_round_on(
+        &self,
+        net: &mut Net,
+        d: usize,
         mut hdr: Header,
         payload: &[u8],
         ctx: &Ctx,
     ) -> Result<()> {
         hdr.comm = self.comm;
-        let Some(trace) = &self.trace else {
-            return self
-                .net_for_op()
-                .send_round(self.members[d], hdr, payload, ctx);
-        };
-        let since = std::time::Instant::now();
-        let sent = self
-            .net_for_op()
-            .send_round(self.members[d], hdr, payload, ctx);
-        trace.round(since);
-        sent
+        net.send_round(self.members[d], hdr, payload, ctx)
     }
 
     /// Receives a round message of this group's operation from pid `src`.
@@ -348,12 +356,6 @@ impl Bsp {
         }
     }
 
-    pub(crate) fn next_seq(&mut self, op: u8) -> (u64, Ctx) {
-        let (seq, ctx) = self.take_seq(op);
-        self.net().started(self.comm, seq);
-        (seq, ctx)
-    }
-
     /// The next sequence number and its context for an operation all of whose sends and
     /// receives go through [`send_round`](Bsp::send_round) and
     /// [`recv_round`](Bsp::recv_round): the connections learn of its start under the first
@@ -367,9 +369,9 @@ impl Bsp {
         (seq, ctx)
     }
 
-    /// The next sequence number and its context, as [`next_seq`](Bsp::next_seq) gives them,
-    /// without telling the connections: for a caller that holds their lock and tells them
-    /// itself (`Net::started`).
+    /// The next sequence number and its context, without telling the connections: for a
+    /// caller that holds their lock and tells them itself (`Net::started`), or leaves that to
+    /// [`begin_op`](Bsp::begin_op).
     fn take_seq(&mut self, op: u8) -> (u64, Ctx) {
         let seq = self.seq;
         self.seq += 1;
@@ -571,22 +573,23 @@ impl Bsp {
                 .zip(&mut self.via_data)
                 .map(|(c, d)| (u64::from(std::mem::take(c)) << 32) | u64::from(std::mem::take(d))),
         );
-        // The reduction's first message, when this process's first step sends, goes under the
-        // lock taken for the data: one lock fewer per superstep.
-        let first = self.butterfly_first_send();
-        if let Some((to, round)) = first {
-            let mut hdr = Self::round_header(
-                seq,
-                op::SYNC,
-                counts_sig(self.nprocs),
-                round,
-                crate::wire::native_flag(),
-            );
-            hdr.comm = self.comm;
-            guard.send_round(self.members[to], hdr, bytemuck::cast_slice(&counts), &ctx)?;
-        }
+        // The barrier: a rank-ordered all-reduce of the per-destination message counts. Its
+        // first message, when this process's first step sends, goes under the lock taken for
+        // the data: one lock fewer per superstep.
+        let p = self.nprocs;
+        let call = crate::collective::Call {
+            seq,
+            op: op::SYNC,
+            sig: p as u64,
+            ctx,
+        };
+        let counts_sum = crate::collective::Numbers {
+            op: crate::Op::Sum,
+            n: p,
+        };
+        let sent_first = self.butterfly_send_first(&mut guard, &call, &counts, &counts_sum)?;
         drop(guard);
-        let total = self.reduce_counts(seq, &ctx, counts, first.is_some())?;
+        let total = self.butterfly(&call, counts, &counts_sum, sent_first)?;
         let mine = total[self.pid];
         // The vector of sums serves the next sync's counts.
         self.counts = total;
@@ -666,32 +669,4 @@ impl Bsp {
         t.packets = self.packets;
         Some(t)
     }
-
-    /// The barrier of `sync`: a rank-ordered all-reduce of the per-destination message counts.
-    /// `sent_first`: the reduction's first message has been sent (see `sync`).
-    fn reduce_counts(
-        &mut self,
-        seq: u64,
-        ctx: &Ctx,
-        counts: Vec<u64>,
-        sent_first: bool,
-    ) -> Result<Vec<u64>> {
-        let p = self.nprocs;
-        let call = crate::collective::Call {
-            seq,
-            op: op::SYNC,
-            sig: counts_sig(p),
-            ctx: *ctx,
-        };
-        let counts_sum = crate::collective::Numbers {
-            op: crate::Op::Sum,
-            n: p,
-        };
-        self.butterfly(&call, counts, &counts_sum, sent_first)
-    }
-}
-
-/// The signature of a sync's reduction of message counts among `p` processes.
-const fn counts_sig(p: usize) -> u64 {
-    p as u64
 }

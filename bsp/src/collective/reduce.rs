@@ -30,6 +30,7 @@
 use super::{numbers_from, type_sig, Call};
 use crate::core::{op, Bsp};
 use crate::error::Result;
+use crate::net::Net;
 use crate::number::{Number, Op};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -397,10 +398,8 @@ impl Bsp {
     }
 
     /// Where this process's first message of [`butterfly`](Bsp::butterfly) goes, as (pid,
-    /// round), when its first step sends its own value unchanged rather than receives: a
-    /// caller may send that message itself (with [`Reduction::wire`] of the value) and then
-    /// call `butterfly` with `sent_first`.
-    pub(crate) fn butterfly_first_send(&self) -> Option<(usize, u32)> {
+    /// round), when its first step sends its own value unchanged rather than receives.
+    fn butterfly_first_send(&self) -> Option<(usize, u32)> {
         let (p, r) = (self.nprocs, self.pid);
         if p == 1 {
             return None;
@@ -411,6 +410,35 @@ impl Bsp {
         }
         let nr = f.rank(r)?;
         Some((f.pid(nr ^ 1), 1))
+    }
+
+    /// Sends this process's first message of [`butterfly`](Bsp::butterfly) of `mine` on the
+    /// connections `net` holds locked, when its first step sends rather than receives: for a
+    /// caller that holds the lock anyway. Returns whether it did, which `butterfly` is then
+    /// told (`sent_first`).
+    pub(crate) fn butterfly_send_first<R: Reduction>(
+        &self,
+        net: &mut Net,
+        call: &Call,
+        mine: &R::V,
+        red: &R,
+    ) -> Result<bool> {
+        let Some((to, round)) = self.butterfly_first_send() else {
+            return Ok(false);
+        };
+        let mut buf = Vec::new();
+        let bytes = red
+            .wire(mine, &mut buf)
+            .map_err(|why| self.encode_error::<R::V>(why))?;
+        let hdr = Self::round_header(
+            call.seq,
+            call.op,
+            call.sig,
+            round,
+            crate::wire::native_flag(),
+        );
+        self.send_round_on(net, to, hdr, bytes, &call.ctx)?;
+        Ok(true)
     }
 
     /// Combines one number from every process with `op` and returns the result on every

@@ -80,7 +80,7 @@ impl Bsp {
     where
         T: Serialize + DeserializeOwned,
     {
-        let (seq, ctx) = self.next_seq(op::BROADCAST);
+        let (seq, ctx) = self.begin_op(op::BROADCAST);
         let p = self.nprocs;
         if root >= p {
             return Err(self.bad_pid("broadcast root", root));
@@ -155,7 +155,7 @@ impl Bsp {
     where
         T: Serialize + DeserializeOwned,
     {
-        let (seq, ctx) = self.next_seq(op::GATHER);
+        let (seq, ctx) = self.begin_op(op::GATHER);
         let p = self.nprocs;
         if root >= p {
             return Err(self.bad_pid("gather root", root));

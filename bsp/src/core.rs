@@ -123,12 +123,28 @@ pub struct Bsp {
     pub(crate) regs: Vec<Option<Box<dyn Slot>>>,
     pub(crate) gets: Vec<PendingGet>,
     pub(crate) instance: u64,
-    /// Packets sent since the process's counters were last updated.
-    packets: u64,
-    /// Supersteps completed since the process's counters were last updated.
-    supersteps_uncounted: u64,
+    /// What this handle counted since the process's counters were last updated.
+    uncounted: Uncounted,
     /// What a traced run records of this handle's supersteps.
     pub(crate) trace: Option<Box<StepTrace>>,
+}
+
+/// Counts a handle keeps until it next holds the connections' lock anyway (its next `sync`),
+/// rather than take that lock for every packet and superstep.
+#[derive(Default)]
+struct Uncounted {
+    /// Packets sent.
+    packets: u64,
+    /// Supersteps completed.
+    supersteps: u64,
+}
+
+impl Uncounted {
+    /// Adds these counts to the process's counters `stats`.
+    fn add_to(&self, stats: &mut Stats) {
+        stats.packets_sent += self.packets;
+        stats.supersteps += self.supersteps;
+    }
 }
 
 impl std::fmt::Debug for Bsp {
@@ -145,8 +161,7 @@ impl Drop for Bsp {
     fn drop(&mut self) {
         let mut net = self.net.lock();
         // What this handle counted and did not pass on yet stays in the process's counters.
-        net.stats.packets_sent += self.packets;
-        net.stats.supersteps += self.supersteps_uncounted;
+        self.uncounted.add_to(&mut net.stats);
         if self.comm != 0 {
             net.leave_comm(self.comm);
         }
@@ -223,8 +238,7 @@ impl Bsp {
             regs: Vec::new(),
             gets: Vec::new(),
             instance: INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            packets: 0,
-            supersteps_uncounted: 0,
+            uncounted: Uncounted::default(),
             trace: StepTrace::new(),
         }
     }
@@ -342,8 +356,7 @@ impl Bsp {
     /// handle of the process (the whole machine and its groups).
     pub fn stats(&self) -> Stats {
         let mut s = self.net().stats.clone();
-        s.packets_sent += self.packets;
-        s.supersteps += self.supersteps_uncounted;
+        self.uncounted.add_to(&mut s);
         s
     }
 
@@ -395,7 +408,7 @@ impl Bsp {
     /// Accounts `n` bytes just buffered for `dest`; sends buffers early when over budget.
     #[inline]
     pub(crate) fn buffered(&mut self, dest: usize, n: usize) -> Result<()> {
-        self.packets += 1;
+        self.uncounted.packets += 1;
         if dest != self.pid {
             self.buffered += n;
             if self.buffered > self.opts.memory_budget {
@@ -535,8 +548,7 @@ impl Bsp {
         // The operation is started under the lock that the sending takes anyway.
         let mut guard = self.net.lock();
         guard.started(self.comm, seq);
-        guard.stats.packets_sent += std::mem::take(&mut self.packets);
-        guard.stats.supersteps += std::mem::take(&mut self.supersteps_uncounted);
+        std::mem::take(&mut self.uncounted).add_to(&mut guard.stats);
         for d in 0..self.nprocs {
             if d == self.pid || self.out[d].is_empty() {
                 continue;
@@ -605,7 +617,7 @@ impl Bsp {
             }
         };
         // Counted at the next lock taken anyway (the next sync's), and by `stats` meanwhile.
-        self.supersteps_uncounted += 1;
+        self.uncounted.supersteps += 1;
         for part in &mut parts {
             match self.pid_of.get(part.src).copied() {
                 Some(p) if p != u32::MAX => part.src = p as usize,
@@ -666,7 +678,7 @@ impl Bsp {
             t.messages += 1;
             t.bytes += self.out[d].bytes() as u64;
         }
-        t.packets = self.packets;
+        t.packets = self.uncounted.packets;
         Some(t)
     }
 }

@@ -29,19 +29,21 @@ fn child_process_entry() {
     if role == "grow" {
         // The first launch's ranks see two nodes join; the joiners say which ranks they got.
         let me = ibis.id().rank();
+        let until = Instant::now() + Duration::from_secs(60);
+        let member_ranks = |keep: fn(u32) -> bool| -> std::collections::BTreeSet<u32> {
+            let members = ibis.pool().members();
+            members
+                .iter()
+                .map(|n| n.rank())
+                .filter(|&r| keep(r))
+                .collect()
+        };
         if ibis.pool().size().is_none() {
             println!("joined as rank {me}");
             // Stays until the first launch's ranks have gone, which they do once they have
             // seen both joiners: a joiner that left at once could be gone before one of them
             // looked (neither among its members nor in its events since it subscribed).
-            let until = Instant::now() + Duration::from_secs(60);
-            let mut first: std::collections::BTreeSet<u32> = ibis
-                .pool()
-                .members()
-                .iter()
-                .map(|n| n.rank())
-                .filter(|&r| r < 2)
-                .collect();
+            let mut first = member_ranks(|r| r < 2);
             while !first.is_empty() {
                 match events.recv_deadline(until) {
                     Ok(PoolEvent::Left(n) | PoolEvent::Died(n)) => {
@@ -56,14 +58,7 @@ fn child_process_entry() {
         }
         // The joiners may be in before this node subscribed: the members it knows after
         // subscribing, then the events, leave no gap.
-        let until = Instant::now() + Duration::from_secs(60);
-        let mut joined: std::collections::BTreeSet<u32> = ibis
-            .pool()
-            .members()
-            .iter()
-            .map(|n| n.rank())
-            .filter(|&r| r >= 2)
-            .collect();
+        let mut joined = member_ranks(|r| r >= 2);
         while joined.len() < 2 {
             match events.recv_deadline(until) {
                 Ok(PoolEvent::Joined(n)) if n.rank() >= 2 => {

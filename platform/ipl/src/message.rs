@@ -44,7 +44,9 @@ pub struct WriteMessage<'a> {
     run_start: usize,
     swap: bool,
     level: Serialization,
-    error: Option<Error>,
+    /// The first misuse, kept until `finish` reports it; boxed, as a message is moved on every
+    /// send and its error is almost never there.
+    error: Option<Box<Error>>,
 }
 
 macro_rules! write_prim {
@@ -108,10 +110,10 @@ impl<'a> WriteMessage<'a> {
     #[inline(never)]
     fn refuse(&mut self, needed: Serialization, what: &str) -> bool {
         if self.error.is_none() {
-            self.error = Some(Error::NotAllowed {
+            self.error = Some(Box::new(Error::NotAllowed {
                 port_type: format!("with serialization {:?}", self.level),
                 what: format!("writing {what} needs {needed:?}"),
-            });
+            }));
         }
         false
     }
@@ -201,16 +203,16 @@ impl<'a> WriteMessage<'a> {
         // The prefix stays and says `n`: the message must not go out at all.
         self.buf.truncate(at);
         if self.error.is_none() {
-            self.error = Some(Error::Serialize(format!(
+            self.error = Some(Box::new(Error::Serialize(format!(
                 "a byte buffer announced as {n} bytes got {wrote}"
-            )));
+            ))));
         }
     }
 
     /// Writes a serde object.
     pub fn write<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<()> {
         if !self.allow(Serialization::Object, "an object") {
-            return Err(self.error.take().expect("allow sets the error"));
+            return Err(*self.error.take().expect("allow sets the error"));
         }
         self.buf.push(TAG_OBJECT);
         let at = self.buf.len();
@@ -260,7 +262,7 @@ impl<'a> WriteMessage<'a> {
     /// Sends the message to every connection of the port; returns the payload size in bytes.
     pub fn finish(mut self) -> Result<u64> {
         if let Some(e) = self.error.take() {
-            return Err(e);
+            return Err(*e);
         }
         let len = self.len();
         let big = cfg!(target_endian = "big") != self.swap;
@@ -285,7 +287,7 @@ impl<'a> WriteMessage<'a> {
     /// The payload of a detached message (every part concatenated).
     pub fn into_bytes(self) -> Result<Vec<u8>> {
         if let Some(e) = self.error {
-            return Err(e);
+            return Err(*e);
         }
         if self.segs.is_empty() {
             return Ok(self.buf);

@@ -198,6 +198,89 @@ fn header_word(number: u32, len: u64) -> u64 {
     u64::from(number) << 32 | len
 }
 
+/// Packs bytes into the ring's words from position `at` on, each word stored once and whole,
+/// in the byte order in which the consumer copies words out (see [`Ring::copy_from`]): byte
+/// `i` of a word at bits `8 i` of its little-endian value. Relaxed stores: the chunk header's
+/// store in `publish` makes them visible.
+struct WordPacker<'r> {
+    ring: &'r Ring,
+    /// Where the next whole word goes.
+    at: u64,
+    /// Bytes not yet stored, at the low end, and how many there are (0 to 7).
+    pending: u64,
+    pending_len: u32,
+}
+
+impl<'r> WordPacker<'r> {
+    fn new(ring: &'r Ring, at: u64) -> Self {
+        WordPacker {
+            ring,
+            at,
+            pending: 0,
+            pending_len: 0,
+        }
+    }
+
+    #[inline(always)]
+    fn store(&mut self, v: u64) {
+        self.ring
+            .header(self.at)
+            .store(v.to_le(), Ordering::Relaxed);
+        self.at += 8;
+    }
+
+    #[inline(always)]
+    fn put(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        let shift = 8 * self.pending_len;
+        for w in &mut words {
+            let v = u64::from_le_bytes(w.try_into().expect("chunks of 8 bytes"));
+            if shift == 0 {
+                self.store(v);
+            } else {
+                self.store(self.pending | v << shift);
+                self.pending = v >> (64 - shift);
+            }
+        }
+        let tail = words.remainder();
+        if tail.is_empty() {
+            return;
+        }
+        // The last 1 to 7 bytes as one number, read in at most three pieces.
+        let (mut v, mut i) = (0u64, 0);
+        if tail.len() & 4 != 0 {
+            v = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
+            i = 4;
+        }
+        if tail.len() & 2 != 0 {
+            v |= u64::from(u16::from_le_bytes([tail[i], tail[i + 1]])) << (8 * i);
+            i += 2;
+        }
+        if tail.len() & 1 != 0 {
+            v |= u64::from(tail[i]) << (8 * i);
+        }
+        let filled = self.pending_len + tail.len() as u32;
+        if filled >= 8 {
+            // `pending_len` is at least 1 here, so the shifts stay below 64.
+            self.store(self.pending | v << shift);
+            self.pending = v >> (64 - shift);
+            self.pending_len = filled - 8;
+        } else {
+            self.pending |= v << shift;
+            self.pending_len = filled;
+        }
+    }
+
+    /// Stores the last, partial word, its unused bytes zero.
+    #[inline(always)]
+    fn flush(&mut self) {
+        if self.pending_len > 0 {
+            let v = self.pending;
+            self.store(v);
+        }
+    }
+}
+
 /// The reading side of a ring.
 pub(crate) struct Consumer {
     ring: Ring,
@@ -848,41 +931,32 @@ impl Producer {
     /// Writes a whole small frame as one chunk, when nothing else is under way (no part lent,
     /// offered or in an open chunk) and the ring has room, without the general path's
     /// bookkeeping of parts, offers and buffers: most latency-bound messages take this way.
-    /// The chunk is put together in private memory and stored a whole word at a time, so that
-    /// each word of the ring is written once. `None` when the general path must take the frame.
+    /// The frame's bytes are packed into whole words on the way (see [`WordPacker`]), so that
+    /// each word of the ring is written once, with no copy through private memory. `None`
+    /// when the general path must take the frame.
     fn write_small(&mut self, frame: &Frame<'_>, wake: &mut Wake) -> io::Result<Option<u64>> {
         let len = frame.len;
         if len == 0 || !self.lent.is_empty() || self.offer.is_some() || self.open.is_some() {
+            return Ok(None);
+        }
+        // A frame whose parts do not add up to its length goes the general way, which writes
+        // what the parts hold: the words written below must stay within the chunk.
+        let parts_len: u64 = frame.parts.iter().map(|p| p.len() as u64).sum();
+        if frame.header.len() as u64 + parts_len != len {
             return Ok(None);
         }
         let size = chunk_size(len);
         if self.room(size)? < size {
             return Ok(None);
         }
-        let mut words = [0u64; SMALL_FRAME / 8];
-        let bytes: &mut [u8; SMALL_FRAME] = bytemuck::cast_mut(&mut words);
-        let mut at = frame.header.len();
-        bytes[..at].copy_from_slice(&frame.header);
-        for part in frame.parts {
-            // A frame whose parts do not add up to its length goes the general way, which
-            // writes what the parts hold.
-            let Some(to) = bytes.get_mut(at..at + part.len()) else {
-                return Ok(None);
-            };
-            to.copy_from_slice(part);
-            at += part.len();
-        }
-        if at as u64 != len {
-            return Ok(None);
-        }
         self.check_open()?;
         let start = self.tail;
-        for (i, &w) in words[..at.div_ceil(8)].iter().enumerate() {
-            // Relaxed: the header's store in `publish` makes the chunk visible.
-            self.ring
-                .header(start + 8 + 8 * i as u64)
-                .store(w, Ordering::Relaxed);
+        let mut packer = WordPacker::new(&self.ring, start + 8);
+        packer.put(&frame.header);
+        for part in frame.parts {
+            packer.put(part);
         }
+        packer.flush();
         let start_number = self.number;
         self.open = Some((start, len));
         self.tail = start + 8 + len;

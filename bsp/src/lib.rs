@@ -137,7 +137,7 @@
 //! | [`scatter`](Bsp::scatter), [`scatter_slice`](Bsp::scatter_slice) | `Scatter` | binomial tree |
 //! | [`all_gather`](Bsp::all_gather), [`all_gather_slice`](Bsp::all_gather_slice) | `Allgather` | Bruck |
 //! | [`total_exchange`](Bsp::total_exchange) (the seed's TotalExchangeInt: [`total_exchange_int`](Bsp::total_exchange_int)) | `Alltoall` of one number | Bruck |
-//! | [`all_to_all`](Bsp::all_to_all), [`all_to_all_with`](Bsp::all_to_all_with) | `Alltoallv` | direct, one round |
+//! | [`all_to_all`](Bsp::all_to_all), [`all_to_all_into`](Bsp::all_to_all_into), [`all_to_all_with`](Bsp::all_to_all_with) | `Alltoallv` | direct, one round |
 //!
 //! Numbers travel as raw memory; the `_with` forms take any serde type and, for reductions, any
 //! associative function. Reductions and scans combine values in pid order, `f(lower pids,

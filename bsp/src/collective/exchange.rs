@@ -69,9 +69,14 @@ impl Bsp {
         Ok(())
     }
 
-    /// Sends `send[d]` straight to every other process `d`; returns what each sent here, by
-    /// sender (see the module documentation).
-    fn direct_exchange(&mut self, call: &Call, send: &[&[u8]]) -> Result<Vec<Option<Msg>>> {
+    /// Sends `send[d]` straight to every other process `d`, then hands each message that
+    /// comes back to `got`, with its sender (see the module documentation).
+    fn direct_exchange(
+        &mut self,
+        call: &Call,
+        send: &[&[u8]],
+        mut got: impl FnMut(&Self, usize, Msg) -> Result<()>,
+    ) -> Result<()> {
         let (p, me) = (self.nprocs, self.pid);
         // Start with the next process up, so that the processes do not all send to the
         // same one first.
@@ -79,17 +84,32 @@ impl Bsp {
             let d = (me + i) % p;
             self.send_bytes(call, d, 0, send[d], wire::native_flag())?;
         }
-        let mut got: Vec<Option<Msg>> = (0..p).map(|_| None).collect();
         for i in 1..p {
             let s = (me + p - i) % p;
-            got[s] = Some(self.recv_msg(call, s, 0)?);
+            let msg = self.recv_msg(call, s, 0)?;
+            got(self, s, msg)?;
         }
-        Ok(got)
+        Ok(())
     }
 
     /// All-to-all with a vector per destination (MPI's `Alltoallv`): `send[d]` goes to process
     /// `d`, of any length; returns, at index `s`, the vector process `s` sent here.
     pub fn all_to_all<T: Number>(&mut self, send: &[Vec<T>]) -> Result<Vec<Vec<T>>> {
+        let mut out = Vec::new();
+        self.all_to_all_into(send, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`all_to_all`](Bsp::all_to_all) into vectors the caller keeps: afterwards `recv` has
+    /// one vector per process, `recv[s]` what process `s` sent here. The vectors already in
+    /// `recv` are cleared and refilled, so a loop that exchanges every iteration allocates
+    /// only while its vectors grow, as MPI's `Alltoallv` into the caller's buffer does. On an
+    /// error, `recv` holds what had arrived.
+    pub fn all_to_all_into<T: Number>(
+        &mut self,
+        send: &[Vec<T>],
+        recv: &mut Vec<Vec<T>>,
+    ) -> Result<()> {
         let p = self.nprocs;
         if send.len() != p {
             return Err(self.usage(format!(
@@ -100,18 +120,18 @@ impl Bsp {
         let call = self.begin(op::ALL_TO_ALL, u64::from(T::TAG));
         let bytes: SmallVec<[&[u8]; 8]> =
             send.iter().map(|v| bytemuck::cast_slice(&v[..])).collect();
-        let got = self.direct_exchange(&call, &bytes)?;
-        // Pushed one by one: collecting would reuse the allocation of `got`, and shrink it
-        // with a reallocation.
-        let mut out = Vec::with_capacity(p);
-        for (s, msg) in got.into_iter().enumerate() {
-            out.push(match msg {
-                None => send[s].clone(),
-                Some(m) => numbers_from::<T>(m.payload(), m.swapped(), None)
-                    .map_err(|why| self.payload_error(&call, s, why))?,
-            });
-        }
-        Ok(out)
+        recv.resize_with(p, Vec::new);
+        recv.truncate(p);
+        let me = self.pid;
+        recv[me].clear();
+        recv[me].extend_from_slice(&send[me]);
+        self.direct_exchange(&call, &bytes, |this, s, m| {
+            let payload = m.payload();
+            let n = payload.len() / std::mem::size_of::<T>();
+            recv[s].clear();
+            extend_numbers(&mut recv[s], payload, m.swapped(), n)
+                .map_err(|why| this.payload_error(&call, s, why))
+        })
     }
 
     /// All-to-all of values of any serde type: `send[d]` goes to process `d`; returns, at
@@ -138,16 +158,18 @@ impl Bsp {
         }
         let call = self.begin(op::ALL_TO_ALL_WITH, type_sig::<T>(0));
         let refs: SmallVec<[&[u8]; 8]> = bytes.iter().map(Vec::as_slice).collect();
-        let got = self.direct_exchange(&call, &refs)?;
-        let mut own = send.into_iter().nth(me);
-        got.into_iter()
-            .enumerate()
-            .map(|(s, msg)| match msg {
-                None => Ok(own.take().expect("one own value")),
-                Some(m) => crate::codec::decode::<T>(m.payload(), m.swapped())
-                    .map_err(|e| self.payload_error(&call, s, e.0)),
-            })
-            .collect()
+        let mut out: Vec<Option<T>> = (0..p).map(|_| None).collect();
+        self.direct_exchange(&call, &refs, |this, s, m| {
+            let v = crate::codec::decode::<T>(m.payload(), m.swapped())
+                .map_err(|e| this.payload_error(&call, s, e.0))?;
+            out[s] = Some(v);
+            Ok(())
+        })?;
+        out[me] = send.into_iter().nth(me);
+        Ok(out
+            .into_iter()
+            .map(|v| v.expect("a value from every process"))
+            .collect())
     }
 
     /// Bruck's all-gather of one framed item per process (see the module documentation).

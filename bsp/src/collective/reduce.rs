@@ -239,11 +239,13 @@ where
 /// collective of a few processes).
 type Ranges = SmallVec<[Range<usize>; 8]>;
 
-/// What a reduce-scatter's signature says of its counts: the hash of each count as 8 bytes,
-/// little-endian, whatever the host (processes of both byte orders agree on it).
+/// What a reduce-scatter's signature says of its counts: a hash of the counts as 64-bit
+/// numbers, the same whatever the host (processes of both byte orders agree on it). A word
+/// at a time (FxHash's step) rather than a byte at a time: a signature is made at every call.
 fn counts_hash(counts: &[usize]) -> u64 {
+    const K: u64 = 0x517c_c1b7_2722_0a95;
     counts.iter().fold(super::FNV_START, |h, &c| {
-        super::fnv_bytes(h, &(c as u64).to_le_bytes())
+        (h.rotate_left(5) ^ c as u64).wrapping_mul(K)
     })
 }
 
@@ -886,29 +888,31 @@ impl Bsp {
         };
         for k in 0..rounds {
             let bit = 1usize << k;
-            let below = bit - 1;
             let pn = nr ^ bit;
             let peer = f.pid(pn);
-            // Where each held participant's elements lie in `data`.
-            let mut at = 0;
-            let (mut give, mut keep) = (Ranges::new(), Ranges::new());
-            for g in (0..f.pof2).filter(|g| g & below == nr & below) {
-                let n = span(g).len();
-                if g & bit == nr & bit {
-                    keep.push(at..at + n);
-                } else {
-                    give.push(at..at + n);
-                }
-                at += n;
-            }
+            // The participants this process holds the elements of, in order, each with where
+            // its elements lie in `data` and whether this process keeps them: those that
+            // agree with it in the bits below the round's are held, and of those, the ones
+            // that agree in the round's bit too are kept.
+            let held = || {
+                let mut at = 0;
+                (nr & (bit - 1)..f.pof2).step_by(bit).map(move |g| {
+                    let n = span(g).len();
+                    at += n;
+                    (at - n..at, g & bit == nr & bit)
+                })
+            };
             {
-                let give: SmallVec<[&[L::E]; 8]> = give.into_iter().map(|g| &data[g]).collect();
+                let give: SmallVec<[&[L::E]; 8]> = held()
+                    .filter(|(_, keep)| !keep)
+                    .map(|(g, _)| &data[g])
+                    .collect();
                 send(self, peer, k + 1, &give)?;
             }
-            let want: usize = keep.iter().map(|g| g.len()).sum();
+            let want: usize = held().filter(|(_, keep)| *keep).map(|(g, _)| g.len()).sum();
             let mut theirs = receive(self, peer, k + 1, want)?;
             let mut at = 0;
-            for g in keep {
+            for (g, _) in held().filter(|(_, keep)| *keep) {
                 let n = g.len();
                 how.combine_into(&mut theirs[at..at + n], &data[g], pn < nr);
                 at += n;
@@ -943,14 +947,16 @@ impl Bsp {
                 counts.iter().fold(0u128, |a, &c| a + c as u128)
             )));
         }
+        // Pushed one by one: collecting through `Extend` costs several times as much for the
+        // few processes of a typical group, and this runs at every call.
+        let mut out = Ranges::new();
+        out.reserve_exact(counts.len());
         let mut at = 0;
-        Ok(counts
-            .iter()
-            .map(|&c| {
-                at += c;
-                at - c..at
-            })
-            .collect())
+        for &c in counts {
+            out.push(at..at + c);
+            at += c;
+        }
+        Ok(out)
     }
 
     /// Element-wise reduction with `op` of every process's `values`, scattered: process `d`

@@ -184,6 +184,13 @@ pub fn collectives(bsp: &mut Bsp, n: usize) -> bsp::Result<()> {
         let want: Vec<u32> = (0..len(s, me)).map(|j| value(s, me, j)).collect();
         assert_eq!(v, &want, "all_to_all from {s} at {me}");
     }
+    // The same into vectors kept from an earlier call: longer than p, each holding stale
+    // values that must not survive.
+    let mut kept: Vec<Vec<u32>> = (0..p + 2).map(|i| vec![7; i * 3 + 1]).collect();
+    for _ in 0..2 {
+        bsp.all_to_all_into(&send, &mut kept)?;
+        assert_eq!(kept, got, "all_to_all_into at {me}");
+    }
     let got = bsp.all_to_all_with((0..p).map(|d| format!("{me}->{d}")).collect())?;
     assert_eq!(
         got,

@@ -48,7 +48,9 @@ use std::str::FromStr;
 pub const SIZES: [usize; 2] = [8, 64 << 10];
 
 /// Each measured collective and its MPI equivalent, in the order the MPI program numbers them.
-pub const COLLECTIVES: [(&str, &str); 7] = [
+/// `all_to_all_into` refills vectors the caller keeps, as `MPI_Alltoallv` fills the caller's
+/// buffer; `all_to_all` returns new vectors at every call.
+pub const COLLECTIVES: [(&str, &str); 8] = [
     ("scatter", "MPI_Scatter"),
     ("all_gather", "MPI_Allgather"),
     ("scan", "MPI_Scan"),
@@ -56,6 +58,7 @@ pub const COLLECTIVES: [(&str, &str); 7] = [
     ("reduce", "MPI_Reduce"),
     ("reduce_scatter", "MPI_Reduce_scatter_block"),
     ("all_to_all", "MPI_Alltoallv"),
+    ("all_to_all_into", "MPI_Alltoallv"),
 ];
 
 /// A parser of whole numbers from `lo` to `hi`, with a message that says so.
@@ -374,7 +377,7 @@ fn compare(args: &Args, dir: &Path, mpi: Option<&Path>) -> Result<serde_json::Va
         println!(
             "(sizes are per process: what each receives in scatter and reduce_scatter, \
              contributes in all_gather, scan, exscan and reduce, sends each other process in \
-             all_to_all)"
+             all_to_all and all_to_all_into)"
         );
     }
     for (p, c, s) in combining {

@@ -124,6 +124,7 @@ fn collectives(bsp: &mut Bsp, args: &Args) -> bsp::Result<Vec<Timing>> {
         let mut v = vec![0.0f64; n];
         let counts = vec![n; p];
         let send: Vec<Vec<f64>> = (0..p).map(|_| vec![0.0; n]).collect();
+        let mut recv: Vec<Vec<f64>> = Vec::new();
         for (name, _) in COLLECTIVES {
             bsp.sync()?;
             let us = per_call(bsp, args.reps, iters, |bsp| {
@@ -135,6 +136,7 @@ fn collectives(bsp: &mut Bsp, args: &Args) -> bsp::Result<Vec<Timing>> {
                     "reduce" => drop(bsp.reduce_slice(0, &mine, Op::Sum)?),
                     "reduce_scatter" => drop(bsp.reduce_scatter(&all, &counts, Op::Sum)?),
                     "all_to_all" => drop(bsp.all_to_all(&send)?),
+                    "all_to_all_into" => bsp.all_to_all_into(&send, &mut recv)?,
                     other => unreachable!("no measurement for {other}"),
                 }
                 Ok(())

@@ -246,18 +246,10 @@ impl<'r> WordPacker<'r> {
         if tail.is_empty() {
             return;
         }
-        // The last 1 to 7 bytes as one number, read in at most three pieces.
-        let (mut v, mut i) = (0u64, 0);
-        if tail.len() & 4 != 0 {
-            v = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
-            i = 4;
-        }
-        if tail.len() & 2 != 0 {
-            v |= u64::from(u16::from_le_bytes([tail[i], tail[i + 1]])) << (8 * i);
-            i += 2;
-        }
-        if tail.len() & 1 != 0 {
-            v |= u64::from(tail[i]) << (8 * i);
+        // The last 1 to 7 bytes as one number.
+        let mut v = 0u64;
+        for (k, &b) in tail.iter().enumerate() {
+            v |= u64::from(b) << (8 * k);
         }
         let filled = self.pending_len + tail.len() as u32;
         if filled >= 8 {

@@ -11,9 +11,11 @@
 //! the PATH it compiles a small C program and runs it with `mpirun --allow-run-as-root
 //! --oversubscribe --mca btl vader,self -n P` to measure `MPI_Barrier`, `MPI_Allreduce` and each
 //! collective's MPI equivalent the same way; otherwise it says it skipped MPI. Every figure is
-//! the median over repetitions within a run and then over rounds (each round measures bsp and
-//! then OpenMPI, so both see the same machine load); ratios are against the reference measured
-//! in the same rounds.
+//! the median over repetitions within a run and then over rounds. Each round measures bsp over
+//! shm and OpenMPI right after each other, in an order that alternates by round, and then bsp
+//! over tcp, so that bsp and MPI see the machine in the same state; a ratio is the median over
+//! the rounds of each round's bsp figure over its MPI figure, printed with their range (a
+//! round in which the machine changed speed between the two shows as an outlier there).
 //!
 //! `--supersteps-only` measures the empty superstep and the 8-byte `all_reduce` alone: a run
 //! of a second or so, for comparisons that repeat it many times (`scripts/bench-trace`).
@@ -190,11 +192,10 @@ fn show(v: Option<(f64, f64, f64)>) -> String {
     })
 }
 
-fn ratio(a: Option<(f64, f64, f64)>, b: Option<(f64, f64, f64)>) -> String {
-    match (a, b) {
-        (Some(a), Some(b)) if b.0 > 0.0 => format!("{:.2}x", a.0 / b.0),
-        _ => "-".into(),
-    }
+fn show_ratio(r: Option<(f64, f64, f64)>) -> String {
+    r.map_or("-".to_string(), |(m, lo, hi)| {
+        format!("{m:.2}x ({lo:.2}-{hi:.2})")
+    })
 }
 
 fn size_label(bytes: usize) -> String {
@@ -260,17 +261,28 @@ fn compare(args: &Args, dir: &Path, mpi: Option<&Path>) -> Result<serde_json::Va
             args.rounds, args.reps, args.iters, args.coll_iters, args.big_iters
         ),
     );
-    // results[i]: every round's figures for args.procs[i]: bsp over shm, over tcp, and MPI.
-    let mut results: Vec<(Vec<Figures>, Vec<Figures>, Vec<mpi::MpiFigures>)> = args
+    // results[i]: every round's figures for args.procs[i]: bsp over shm, over tcp, and MPI
+    // (`None` in a round where MPI gave no figures).
+    type Rounds = (Vec<Figures>, Vec<Figures>, Vec<Option<mpi::MpiFigures>>);
+    let mut results: Vec<Rounds> = args
         .procs
         .iter()
         .map(|_| (Vec::new(), Vec::new(), Vec::new()))
         .collect();
     for round in 0..args.rounds {
         for (i, &p) in args.procs.iter().enumerate() {
-            let fig: Figures = run_bsp(p, "shm", dir)?;
+            // bsp over shm and MPI right after each other, in an order that alternates by
+            // round, so that both see the machine in the same state (it switches between a
+            // faster and a slower mode every few minutes); tcp after them.
+            let (fig, m) = if round % 2 == 0 {
+                let fig: Figures = run_bsp(p, "shm", dir)?;
+                (fig, mpi.and_then(|exe| mpi::latency(exe, p, args)))
+            } else {
+                let m = mpi.and_then(|exe| mpi::latency(exe, p, args));
+                let fig: Figures = run_bsp(p, "shm", dir)?;
+                (fig, m)
+            };
             let tcp: Figures = run_bsp(p, "tcp", dir)?;
-            let m = mpi.and_then(|exe| mpi::latency(exe, p, args));
             println!(
                 "round {}, P = {p}: bsp superstep {:.2} us (tcp {:.2}), all_reduce {:.2} us (tcp {:.2}){}{}",
                 round + 1,
@@ -289,9 +301,7 @@ fn compare(args: &Args, dir: &Path, mpi: Option<&Path>) -> Result<serde_json::Va
             );
             results[i].0.push(fig);
             results[i].1.push(tcp);
-            if let Some(m) = m {
-                results[i].2.push(m);
-            }
+            results[i].2.push(m);
         }
     }
     println!();
@@ -302,7 +312,7 @@ fn compare(args: &Args, dir: &Path, mpi: Option<&Path>) -> Result<serde_json::Va
         "bsp/shm (us)",
         "bsp/tcp (us)",
         "OpenMPI/shm (us)",
-        "shm/MPI"
+        "shm/MPI (median of the rounds' ratios, range)"
     );
     let mut summary = Vec::new();
     let mut combining = Vec::new();
@@ -312,11 +322,32 @@ fn compare(args: &Args, dir: &Path, mpi: Option<&Path>) -> Result<serde_json::Va
         let ba = stat(figs.iter().map(|f| f.all_reduce_us).collect());
         let ts = stat(tcps.iter().map(|f| f.sync_us).collect());
         let ta = stat(tcps.iter().map(|f| f.all_reduce_us).collect());
-        let mb = stat(mpis.iter().map(|m| m.barrier_us).collect());
-        let ma = stat(mpis.iter().map(|m| m.allreduce_us).collect());
+        let mb = stat(mpis.iter().flatten().map(|m| m.barrier_us).collect());
+        let ma = stat(mpis.iter().flatten().map(|m| m.allreduce_us).collect());
+        // The ratio of each round's bsp figure to the MPI figure measured right after (or
+        // before) it, where both are there.
+        let per_round =
+            |bsp: &dyn Fn(&Figures) -> Option<f64>,
+             reference: &dyn Fn(&mpi::MpiFigures) -> Option<f64>| {
+                stat(
+                    figs.iter()
+                        .zip(mpis)
+                        .filter_map(|(f, m)| Some(bsp(f)? / reference(m.as_ref()?)?))
+                        .filter(|r| r.is_finite())
+                        .collect(),
+                )
+            };
+        let rs = per_round(&|f| Some(f.sync_us), &|m| Some(m.barrier_us));
+        let ra = per_round(&|f| Some(f.all_reduce_us), &|m| Some(m.allreduce_us));
         let mut rows = vec![
-            ("empty superstep vs MPI_Barrier".to_string(), bs, ts, mb),
-            ("8-byte all_reduce vs MPI_Allreduce".to_string(), ba, ta, ma),
+            ("empty superstep vs MPI_Barrier".to_string(), bs, ts, mb, rs),
+            (
+                "8-byte all_reduce vs MPI_Allreduce".to_string(),
+                ba,
+                ta,
+                ma,
+                ra,
+            ),
         ];
         let mut collectives = Vec::new();
         let sizes: &[usize] = if args.supersteps_only { &[] } else { &SIZES };
@@ -329,27 +360,34 @@ fn compare(args: &Args, dir: &Path, mpi: Option<&Path>) -> Result<serde_json::Va
                 };
                 let b = stat(figs.iter().filter_map(|f| pick(&f.collectives)).collect());
                 let t = stat(tcps.iter().filter_map(|f| pick(&f.collectives)).collect());
-                let m = stat(mpis.iter().filter_map(|m| pick(&m.collectives)).collect());
+                let m = stat(
+                    mpis.iter()
+                        .flatten()
+                        .filter_map(|m| pick(&m.collectives))
+                        .collect(),
+                );
+                let r = per_round(&|f| pick(&f.collectives), &|m| pick(&m.collectives));
                 rows.push((
                     format!("{name} {} vs {mpi_name}", size_label(bytes)),
                     b,
                     t,
                     m,
+                    r,
                 ));
                 collectives.push(serde_json::json!({
                     "name": name, "mpi": mpi_name, "bytes_per_process": bytes,
                     "bsp_us": b.map(|s| s.0), "bsp_tcp_us": t.map(|s| s.0),
-                    "mpi_us": m.map(|s| s.0),
+                    "mpi_us": m.map(|s| s.0), "ratio": r.map(|s| s.0),
                 }));
             }
         }
-        for (name, b, t, m) in rows {
+        for (name, b, t, m, r) in rows {
             println!(
-                "{name:<44} {p:>3} {:>20} {:>20} {:>20} {:>7}",
+                "{name:<44} {p:>3} {:>20} {:>20} {:>20} {:>20}",
                 show(b),
                 show(t),
                 show(m),
-                ratio(b, m)
+                show_ratio(r)
             );
         }
         let combined = stat(figs.iter().filter_map(|f| f.combined_pps).collect());
@@ -362,6 +400,8 @@ fn compare(args: &Args, dir: &Path, mpi: Option<&Path>) -> Result<serde_json::Va
             "bsp_tcp_all_reduce_us": ta.map(|s| s.0),
             "mpi_barrier_us": mb.map(|s| s.0),
             "mpi_allreduce_us": ma.map(|s| s.0),
+            "superstep_ratio": rs.map(|s| s.0),
+            "all_reduce_ratio": ra.map(|s| s.0),
             "collectives": collectives,
             "combined_packets_per_s": combined.map(|s| s.0),
             "single_message_packets_per_s": single.map(|s| s.0),

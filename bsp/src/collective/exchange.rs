@@ -119,7 +119,7 @@ impl Bsp {
         }
         let call = self.begin(op::ALL_TO_ALL, u64::from(T::TAG));
         let bytes: SmallVec<[&[u8]; 8]> =
-            send.iter().map(|v| bytemuck::cast_slice(&v[..])).collect();
+            super::small_vec(send.iter().map(|v| bytemuck::cast_slice(&v[..])));
         recv.resize_with(p, Vec::new);
         recv.truncate(p);
         let me = self.pid;
@@ -157,7 +157,7 @@ impl Bsp {
             });
         }
         let call = self.begin(op::ALL_TO_ALL_WITH, type_sig::<T>(0));
-        let refs: SmallVec<[&[u8]; 8]> = bytes.iter().map(Vec::as_slice).collect();
+        let refs: SmallVec<[&[u8]; 8]> = super::small_vec(bytes.iter().map(Vec::as_slice));
         let mut out: Vec<Option<T>> = (0..p).map(|_| None).collect();
         self.direct_exchange(&call, &refs, |this, s, m| {
             let v = crate::codec::decode::<T>(m.payload(), m.swapped())

@@ -903,10 +903,8 @@ impl Bsp {
                 })
             };
             {
-                let give: SmallVec<[&[L::E]; 8]> = held()
-                    .filter(|(_, keep)| !keep)
-                    .map(|(g, _)| &data[g])
-                    .collect();
+                let give: SmallVec<[&[L::E]; 8]> =
+                    super::small_vec(held().filter(|(_, keep)| !keep).map(|(g, _)| &data[g]));
                 send(self, peer, k + 1, &give)?;
             }
             let want: usize = held().filter(|(_, keep)| *keep).map(|(g, _)| g.len()).sum();

@@ -35,7 +35,7 @@ pub(crate) const SMALL_GROUP: usize = 4;
 fn scatter_children(rel: usize, p: usize) -> SmallVec<[(usize, usize); 8]> {
     if p <= SMALL_GROUP {
         return if rel == 0 {
-            (1..p).map(|c| (c, c + 1)).collect()
+            super::small_vec((1..p).map(|c| (c, c + 1)))
         } else {
             SmallVec::new()
         };
@@ -370,7 +370,7 @@ impl Bsp {
                     T::NAME
                 ));
             }
-            Ok((1..=have).map(|i| i * each).collect())
+            Ok(super::small_vec((1..=have).map(|i| i * each)))
         };
         let decode =
             |part: &[u8], flags: u8| numbers_from::<T>(part, wire::payload_swapped(flags), None);

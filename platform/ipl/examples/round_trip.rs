@@ -10,8 +10,14 @@
 //! It prints the median over five runs of the given number of round trips. `ipl-bench`
 //! measures the same next to OpenMPI and raw sockets; this example is small enough to count
 //! the instructions of a message under callgrind (see `scripts/count-instructions`).
+//!
+//! A second argument K makes both sides do K dependent atomic read-modify-writes before each
+//! send, on the path from a message's arrival to the answer: run with 0 and with K in turns,
+//! the difference is what such instructions cost there (the port's locks and reference counts
+//! are of that kind).
 
 use ipl::{Connection, Ibis, PortType};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -20,6 +26,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .parse()
             .map_err(|_| format!("'{a}' is not a number of round trips"))?,
         None => 100_000,
+    };
+    let extra: u32 = match std::env::args().nth(2) {
+        Some(a) => a
+            .parse()
+            .map_err(|_| format!("'{a}' is not a number of read-modify-writes"))?,
+        None => 0,
     };
     let ibis = Ibis::join(ipl::Config::from_env()?)?;
     let all = ibis.pool().wait_closed()?;
@@ -45,6 +57,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for _ in 0..runs {
             let start = Instant::now();
             for _ in 0..n {
+                read_modify_writes(extra);
                 send_byte(&sp)?;
                 rp.receive_timeout(patience)?.finish();
             }
@@ -66,6 +79,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Some(m) => m.finish(),
                 None => rp.receive_timeout(patience)?.finish(),
             }
+            read_modify_writes(extra);
             send_byte(&sp)?;
         }
     }
@@ -79,4 +93,12 @@ fn send_byte(sp: &ipl::SendPort) -> ipl::Result<u64> {
     let mut m = sp.message();
     m.write_u8(1);
     m.finish()
+}
+
+/// `k` dependent atomic read-modify-writes (see the module documentation); none by default.
+fn read_modify_writes(k: u32) {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    for _ in 0..k {
+        COUNTER.fetch_add(1, Ordering::AcqRel);
+    }
 }

@@ -9,7 +9,7 @@ use crate::options::Options;
 use crate::outbox::{packet_type_name, Outbox};
 use crate::trace::StepTrace;
 use crate::wire::Header;
-use parking_lot::{Mutex, MutexGuard};
+use ipl::quick_lock::{QuickMutex, QuickMutexGuard};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::cell::Cell;
@@ -94,7 +94,7 @@ pub(crate) mod op {
 /// the program should end (dropping the `Bsp` tells the others that this process left).
 pub struct Bsp {
     /// The connections, shared by this process's handles of the whole machine and of groups.
-    net: Arc<Mutex<Net>>,
+    net: Arc<QuickMutex<Net>>,
     ibis: ipl::Ibis,
     pub(crate) opts: Options,
     /// The group (0: the whole machine).
@@ -183,7 +183,7 @@ impl Bsp {
         tracing::debug!(pid, nprocs = p, "bsp process ready");
         let all: Vec<usize> = (0..p).collect();
         Ok(Bsp::handle(
-            Arc::new(Mutex::new(net)),
+            Arc::new(QuickMutex::new(net)),
             ibis,
             opts,
             0,
@@ -203,7 +203,7 @@ impl Bsp {
     /// A handle of group `comm` (0: the whole machine) whose pids are `members`, this
     /// process's being `pid`.
     pub(crate) fn handle(
-        net: Arc<Mutex<Net>>,
+        net: Arc<QuickMutex<Net>>,
         ibis: ipl::Ibis,
         opts: Options,
         comm: u64,
@@ -244,14 +244,14 @@ impl Bsp {
     }
 
     /// The connections, locked for one call.
-    pub(crate) fn net(&self) -> MutexGuard<'_, Net> {
+    pub(crate) fn net(&self) -> QuickMutexGuard<'_, Net> {
         self.net.lock()
     }
 
     /// The connections, locked for a step of the operation in progress: tells them first of
     /// the operation's start, if it was not told yet (see [`begin_op`](Bsp::begin_op)).
     #[inline(always)]
-    fn net_for_op(&self) -> MutexGuard<'_, Net> {
+    fn net_for_op(&self) -> QuickMutexGuard<'_, Net> {
         let mut net = self.net.lock();
         if let Some(seq) = self.unstarted.take() {
             net.started(self.comm, seq);
@@ -260,7 +260,7 @@ impl Bsp {
     }
 
     /// The connections, shared, for a new handle.
-    pub(crate) fn shared_net(&self) -> Arc<Mutex<Net>> {
+    pub(crate) fn shared_net(&self) -> Arc<QuickMutex<Net>> {
         self.net.clone()
     }
 

@@ -65,6 +65,7 @@ mod node;
 mod pool;
 mod port_type;
 mod primitive;
+pub mod quick_lock;
 mod receive_port;
 pub mod registry;
 mod send_port;

@@ -10,9 +10,10 @@ use crate::error::{Error, Result};
 use crate::node::NodeId;
 use crate::port_type::Serialization;
 use crate::primitive::{slice_tag, tag_name, Primitive, TAG_BOOL, TAG_BYTES, TAG_OBJECT};
+use crate::quick_lock::RawQuickLock;
 use crate::receive_port::PortRx;
 use crate::send_port::SendGuard;
-use parking_lot::{ArcMutexGuard, RawMutex};
+use parking_lot::ArcMutexGuard;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::ops::Range;
@@ -302,7 +303,7 @@ impl<'a> WriteMessage<'a> {
 
 enum Source {
     Port {
-        rx: ArcMutexGuard<RawMutex, PortRx>,
+        rx: ArcMutexGuard<RawQuickLock, PortRx>,
         conn: usize,
     },
     Memory {
@@ -346,7 +347,7 @@ fn memory_origin() -> &'static NodeId {
 
 impl ReadMessage {
     pub(crate) fn from_port(
-        rx: ArcMutexGuard<RawMutex, PortRx>,
+        rx: ArcMutexGuard<RawQuickLock, PortRx>,
         conn: usize,
         len: u64,
         big_endian: bool,

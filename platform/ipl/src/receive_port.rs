@@ -12,6 +12,7 @@ use crate::message::ReadMessage;
 use crate::node::NodeId;
 use crate::pool::Pool;
 use crate::port_type::{PortType, Receive};
+use crate::quick_lock::QuickMutex;
 use crate::transport::reader::{Fill, Reader};
 use crate::transport::{poll, Acceptor, Admission, Inbox, Stream, Waker, WAIT_SLICE};
 use crate::wire::{FrameKind, Header, HEADER_LEN};
@@ -103,7 +104,7 @@ pub(crate) struct PortShared {
     pub(crate) name: String,
     pub(crate) ty: PortType,
     owner: NodeId,
-    rx: Arc<Mutex<PortRx>>,
+    rx: Arc<QuickMutex<PortRx>>,
     pending: Mutex<Vec<InConn>>,
     /// Whether `pending` may hold connections (so the receive loop locks it only then).
     has_pending: AtomicBool,
@@ -619,7 +620,7 @@ impl<'a> ReceivePortBuilder<'a> {
             name: self.name.clone(),
             ty: self.ty,
             owner: inner.id.clone(),
-            rx: Arc::new(Mutex::new(PortRx {
+            rx: Arc::new(QuickMutex::new(PortRx {
                 conns: Vec::new(),
                 fds: Vec::new(),
                 spans: Vec::new(),

@@ -6,9 +6,9 @@ use crate::ibis::IbisInner;
 use crate::message::WriteMessage;
 use crate::node::NodeId;
 use crate::port_type::PortType;
+use crate::quick_lock::{QuickMutex, QuickMutexGuard};
 use crate::transport::{writer, Sink};
 use crate::wire::{FrameKind, Header};
-use parking_lot::{Mutex, MutexGuard};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -46,12 +46,12 @@ pub(crate) struct SendShared {
     id: u64,
     ty: PortType,
     ibis: Arc<IbisInner>,
-    state: Mutex<SendState>,
+    state: QuickMutex<SendState>,
 }
 
 /// Exclusive use of a send port while one message is written.
 pub(crate) struct SendGuard<'a> {
-    guard: MutexGuard<'a, SendState>,
+    guard: QuickMutexGuard<'a, SendState>,
     port: &'a SendShared,
 }
 
@@ -137,7 +137,7 @@ impl SendPort {
                 id,
                 ty,
                 ibis,
-                state: Mutex::new(SendState {
+                state: QuickMutex::new(SendState {
                     conns: Vec::new(),
                     scratch: Vec::new(),
                 }),

@@ -144,7 +144,39 @@ fn wait_while(deadline: Option<Instant>, mut done: impl FnMut() -> bool) -> bool
     }
 }
 
+/// Locks `m` with plain stores instead of an atomic read-modify-write when it is free (see
+/// [`RawQuickLock::lock_alone`]), for a caller that knows no other thread can reach it.
+///
+/// # Safety
+/// No other thread may use `m` until the guard is dropped, and every access of the threads
+/// that used it before must happen before this call.
+pub unsafe fn lock_alone<T>(m: &QuickMutex<T>) -> QuickMutexGuard<'_, T> {
+    // SAFETY: the caller vouches that no other thread uses the lock; `lock_alone` returns with
+    // the lock held by this thread, which is what `make_guard_unchecked` needs.
+    unsafe {
+        m.raw().lock_alone();
+        m.make_guard_unchecked()
+    }
+}
+
 impl RawQuickLock {
+    /// Takes the lock with plain stores when it is free; waits as [`lock`](lock_api::RawMutex::lock)
+    /// does when it is held (by this very thread, which then waits forever, as with `lock`).
+    ///
+    /// # Safety
+    /// No other thread may use the lock until this thread releases it, and every access of the
+    /// threads that used it before must happen before this call.
+    pub unsafe fn lock_alone(&self) {
+        // Relaxed: as the caller vouches, nobody else touches the lock meanwhile, and what
+        // others did before is ordered before this already.
+        let next = self.next.load(Ordering::Relaxed);
+        if next == self.serving.load(Ordering::Relaxed) {
+            self.next.store(next.wrapping_add(1), Ordering::Relaxed);
+        } else {
+            self.lock();
+        }
+    }
+
     /// Waits until `ticket` is served: then this thread holds the lock.
     #[cold]
     fn wait_for(&self, ticket: u32) {
@@ -214,6 +246,26 @@ mod tests {
         assert!(!lock.try_lock());
         waiter.join().expect("the waiting thread");
         assert!(lock.try_lock());
+    }
+
+    #[test]
+    fn a_lock_taken_alone_is_held_and_released_like_any_other() {
+        let m = Arc::new(QuickMutex::new(1u32));
+        {
+            // SAFETY: no other thread has `m` yet.
+            let mut g = unsafe { lock_alone(&m) };
+            *g += 1;
+            assert!(m.try_lock().is_none(), "held");
+        }
+        let other = {
+            let m = m.clone();
+            std::thread::spawn(move || *m.lock() + 1)
+        };
+        assert_eq!(other.join().expect("the other thread"), 3);
+        // Once the other thread is gone (joined), this one is alone again.
+        // SAFETY: the only other thread has ended; joining orders its accesses before this.
+        let g = unsafe { lock_alone(&m) };
+        assert_eq!(*g, 2);
     }
 
     #[test]

@@ -223,10 +223,14 @@ mod tests {
     fn a_thread_that_releases_the_lock_cannot_take_it_again_before_one_that_waits() {
         let lock = Arc::new(RawQuickLock::INIT);
         lock.lock();
+        let (done, checked) = std::sync::mpsc::channel::<()>();
         let waiter = {
             let lock = lock.clone();
             std::thread::spawn(move || {
                 lock.lock();
+                // Held until the main thread has tried, so that the try cannot come after a
+                // release of this thread's turn.
+                checked.recv().expect("the main thread's word");
                 // SAFETY: taken just above.
                 unsafe { lock.unlock() };
             })
@@ -244,6 +248,7 @@ mod tests {
         unsafe { lock.unlock() };
         // The waiter's turn, whether or not it has noticed yet.
         assert!(!lock.try_lock());
+        done.send(()).expect("the waiter");
         waiter.join().expect("the waiting thread");
         assert!(lock.try_lock());
     }

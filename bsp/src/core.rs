@@ -128,7 +128,7 @@ pub struct Bsp {
     uncounted: Uncounted,
     /// What a traced run records of this handle's supersteps.
     pub(crate) trace: Option<Box<StepTrace>>,
-    /// Keeps `Bsp` from being `Sync` whatever its other fields: `lock_net` takes the
+    /// Keeps `Bsp` from being `Sync` whatever its other fields: `net` takes the
     /// connections' lock with plain stores when no other handle shares them, which is sound
     /// only while no other thread can use this handle at the same time.
     _not_sync: PhantomData<Cell<()>>,
@@ -164,7 +164,7 @@ impl std::fmt::Debug for Bsp {
 
 impl Drop for Bsp {
     fn drop(&mut self) {
-        let mut net = self.lock_net();
+        let mut net = self.net();
         // What this handle counted and did not pass on yet stays in the process's counters.
         self.uncounted.add_to(&mut net.stats);
         if self.comm != 0 {
@@ -249,21 +249,16 @@ impl Bsp {
         }
     }
 
-    /// The connections, locked for one call.
-    pub(crate) fn net(&self) -> QuickMutexGuard<'_, Net> {
-        self.lock_net()
-    }
-
     /// The connections, locked. While no other handle shares them (no group of this handle
     /// is alive), with plain stores rather than an atomic read-modify-write, which on the path
     /// of a superstep or a collective costs about 4.7 ns each time.
     #[inline(always)]
-    fn lock_net(&self) -> QuickMutexGuard<'_, Net> {
+    pub(crate) fn net(&self) -> QuickMutexGuard<'_, Net> {
         // SAFETY: `self.net` is this handle's, which this thread is using.
         unsafe { Self::lock_own_net(&self.net) }
     }
 
-    /// [`lock_net`](Bsp::lock_net) on the field alone, for a caller that borrows other fields
+    /// [`net`](Bsp::net) on the field alone, for a caller that borrows other fields
     /// of the handle meanwhile.
     ///
     /// # Safety
@@ -288,7 +283,7 @@ impl Bsp {
     /// the operation's start, if it was not told yet (see [`begin_op`](Bsp::begin_op)).
     #[inline(always)]
     fn net_for_op(&self) -> QuickMutexGuard<'_, Net> {
-        let mut net = self.lock_net();
+        let mut net = self.net();
         if let Some(seq) = self.unstarted.take() {
             net.started(self.comm, seq);
         }

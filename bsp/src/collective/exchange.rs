@@ -121,7 +121,6 @@ impl Bsp {
         let bytes: SmallVec<[&[u8]; 8]> =
             super::small_vec(send.iter().map(|v| bytemuck::cast_slice(&v[..])));
         recv.resize_with(p, Vec::new);
-        recv.truncate(p);
         let me = self.pid;
         recv[me].clear();
         recv[me].extend_from_slice(&send[me]);

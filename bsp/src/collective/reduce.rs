@@ -945,16 +945,11 @@ impl Bsp {
                 counts.iter().fold(0u128, |a, &c| a + c as u128)
             )));
         }
-        // Pushed one by one: collecting through `Extend` costs several times as much for the
-        // few processes of a typical group, and this runs at every call.
-        let mut out = Ranges::new();
-        out.reserve_exact(counts.len());
         let mut at = 0;
-        for &c in counts {
-            out.push(at..at + c);
+        Ok(super::small_vec(counts.iter().map(|&c| {
             at += c;
-        }
-        Ok(out)
+            at - c..at
+        })))
     }
 
     /// Element-wise reduction with `op` of every process's `values`, scattered: process `d`

@@ -25,11 +25,13 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
 # Runs MEASURE (a function printing one figure for a build) on builds A and B for ROUNDS
 # rounds, alternately; prints each round's pair and ratio, then the medians over the rounds
 # and the median of the per-round ratios (A / B) with its 95% confidence interval (see
-# `median_ci_of`). NAME heads the error of a run that printed no figure.
-compare_rounds() { # NAME UNIT MEASURE A B ROUNDS
+# `median_ci_of`). NAME heads the error of a run that printed no figure. ARGS go to MEASURE
+# after the build.
+compare_rounds() { # NAME UNIT MEASURE A B ROUNDS [ARGS...]
     local name=$1 unit=$2 measure=$3 a=$4 b=$5 rounds=$6 r sa="" sb="" sr=""
+    shift 6
     for r in $(seq "$rounds"); do
-        alternately "$measure" "$a" "$b" "$r"
+        alternately "$measure" "$a" "$b" "$r" "$@"
         [ -n "$x" ] && [ -n "$y" ] || { echo "$name: a run printed no figure" >&2; exit 1; }
         echo "round $r: A $x $unit, B $y $unit, A / B $(ratio "$x" "$y")"
         sa+="$x " sb+="$y " sr+="$(ratio "$x" "$y") "

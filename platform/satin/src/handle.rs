@@ -341,6 +341,12 @@ fn wait(job: JobRef) -> u8 {
 
 impl<O> Drop for Handle<'_, O> {
     fn drop(&mut self) {
+        // An output without drop glue needs nothing done with it, wherever it is: the frame
+        // outlives the child either way. Known at compile time, so such a handle has no drop
+        // code at all, and a task holding only such handles needs no unwinding cleanup.
+        if !std::mem::needs_drop::<O>() {
+            return;
+        }
         let Some(job) = self.record() else {
             if self.is_ready_here() {
                 // SAFETY: a ready output, never moved out (that would have marked it taken).

@@ -65,6 +65,7 @@ mod node;
 mod pool;
 mod port_type;
 mod primitive;
+mod processors;
 pub mod quick_lock;
 mod receive_port;
 pub mod registry;

@@ -119,9 +119,10 @@ impl PoolInner {
 
     /// Updates [`PoolInner::crowded`] from the members in `v`.
     fn count_neighbours(&self, v: &View) {
+        // The host's processors, not this process's: a launcher that binds each process to a
+        // core of its own does not crowd them (see `processors`).
         static CORES: OnceLock<usize> = OnceLock::new();
-        let cores =
-            *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let cores = *CORES.get_or_init(crate::processors::shared_by_host);
         let key = &self.me.reach().host_key;
         let here = v
             .members

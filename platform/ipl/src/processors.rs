@@ -29,23 +29,26 @@ fn cgroup_cpuset() -> Option<usize> {
         // "hierarchy-ID:controllers:path"; v2 is "0::path", v1's cpuset names its controller.
         let mut fields = line.splitn(3, ':');
         let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
-        let path = path.trim_start_matches('/');
-        let file = if controllers.is_empty() {
-            Path::new("/sys/fs/cgroup")
-                .join(path)
-                .join("cpuset.cpus.effective")
+        let (mount, name) = if controllers.is_empty() {
+            ("/sys/fs/cgroup", "cpuset.cpus.effective")
         } else if controllers.split(',').any(|c| c == "cpuset") {
-            Path::new("/sys/fs/cgroup/cpuset")
-                .join(path)
-                .join("cpuset.effective_cpus")
+            ("/sys/fs/cgroup/cpuset", "cpuset.effective_cpus")
         } else {
             continue;
         };
-        if let Some(n) = std::fs::read_to_string(file)
-            .ok()
-            .and_then(|s| count_cpu_list(&s))
-        {
-            return Some(n);
+        // The group's own directory; in a container that mounts its own group as the root of
+        // the hierarchy without a cgroup namespace, the path names a directory the container
+        // does not see, and the root of the mount is the group.
+        let own = Path::new(mount)
+            .join(path.trim_start_matches('/'))
+            .join(name);
+        for file in [own, Path::new(mount).join(name)] {
+            if let Some(n) = std::fs::read_to_string(file)
+                .ok()
+                .and_then(|s| count_cpu_list(&s))
+            {
+                return Some(n);
+            }
         }
     }
     None

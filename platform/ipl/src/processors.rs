@@ -125,16 +125,23 @@ mod tests {
         if host < 2 {
             return; // nothing to narrow on a one-processor machine
         }
-        // Bound the way `mpirun` binds a rank: to one core.
+        // Bound the way `mpirun` binds a rank: to one core, the first this process may use.
         let narrowed = std::thread::spawn(|| {
-            // SAFETY: a zeroed cpu_set_t is a valid empty set, filled and passed by reference.
+            let size = std::mem::size_of::<libc::cpu_set_t>();
+            // SAFETY: a zeroed cpu_set_t is a valid empty set; both sets are passed by
+            // reference with their size, and CPU_ISSET reads within the set.
             unsafe {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(0, &mut set);
+                let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+                assert_eq!(libc::sched_getaffinity(0, size, &mut allowed), 0);
+                let first = (0..libc::CPU_SETSIZE as usize)
+                    .find(|&cpu| libc::CPU_ISSET(cpu, &allowed))
+                    .expect("this thread may run on some CPU");
+                let mut one: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(first, &mut one);
                 assert_eq!(
-                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+                    libc::sched_setaffinity(0, size, &one),
                     0,
-                    "binding the thread to CPU 0"
+                    "binding the thread to CPU {first}"
                 );
             }
             (

@@ -1,5 +1,6 @@
 //! A process of a bulk-synchronous program: packets, supersteps and the `sync` protocol.
 
+use crate::board::{self, Board};
 use crate::drma::{PendingGet, Slot};
 use crate::error::{Error, Result};
 use crate::inbox::{InPart, Incoming, Peek};
@@ -38,6 +39,8 @@ pub(crate) mod op {
     pub const ALL_TO_ALL: u8 = 17;
     pub const ALL_TO_ALL_WITH: u8 = 18;
     pub const SPLIT: u8 = 19;
+    /// Setting up the host board, at the whole machine's first sync or small all-reduce.
+    pub const HOST_BOARD: u8 = 20;
 
     pub fn name(op: u8) -> &'static str {
         match op {
@@ -60,6 +63,7 @@ pub(crate) mod op {
             ALL_TO_ALL => "all_to_all",
             ALL_TO_ALL_WITH => "all_to_all_with",
             SPLIT => "split",
+            HOST_BOARD => "the host board's setup (at the first sync or small all_reduce)",
             _ => "an unknown operation",
         }
     }
@@ -77,6 +81,7 @@ pub(crate) mod op {
                 | ALL_TO_ALL
                 | ALL_TO_ALL_WITH
                 | SPLIT
+                | HOST_BOARD
         )
     }
 }
@@ -128,6 +133,13 @@ pub struct Bsp {
     uncounted: Uncounted,
     /// What a traced run records of this handle's supersteps.
     pub(crate) trace: Option<Box<StepTrace>>,
+    /// The host board, on the whole machine's handle when every process runs on this host
+    /// (see [`board`](crate::board)).
+    pub(crate) board: Option<Arc<Board>>,
+    /// Reused by the board's operations for the rows they read.
+    board_row: Vec<u64>,
+    /// Whether the host board was set up (or found not to be wanted).
+    board_checked: bool,
     /// Keeps `Bsp` from being `Sync` whatever its other fields: `net` takes the
     /// connections' lock with plain stores when no other handle shares them, which is sound
     /// only while no other thread can use this handle at the same time.
@@ -142,6 +154,8 @@ struct Uncounted {
     packets: u64,
     /// Supersteps completed.
     supersteps: u64,
+    /// Operations on the host board.
+    board_operations: u64,
 }
 
 impl Uncounted {
@@ -149,6 +163,7 @@ impl Uncounted {
     fn add_to(&self, stats: &mut Stats) {
         stats.packets_sent += self.packets;
         stats.supersteps += self.supersteps;
+        stats.board_operations += self.board_operations;
     }
 }
 
@@ -173,6 +188,12 @@ impl Drop for Bsp {
     }
 }
 
+/// A wait on the host board polls the control port and looks at failures once every this many
+/// looks at the board.
+const BOARD_STEP: u32 = 64;
+/// How long a wait on the host board looks before it sleeps between looks.
+const BOARD_SPIN: std::time::Duration = std::time::Duration::from_millis(1);
+
 impl Bsp {
     /// Makes this node of a closed pool a process of a bulk-synchronous program: its pid is its
     /// rank, `nprocs` the pool's size. Every member of the pool must call it.
@@ -195,6 +216,182 @@ impl Bsp {
             all,
             pid,
         ))
+    }
+
+    /// The host board, set up first if this is the first time an operation could use it: at
+    /// the whole machine's first sync or small all-reduce, which every process reaches at the
+    /// same point of the program. Not in the local form, whose processes are threads of one
+    /// process, nor in a group.
+    pub(crate) fn host_board(&mut self) -> Result<Option<Arc<Board>>> {
+        if !self.board_checked {
+            self.board_checked = true;
+            if self.nprocs > 1 && self.ibis.config().driver != ipl::Driver::Inproc {
+                self.attach_board()?;
+            }
+        }
+        Ok(self.board.clone())
+    }
+
+    /// Sets up the host board (see [`board`](crate::board)) when every process runs on this
+    /// host over the shared-memory driver, and `BSP_HOST_BOARD` is not `0`: pid 0 creates it
+    /// and sends its name to every process (round 0), each says whether it opened it (round
+    /// 1), and pid 0 says whether all did (round 2). Every process takes part whatever it
+    /// finds, so that all stay in step; the board is used only if every process opened it.
+    fn attach_board(&mut self) -> Result<()> {
+        let (p, pid) = (self.nprocs, self.pid);
+        let want = self.ibis.config().driver == ipl::Driver::Shm
+            && std::env::var("BSP_HOST_BOARD").map_or(true, |v| v != "0")
+            && p <= board::MAX_PROCS;
+        let call = self.begin(op::HOST_BOARD, p as u64);
+        let flags = crate::wire::native_flag();
+        let not_wanted = |e: std::io::Error| tracing::debug!(pid, "no host board: {e}");
+        let mine = if pid == 0 {
+            let created = if want {
+                Board::create(p).map_err(not_wanted).ok()
+            } else {
+                None
+            };
+            let name = created.as_ref().map_or(String::new(), |c| c.1.clone());
+            // The name goes once every process that could open the board has, or when the
+            // setup fails.
+            let _unlink = board::Unlink(name.clone());
+            for d in 1..p {
+                self.send_bytes(&call, d, 0, name.as_bytes(), flags)?;
+            }
+            let mut all = created.is_some();
+            for d in 1..p {
+                let msg = self.recv_msg(&call, d, 1)?;
+                all &= msg.payload() == [1];
+            }
+            created.map(|c| c.0).filter(|_| all)
+        } else {
+            let msg = self.recv_msg(&call, 0, 0)?;
+            let name = String::from_utf8_lossy(msg.payload()).into_owned();
+            let opened = if want && !name.is_empty() {
+                Board::open(&name, p, pid).map_err(not_wanted).ok()
+            } else {
+                None
+            };
+            self.send_bytes(&call, 0, 1, &[u8::from(opened.is_some())], flags)?;
+            opened
+        };
+        let everyone = if pid == 0 {
+            let all = mine.is_some();
+            for d in 1..p {
+                self.send_bytes(&call, d, 2, &[u8::from(all)], flags)?;
+            }
+            all
+        } else {
+            self.recv_msg(&call, 0, 2)?.payload() == [1]
+        };
+        if let (true, Some(b)) = (everyone, mine) {
+            tracing::debug!(pid, nprocs = p, "host board in use");
+            let b = Arc::new(b);
+            self.net().board = Some(b.clone());
+            self.board = Some(b);
+        }
+        Ok(())
+    }
+
+    /// Waits until `pid` has written board operation `b` (an `op`): looks at its row, polling
+    /// the control port and looking at failures every [`BOARD_STEP`] looks (see
+    /// [`Net::board_step`](crate::net::Net::board_step)), and sleeps between looks once the
+    /// wait has lasted [`BOARD_SPIN`]. Where the host's processes outnumber its processors, it
+    /// yields between looks instead of spinning. Out of line: the rest of an operation on the
+    /// board is counted without it (`scripts/count-instructions`).
+    #[inline(never)]
+    fn board_wait(
+        &self,
+        board: &Board,
+        pid: usize,
+        b: u64,
+        op: u8,
+        ctx: &Ctx,
+        wait: &mut crate::net::BoardWait,
+    ) -> Result<()> {
+        let crowded = self.ibis.pool().crowded();
+        let mut looks = 0u32;
+        loop {
+            match board.arrived(pid, b) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(reason) => {
+                    return Err(Error::Decode {
+                        pid: self.pid,
+                        superstep: self.superstep,
+                        src: pid,
+                        reason,
+                    })
+                }
+            }
+            looks = looks.wrapping_add(1);
+            if looks % BOARD_STEP != 0 {
+                if crowded {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+                continue;
+            }
+            let waited = self.net_for_op().board_step(wait, op, ctx)?;
+            if waited >= BOARD_SPIN {
+                board.sleep_on(pid, b, self.opts.wait_slice);
+            }
+        }
+    }
+
+    /// Operation `call` of the whole machine on the host board:
+    /// writes `payload` to this process's row, waits for every other process's, and gives
+    /// `each` every process's payload in pid order (this process's own included).
+    pub(crate) fn on_board(
+        &mut self,
+        board: &Board,
+        call: &crate::collective::Call,
+        payload: &[u64],
+        mut each: impl FnMut(usize, &[u64]) -> std::result::Result<(), String>,
+    ) -> Result<()> {
+        let (seq, op, sig, ctx) = (call.seq, call.op, call.sig, &call.ctx);
+        let b = board.publish(seq, op, sig, payload);
+        self.uncounted.board_operations += 1;
+        let mut row = std::mem::take(&mut self.board_row);
+        let mut wait = crate::net::BoardWait::new();
+        let me = self.pid;
+        let decode = |this: &Self, src: usize, reason: String| Error::Decode {
+            pid: this.pid,
+            superstep: this.superstep,
+            src,
+            reason,
+        };
+        for j in 0..self.nprocs {
+            if j == me {
+                each(j, payload).map_err(|why| decode(self, j, why))?;
+                continue;
+            }
+            match board.arrived(j, b) {
+                Ok(true) => {}
+                Ok(false) => self.board_wait(board, j, b, op, ctx, &mut wait)?,
+                Err(why) => return Err(decode(self, j, why)),
+            }
+            let e = board
+                .read(j, b, &mut row)
+                .map_err(|why| decode(self, j, why))?;
+            if (e.seq, e.op, e.sig) != (seq, op, sig) {
+                return Err(Error::CollectiveMismatch {
+                    pid: me,
+                    seq,
+                    mine: crate::collective::describe_call(op, sig),
+                    peer: j,
+                    theirs: format!(
+                        "called {} (operation #{})",
+                        crate::collective::describe_call(e.op, e.sig),
+                        e.seq
+                    ),
+                });
+            }
+            each(j, &row).map_err(|why| decode(self, j, why))?;
+        }
+        self.board_row = row;
+        Ok(())
     }
 
     /// Starts the traced compute phase of the current superstep now (see
@@ -245,6 +442,10 @@ impl Bsp {
             instance: INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             uncounted: Uncounted::default(),
             trace: StepTrace::new(),
+            board: None,
+            board_row: Vec::new(),
+            // Groups have no board; the whole machine sets it up when first needed.
+            board_checked: comm != 0,
             _not_sync: PhantomData,
         }
     }
@@ -571,8 +772,10 @@ impl Bsp {
     /// are dropped.
     ///
     /// Costs one message per destination that has packets, plus the barrier: about log2(P)
-    /// rounds of one small message per process (see the crate documentation).
+    /// rounds of one small message per process, or, when every process runs on this host, one
+    /// write and P - 1 reads of the host board (see the crate documentation).
     pub fn sync(&mut self) -> Result<()> {
+        let board = self.host_board()?;
         let mut traced = self.trace_sync();
         let (seq, ctx) = self.take_seq(op::SYNC);
         let s = self.superstep;
@@ -631,12 +834,27 @@ impl Bsp {
             op: crate::Op::Sum,
             n: p,
         };
-        let sent_first = self.butterfly_send_first(&mut guard, &call, &counts, &counts_sum)?;
-        drop(guard);
-        let total = self.butterfly(&call, counts, &counts_sum, sent_first)?;
-        let mine = total[self.pid];
-        // The vector of sums serves the next sync's counts.
-        self.counts = total;
+        let mine = if let Some(board) = board {
+            drop(guard);
+            let (me, mut mine) = (self.pid, 0u64);
+            self.on_board(&board, &call, &counts, |_, row| {
+                let theirs = row
+                    .get(me)
+                    .ok_or_else(|| format!("counts for {} processes", row.len()))?;
+                mine = mine.wrapping_add(*theirs);
+                Ok(())
+            })?;
+            self.counts = counts;
+            mine
+        } else {
+            let sent_first = self.butterfly_send_first(&mut guard, &call, &counts, &counts_sum)?;
+            drop(guard);
+            let total = self.butterfly(&call, counts, &counts_sum, sent_first)?;
+            let mine = total[self.pid];
+            // The vector of sums serves the next sync's counts.
+            self.counts = total;
+            mine
+        };
         let mut parts = if mine == 0 {
             // Nothing is on its way here: no look at the mailbox, and no lock.
             Vec::new()

@@ -105,6 +105,24 @@
 //! beyond those rounds. Each count is split in two halves, one per connection (below), so a
 //! process knows exactly what to wait for on each.
 //!
+//! ## On one host: the host board
+//!
+//! When every process of the machine runs on one host over `ipl`'s shared-memory driver (the
+//! default for the processes `ipl-run` starts), step 2 takes no messages: the processes share
+//! a small mapping, the *host board*, in which each writes its counts to a row of its own and
+//! reads the others' (one cache line from each process to each other for up to four
+//! processes). The same goes for [`all_reduce`](Bsp::all_reduce) and
+//! [`all_reduce_slice`](Bsp::all_reduce_slice) of up to 64 bytes of numbers, combined along the
+//! same tree as the messages would, so with the same bits. On one host most of a barrier's
+//! cost is the software a message passes through, not the move of a cache line between cores:
+//! the board takes that away, as MPI's shared-memory collectives do. The board is set up with
+//! a few messages at the first sync (or small all-reduce), and only if every process could open
+//! it; a wait on it looks at failures and at messages of other operations as waits for messages
+//! do, so a peer that dies, leaves, or called another operation is still an error, never a hang.
+//! Groups, the local form, larger reductions and the other collectives use messages.
+//! `BSP_HOST_BOARD=0` in the environment of every process turns the board off (to measure the
+//! messages' cost on one host, say); [`Stats::board_operations`] counts what it carried.
+//!
 //! # Connections, flow control, failures
 //!
 //! A process has two receive ports, its side of an [`ipl::Mesh`]. Its own thread reads the
@@ -128,7 +146,7 @@
 //!
 //! | collective | MPI | algorithm |
 //! |---|---|---|
-//! | [`all_reduce`](Bsp::all_reduce), [`_slice`](Bsp::all_reduce_slice), [`_with`](Bsp::all_reduce_with) | `Allreduce` | recursive doubling |
+//! | [`all_reduce`](Bsp::all_reduce), [`_slice`](Bsp::all_reduce_slice), [`_with`](Bsp::all_reduce_with) | `Allreduce` | recursive doubling (up to 64 bytes of numbers on one host: the host board) |
 //! | [`reduce`](Bsp::reduce), [`_slice`](Bsp::reduce_slice), [`_with`](Bsp::reduce_with) | `Reduce` | binomial tree |
 //! | [`scan`](Bsp::scan), [`exscan`](Bsp::exscan) (and `_slice`, `_with`) | `Scan`, `Exscan` | recursive doubling |
 //! | [`reduce_scatter`](Bsp::reduce_scatter), [`_with`](Bsp::reduce_scatter_with) | `Reduce_scatter` | recursive halving |
@@ -164,6 +182,7 @@
 
 #![warn(missing_docs)]
 
+mod board;
 mod codec;
 mod collective;
 mod core;

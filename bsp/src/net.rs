@@ -15,6 +15,7 @@
 //! after each slice the process asks the mesh whether every peer is still alive, so a dead peer
 //! ends the wait with an error naming it.
 
+use crate::board::Board;
 use crate::core::op;
 use crate::error::{Error, Result};
 use crate::inbox::InPart;
@@ -452,6 +453,10 @@ pub struct Stats {
     pub bulk_payloads: u64,
     /// Payload bytes sent to other processes.
     pub bytes_sent: u64,
+    /// Syncs and all-reduces of the whole machine carried by the host board (shared memory)
+    /// instead of messages: every process of the machine runs on this host (see the crate's
+    /// documentation).
+    pub board_operations: u64,
 }
 
 /// The calling thread's id, kept per thread: `std::thread::current()` would take and drop a
@@ -472,6 +477,8 @@ struct Watch {
     gone: Option<(Departure, Instant)>,
     /// When it started waiting on the data mailbox.
     mail_since: Option<Instant>,
+    /// The wait is for the host board (see [`Net::board_step`]).
+    on_board: bool,
 }
 
 impl Watch {
@@ -481,6 +488,7 @@ impl Watch {
             last_check: None,
             gone: None,
             mail_since: None,
+            on_board: false,
         }
     }
 
@@ -497,6 +505,20 @@ impl Watch {
     fn since_check(&mut self) -> Duration {
         self.start();
         self.last_check.map_or(Duration::ZERO, |t| t.elapsed())
+    }
+}
+
+/// A wait for the rows of the host board, carried out in steps between looks at the board (see
+/// [`Net::board_step`]).
+pub(crate) struct BoardWait {
+    w: Watch,
+}
+
+impl BoardWait {
+    pub(crate) fn new() -> Self {
+        let mut w = Watch::new();
+        w.on_board = true;
+        BoardWait { w }
     }
 }
 
@@ -557,6 +579,8 @@ pub(crate) struct Net {
     stash: HashMap<Key, Msg>,
     /// The groups this process belongs to now, the whole machine (0) included.
     comms: HashMap<u64, CommInfo>,
+    /// The host board of the whole machine, when all its processes share this host.
+    pub board: Option<Arc<Board>>,
 }
 
 impl Net {
@@ -616,6 +640,7 @@ impl Net {
                     thread: None,
                 },
             )]),
+            board: None,
         })
     }
 
@@ -903,6 +928,11 @@ impl Net {
         if let Some((src, why)) = self.shared.mail.lock().failure.clone() {
             return Err(self.decode_error(ctx, src, why));
         }
+        if !w.on_board {
+            if let Some(e) = self.on_board_instead(ctx) {
+                return Err(e);
+            }
+        }
         if let Some(limit) = self.opts.sync_timeout {
             if now.duration_since(started) > limit {
                 return Err(Error::Timeout {
@@ -970,6 +1000,68 @@ impl Net {
             Err(ipl::Error::Timeout { .. }) => self.check(w, ctx).map(|()| None),
             Err(e) => Err(self.ipl_error(ctx, "receiving on the control port".into(), e)),
         }
+    }
+
+    /// While this process waits for messages of operation `ctx.seq` of the whole machine: a
+    /// peer that is in that operation on the host board instead, which no message of this one
+    /// reaches (the processes called different operations).
+    fn on_board_instead(&self, ctx: &Ctx) -> Option<Error> {
+        let board = self.board.as_ref().filter(|_| ctx.comm == 0)?;
+        (0..self.nodes.len())
+            .filter(|&j| j != self.pid)
+            .find_map(|j| {
+                let (_, e) = board.newest(j)?;
+                (e.seq == ctx.seq).then(|| Error::CollectiveMismatch {
+                    pid: self.pid,
+                    seq: ctx.seq,
+                    mine: ctx.op.to_string(),
+                    peer: j,
+                    theirs: format!("called {}", crate::collective::describe_call(e.op, e.sig)),
+                })
+            })
+    }
+
+    /// One step of a wait on the host board for operation `ctx.seq` (an `op`) of the whole
+    /// machine, between looks at the board: polls the control port once, filing what came,
+    /// and fails when a message shows a peer in another operation with this sequence number,
+    /// or waiting in a group for this process (see [`Net::crossed`]); after each wait slice it
+    /// looks at failures as other waits do. Returns how long the wait has lasted.
+    pub(crate) fn board_step(
+        &mut self,
+        wait: &mut BoardWait,
+        op: u8,
+        ctx: &Ctx,
+    ) -> Result<Duration> {
+        if !self.stash.is_empty() {
+            let seq = ctx.seq;
+            if let Some((k, m)) = self.stash.iter().find(|(k, _)| k.0 == 0 && k.1 == seq) {
+                return Err(Error::CollectiveMismatch {
+                    pid: self.pid,
+                    seq,
+                    mine: op::name(op).to_string(),
+                    peer: k.3 as usize,
+                    theirs: format!("called {}", op::name(m.hdr.op)),
+                });
+            }
+            let srcs: Vec<usize> = self.stash.keys().map(|k| k.3 as usize).collect();
+            if let Some(e) = srcs
+                .into_iter()
+                .find_map(|src| self.crossed(src, 0, seq, op))
+            {
+                return Err(e);
+            }
+        }
+        match self.control().poll() {
+            Ok(Some(m)) => {
+                self.file(m, ctx, None)?;
+            }
+            Ok(None) => {}
+            Err(e) => return Err(self.ipl_error(ctx, "receiving on the control port".into(), e)),
+        }
+        if wait.w.since_check() >= self.opts.wait_slice {
+            self.check(&mut wait.w, ctx)?;
+        }
+        Ok(wait.w.start().elapsed())
     }
 
     /// One step of waiting for round `round` of operation `seq` (an `op`) of group `comm` from

@@ -74,18 +74,32 @@ fn all_reduce_matches_a_sequential_reduction_and_is_bit_identical() {
 
 #[test]
 fn the_float_sum_follows_the_documented_tree() {
-    // With P = 3 processes 0 and 1 pair up first, then meet 2: (x0 + x1) + x2.
-    let out = run(Net::Local, 3, |bsp| {
-        let x = [1e16, 1.0, -1e16][bsp.pid()];
-        bsp.all_reduce(x, Op::Sum)
-    });
-    assert_eq!(out, vec![(1e16 + 1.0) - 1e16; 3]);
-    // With P = 4: (x0 + x1) + (x2 + x3).
-    let out = run(Net::Local, 4, |bsp| {
-        let x = [1e16, 1.0, -1e16, 1.0][bsp.pid()];
-        bsp.all_reduce(x, Op::Sum)
-    });
-    assert_eq!(out, vec![(1e16 + 1.0) + (-1e16 + 1.0); 4]);
+    // The same tree whether messages carry the reduction or the host board does (threads of
+    // one process over shm share the host).
+    for net in [Net::Local, Net::Shm] {
+        // With P = 3 processes 0 and 1 pair up first, then meet 2: (x0 + x1) + x2.
+        let out = run(net, 3, |bsp| {
+            let x = [1e16, 1.0, -1e16][bsp.pid()];
+            bsp.all_reduce(x, Op::Sum)
+        });
+        assert_eq!(out, vec![(1e16 + 1.0) - 1e16; 3], "{net:?}");
+        // With P = 4: (x0 + x1) + (x2 + x3).
+        let out = run(net, 4, |bsp| {
+            let x = [1e16, 1.0, -1e16, 1.0][bsp.pid()];
+            bsp.all_reduce(x, Op::Sum)
+        });
+        assert_eq!(out, vec![(1e16 + 1.0) + (-1e16 + 1.0); 4], "{net:?}");
+        // With P = 5: 0 and 1 fold first: ((x0 + x1) + x2) + (x3 + x4).
+        let out = run(net, 5, |bsp| {
+            let x = [1e16, 1.0, 1.0, -1e16, 1.0][bsp.pid()];
+            bsp.all_reduce(x, Op::Sum)
+        });
+        assert_eq!(
+            out,
+            vec![((1e16 + 1.0) + 1.0) + (-1e16 + 1.0); 5],
+            "{net:?}"
+        );
+    }
 }
 
 #[test]

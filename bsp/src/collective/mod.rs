@@ -77,6 +77,11 @@ fn describe(op: u8, sig: u64) -> String {
     }
 }
 
+/// An operation and its arguments, for mismatch errors: "all_reduce with 1 f64 values and sum".
+pub(crate) fn describe_call(op: u8, sig: u64) -> String {
+    format!("{} with {}", op::name(op), describe(op, sig))
+}
+
 /// A stable hash (FNV-1a) of a type name, or of any bytes, for signatures: mismatched types
 /// or arguments are caught.
 pub(crate) fn name_hash(name: &str) -> u64 {

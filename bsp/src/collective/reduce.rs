@@ -249,6 +249,38 @@ fn counts_hash(counts: &[usize]) -> u64 {
     })
 }
 
+/// Combines the `p` blocks of `n` numbers in `all` (pid order) into its first block along the
+/// butterfly's tree: the folded pairs first, then neighbouring participants, lower first, level
+/// by level. The same operations in the same order as [`Bsp::butterfly_slice`], so the same
+/// bits.
+fn board_tree<T: Number>(all: &mut [T], p: usize, n: usize, op: &Op<T>) {
+    let f = Folded::new(p);
+    // Participant `r` stands for one pid or for a folded pair: its block goes to place `r`.
+    for r in 0..f.pof2 {
+        let pids = f.pids(r);
+        let (to, from) = (r * n, pids.start * n);
+        if to != from {
+            all.copy_within(from..from + n, to);
+        }
+        if pids.len() == 2 {
+            let (lo, hi) = all.split_at_mut(pids.end * n - n);
+            combine_into(&mut lo[to..to + n], &hi[..n], false, op);
+        }
+    }
+    let mut len = f.pof2;
+    while len > 1 {
+        for i in 0..len / 2 {
+            let (a, b) = (2 * i * n, (2 * i + 1) * n);
+            if i != 0 {
+                all.copy_within(a..a + n, i * n);
+            }
+            let (lo, hi) = all.split_at_mut(b);
+            combine_into(&mut lo[i * n..i * n + n], &hi[..n], false, op);
+        }
+        len /= 2;
+    }
+}
+
 /// The processes of recursive doubling and halving when P is not a power of two: the first
 /// 2 * `rem` pair up and the odd one of each pair takes part for both.
 struct Folded {
@@ -450,7 +482,14 @@ impl Bsp {
     /// bit-identical result. Every process must call it with the same `op`. Does not end the
     /// superstep.
     pub fn all_reduce<T: Number>(&mut self, value: T, op: Op<T>) -> Result<T> {
+        let board = self.board_for::<T>(1)?;
         let call = self.begin(op::ALL_REDUCE, number_sig(&op, 1));
+        if let Some(board) = board {
+            let mut v = [value];
+            return self
+                .reduce_on_board(&board, &call, &mut v, &op)
+                .map(|()| v[0]);
+        }
         self.butterfly(&call, value, &One(op), false)
     }
 
@@ -458,8 +497,57 @@ impl Bsp {
     /// give a slice of the same length.
     pub fn all_reduce_slice<T: Number>(&mut self, values: &mut [T], op: Op<T>) -> Result<()> {
         let n = values.len();
+        let board = self.board_for::<T>(n)?;
         let call = self.begin(op::ALL_REDUCE, number_sig(&op, n));
+        if let Some(board) = board {
+            return self.reduce_on_board(&board, &call, values, &op);
+        }
         self.butterfly_slice(&call, values, &op)
+    }
+
+    /// An all-reduce on the host board (see [`board`](crate::board)), when this handle has one
+    /// and the values fit a slot: every process reads every row and combines them along the
+    /// same tree as the messages' butterfly, so all get the bits the butterfly gives. `None`
+    /// when the messages must carry it.
+    fn reduce_on_board<T: Number>(
+        &mut self,
+        board: &crate::board::Board,
+        call: &Call,
+        values: &mut [T],
+        op: &Op<T>,
+    ) -> Result<()> {
+        let bytes = std::mem::size_of_val(values);
+        let mut words = [0u64; crate::board::VALUE_WORDS];
+        let nw = bytes.div_ceil(8);
+        bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes]
+            .copy_from_slice(bytemuck::cast_slice(values));
+        let (p, n) = (self.nprocs, values.len());
+        // Every process's values, in pid order.
+        let mut all: SmallVec<[T; 64]> = SmallVec::with_capacity(p * n);
+        self.on_board(board, call, &words[..nw], |_, row| {
+            if row.len() != nw {
+                return Err(format!("{} words for {n} {}", row.len(), T::NAME));
+            }
+            all.extend_from_slice(&bytemuck::cast_slice::<u64, T>(row)[..n]);
+            Ok(())
+        })?;
+        board_tree(&mut all, p, n, op);
+        values.copy_from_slice(&all[..n]);
+        Ok(())
+    }
+
+    /// The host board for an all-reduce of `n` numbers of type `T`, if they fit its slots and
+    /// the handle has one (set up now if this is the first use, see
+    /// [`host_board`](Bsp::host_board)). The same answer on every process for the same call.
+    fn board_for<T: Number>(
+        &mut self,
+        n: usize,
+    ) -> Result<Option<std::sync::Arc<crate::board::Board>>> {
+        let bytes = n.saturating_mul(std::mem::size_of::<T>());
+        if n == 0 || bytes > crate::board::VALUE_WORDS * 8 {
+            return Ok(None);
+        }
+        self.host_board()
     }
 
     /// [`butterfly`](Bsp::butterfly) on a slice of numbers, in place: the same messages and the

@@ -279,6 +279,13 @@ impl Pool {
         &self.inner.me
     }
 
+    /// Whether more members of the pool run on this node's host than the host has processors
+    /// (for all the processes of the host, whatever each one is bound to). A member that
+    /// waits for others should then give its processor away rather than spin.
+    pub fn crowded(&self) -> bool {
+        self.inner.crowded()
+    }
+
     /// Size of a closed pool.
     pub fn size(&self) -> Option<u32> {
         self.inner.size

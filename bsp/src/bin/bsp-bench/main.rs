@@ -17,6 +17,12 @@
 //! the rounds of each round's bsp figure over its MPI figure, printed with their range (a
 //! round in which the machine changed speed between the two shows as an outlier there).
 //!
+//! Over shm the processes of a run share this host, so their syncs and small all-reduces go
+//! through bsp's host board (shared memory, see the crate's documentation) rather than
+//! messages. Each round therefore also measures the superstep and the all-reduce with
+//! `BSP_HOST_BOARD=0`, every sync and all-reduce carried by messages as between hosts, and
+//! prints both next to MPI.
+//!
 //! `--supersteps-only` measures the empty superstep and the 8-byte `all_reduce` alone: a run
 //! of a second or so, for comparisons that repeat it many times (`scripts/bench-trace`).
 //!
@@ -209,9 +215,33 @@ fn size_label(bytes: usize) -> String {
 /// Starts P processes of this program (what `ipl-run -n P` does) over `driver` (`shm` or
 /// `tcp`) and returns rank 0's figures.
 fn run_bsp<F: for<'de> Deserialize<'de>>(p: u32, driver: &str, dir: &Path) -> Result<F, String> {
+    run_bsp_with(p, driver, dir, Variant::Default)
+}
+
+/// What a run of the bsp processes measures.
+#[derive(Clone, Copy, PartialEq)]
+enum Variant {
+    /// Everything, as a program runs by default.
+    Default,
+    /// Supersteps and all-reduces only, with every sync and all-reduce carried by messages
+    /// (`BSP_HOST_BOARD=0`: no host board).
+    MessagesOnly,
+}
+
+fn run_bsp_with<F: for<'de> Deserialize<'de>>(
+    p: u32,
+    driver: &str,
+    dir: &Path,
+    variant: Variant,
+) -> Result<F, String> {
     let out = dir.join(format!("bsp-{p}.json"));
     let _ = std::fs::remove_file(&out);
     let mut command: Vec<String> = std::env::args().collect();
+    let mut env = Vec::new();
+    if variant == Variant::MessagesOnly {
+        command.push("--supersteps-only".into());
+        env.push(("BSP_HOST_BOARD".to_string(), "0".to_string()));
+    }
     command[0] = std::env::current_exe()
         .map_err(|e| format!("cannot find this program: {e}"))?
         .to_string_lossy()
@@ -226,7 +256,10 @@ fn run_bsp<F: for<'de> Deserialize<'de>>(p: u32, driver: &str, dir: &Path) -> Re
             ("BSP_BENCH_ROLE".into(), "worker".into()),
             ("BSP_BENCH_OUT".into(), out.to_string_lossy().into_owned()),
             ("IPL_DRIVER".into(), driver.into()),
-        ],
+        ]
+        .into_iter()
+        .chain(env)
+        .collect(),
         prefix_output: true,
     };
     let code = ipl::launch::run(&launch).map_err(|e| format!("starting {p} processes: {e}"))?;
@@ -263,11 +296,17 @@ fn compare(args: &Args, dir: &Path, mpi: Option<&Path>) -> Result<serde_json::Va
     );
     // results[i]: every round's figures for args.procs[i]: bsp over shm, over tcp, and MPI
     // (`None` in a round where MPI gave no figures).
-    type Rounds = (Vec<Figures>, Vec<Figures>, Vec<Option<mpi::MpiFigures>>);
+    // And every round's supersteps and all-reduces over shm with messages only (no host board).
+    type Rounds = (
+        Vec<Figures>,
+        Vec<Figures>,
+        Vec<Option<mpi::MpiFigures>>,
+        Vec<Figures>,
+    );
     let mut results: Vec<Rounds> = args
         .procs
         .iter()
-        .map(|_| (Vec::new(), Vec::new(), Vec::new()))
+        .map(|_| (Vec::new(), Vec::new(), Vec::new(), Vec::new()))
         .collect();
     for round in 0..args.rounds {
         for (i, &p) in args.procs.iter().enumerate() {
@@ -283,12 +322,15 @@ fn compare(args: &Args, dir: &Path, mpi: Option<&Path>) -> Result<serde_json::Va
                 (fig, m)
             };
             let tcp: Figures = run_bsp(p, "tcp", dir)?;
+            let msgs: Figures = run_bsp_with(p, "shm", dir, Variant::MessagesOnly)?;
             println!(
-                "round {}, P = {p}: bsp superstep {:.2} us (tcp {:.2}), all_reduce {:.2} us (tcp {:.2}){}{}",
+                "round {}, P = {p}: bsp superstep {:.2} us (messages only {:.2}, tcp {:.2}), all_reduce {:.2} us (messages only {:.2}, tcp {:.2}){}{}",
                 round + 1,
                 fig.sync_us,
+                msgs.sync_us,
                 tcp.sync_us,
                 fig.all_reduce_us,
+                msgs.all_reduce_us,
                 tcp.all_reduce_us,
                 m.as_ref().map_or(String::new(), |m| format!(
                     "; MPI barrier {:.2} us, allreduce {:.2} us",
@@ -302,6 +344,7 @@ fn compare(args: &Args, dir: &Path, mpi: Option<&Path>) -> Result<serde_json::Va
             results[i].0.push(fig);
             results[i].1.push(tcp);
             results[i].2.push(m);
+            results[i].3.push(msgs);
         }
     }
     println!();
@@ -316,7 +359,7 @@ fn compare(args: &Args, dir: &Path, mpi: Option<&Path>) -> Result<serde_json::Va
     );
     let mut summary = Vec::new();
     let mut combining = Vec::new();
-    for (i, (figs, tcps, mpis)) in results.iter().enumerate() {
+    for (i, (figs, tcps, mpis, msgs)) in results.iter().enumerate() {
         let p = args.procs[i];
         let bs = stat(figs.iter().map(|f| f.sync_us).collect());
         let ba = stat(figs.iter().map(|f| f.all_reduce_us).collect());
@@ -339,6 +382,20 @@ fn compare(args: &Args, dir: &Path, mpi: Option<&Path>) -> Result<serde_json::Va
             };
         let rs = per_round(&|f| Some(f.sync_us), &|m| Some(m.barrier_us));
         let ra = per_round(&|f| Some(f.all_reduce_us), &|m| Some(m.allreduce_us));
+        // The same with messages only, against the same MPI figures of each round.
+        let ms = stat(msgs.iter().map(|f| f.sync_us).collect());
+        let ma_b = stat(msgs.iter().map(|f| f.all_reduce_us).collect());
+        let ratio_msgs = |f: &dyn Fn(&Figures) -> f64, r: &dyn Fn(&mpi::MpiFigures) -> f64| {
+            stat(
+                msgs.iter()
+                    .zip(mpis)
+                    .filter_map(|(x, m)| Some(f(x) / r(m.as_ref()?)))
+                    .filter(|r| r.is_finite())
+                    .collect(),
+            )
+        };
+        let rms = ratio_msgs(&|f| f.sync_us, &|m| m.barrier_us);
+        let rma = ratio_msgs(&|f| f.all_reduce_us, &|m| m.allreduce_us);
         let mut rows = vec![
             ("empty superstep vs MPI_Barrier".to_string(), bs, ts, mb, rs),
             (
@@ -347,6 +404,20 @@ fn compare(args: &Args, dir: &Path, mpi: Option<&Path>) -> Result<serde_json::Va
                 ta,
                 ma,
                 ra,
+            ),
+            (
+                "  the same superstep, messages only".to_string(),
+                ms,
+                None,
+                mb,
+                rms,
+            ),
+            (
+                "  the same all_reduce, messages only".to_string(),
+                ma_b,
+                None,
+                ma,
+                rma,
             ),
         ];
         let mut collectives = Vec::new();
@@ -382,10 +453,16 @@ fn compare(args: &Args, dir: &Path, mpi: Option<&Path>) -> Result<serde_json::Va
             }
         }
         for (name, b, t, m, r) in rows {
+            // The messages-only rows have no tcp figure of their own (tcp has no host board).
+            let tcp = if name.starts_with("  ") {
+                "-".to_string()
+            } else {
+                show(t)
+            };
             println!(
                 "{name:<44} {p:>3} {:>20} {:>20} {:>20} {:>20}",
                 show(b),
-                show(t),
+                tcp,
                 show(m),
                 show_ratio(r)
             );
@@ -402,6 +479,10 @@ fn compare(args: &Args, dir: &Path, mpi: Option<&Path>) -> Result<serde_json::Va
             "mpi_allreduce_us": ma.map(|s| s.0),
             "superstep_ratio": rs.map(|s| s.0),
             "all_reduce_ratio": ra.map(|s| s.0),
+            "messages_only_superstep_us": ms.map(|s| s.0),
+            "messages_only_all_reduce_us": ma_b.map(|s| s.0),
+            "messages_only_superstep_ratio": rms.map(|s| s.0),
+            "messages_only_all_reduce_ratio": rma.map(|s| s.0),
             "collectives": collectives,
             "combined_packets_per_s": combined.map(|s| s.0),
             "single_message_packets_per_s": single.map(|s| s.0),

@@ -1,0 +1,503 @@
+//! The host board: shared memory in which the processes of a machine that all run on one host
+//! end a superstep, and combine small all-reduces, without messages.
+//!
+//! On one host, the cost of a superstep's barrier is not the transfer of a cache line from one
+//! core to another (some 30 to 50 ns) but the software that a message passes through on both
+//! sides. So when every process of the machine runs on this host, the whole machine's `sync`
+//! (its per-destination message counts) and `all_reduce` of up to [`VALUE_WORDS`] words of
+//! numbers do without messages, as MPI's shared-memory collectives do: each process writes its
+//! contribution to its own row of a mapping that all of them share and reads the others' rows.
+//! Groups, larger reductions and every other collective keep their messages.
+//!
+//! ## Layout
+//!
+//! A line of words naming the layout, then one row per process: a line for waking sleepers,
+//! and two slots, used in turn by the board's operations (the `b`-th uses slot `b % 2`). A slot
+//! starts on a line with four words of header (stamp, sequence number, operation and length,
+//! signature) and goes on with the payload words, the first four in the header's line: a sync of
+//! up to four processes moves one line from each process to each other. The writer stores payload and header first and the stamp, the operation's number
+//! `b`, last; a reader that sees stamp `b` reads the rest. Two slots suffice: a process writes
+//! operation `b + 2` in the slot of `b` only after it has read every row of operation `b + 1`,
+//! which each process writes only after it has read every row of `b`.
+//!
+//! ## Waiting
+//!
+//! A process waits for the rows of the others by looking at their stamps, then, after a while,
+//! sleeping on the row's futex word, which the writer bumps when it sees sleepers. Between
+//! looks it polls its control port as other waits do: a peer that called another operation (a
+//! message with this sequence number), a peer that died, or a run past the time limit ends the
+//! wait with an error, as it would with messages.
+//!
+//! ## Setting up
+//!
+//! Pid 0 creates the mapping as a file in `/dev/shm` with a random name, readable and writable
+//! by this user only, and broadcasts the name; every other process opens it and checks its
+//! size, owner and layout; an all-reduce then tells whether all did, and pid 0 removes the name.
+//! A process on another host finds no such file, and then nobody uses the board. The name is
+//! not a secret: the file's mode keeps other users out, as it keeps them from the processes
+//! themselves.
+
+use std::ffi::CString;
+use std::io;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Words of a cache line.
+const LINE: usize = 8;
+/// Payload words a slot holds at least: the largest all-reduce the board combines.
+pub(crate) const VALUE_WORDS: usize = 8;
+/// The most processes a board serves (its rows grow with the machine: P words of counts).
+pub(crate) const MAX_PROCS: usize = 1024;
+/// Names the layout in the board's first word.
+const MAGIC: u64 = 0x6273_7062_6f61_7264; // "bspboard"
+/// The start of every board's name.
+const PREFIX: &str = "/dev/shm/bsp-board-";
+
+/// Header words of a slot; the payload follows them.
+const STAMP: usize = 0;
+const SEQ: usize = 1;
+/// The operation in the low byte, the payload's length in words above it.
+const OP_LEN: usize = 2;
+const SIG: usize = 3;
+const PAYLOAD: usize = 4;
+
+/// Words of a row's waking line: the futex word (first half of word 0) and the sleepers.
+const WAKE: usize = 0;
+const SLEEPERS: usize = 1;
+
+/// What a process found in another's row for an operation.
+pub(crate) struct Entry {
+    pub seq: u64,
+    pub op: u8,
+    pub sig: u64,
+}
+
+/// A mapping shared by the processes of the machine, see the module's documentation.
+pub(crate) struct Board {
+    base: NonNull<AtomicU64>,
+    /// Words in the mapping.
+    words: usize,
+    p: usize,
+    me: usize,
+    /// Payload words of a slot.
+    cap: usize,
+    /// Board operations this process has started.
+    ops: AtomicU64,
+}
+
+// SAFETY: the mapping is memory of this process for the board's whole life (unmapped only on
+// drop), and every access to it goes through atomics, from any thread.
+unsafe impl Send for Board {}
+// SAFETY: as above: shared access is atomic access.
+unsafe impl Sync for Board {}
+
+/// Payload words of a slot for `p` processes: the counts of a sync (`p` words) or an
+/// all-reduce's values, in whole lines.
+fn slot_cap(p: usize) -> usize {
+    p.max(VALUE_WORDS).div_ceil(LINE) * LINE
+}
+
+/// Words of a slot: header and payload, in whole lines.
+fn slot_words(p: usize) -> usize {
+    (PAYLOAD + slot_cap(p)).div_ceil(LINE) * LINE
+}
+
+fn row_words(p: usize) -> usize {
+    LINE + 2 * slot_words(p)
+}
+
+/// Bytes of a board for `p` processes.
+fn board_bytes(p: usize) -> usize {
+    (LINE + p * row_words(p)) * 8
+}
+
+impl Board {
+    /// Creates the board of `p` processes (as pid 0) under a new random name in `/dev/shm`;
+    /// returns it and the name.
+    pub(crate) fn create(p: usize) -> io::Result<(Board, String)> {
+        if !(2..=MAX_PROCS).contains(&p) {
+            return Err(io::Error::other(format!("no board for {p} processes")));
+        }
+        let mut r = [0u8; 16];
+        // SAFETY: `r` is writable for its length.
+        let got = unsafe { libc::getrandom(r.as_mut_ptr().cast(), r.len(), 0) };
+        if got != r.len() as isize {
+            return Err(io::Error::last_os_error());
+        }
+        let hex: String = r.iter().map(|b| format!("{b:02x}")).collect();
+        let name = format!("{PREFIX}{hex}");
+        let path = CString::new(name.clone()).expect("no NUL in the name");
+        // SAFETY: a valid C string; the flags create a new file or fail.
+        let fd = unsafe {
+            libc::open(
+                path.as_ptr(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0o600,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let len = board_bytes(p);
+        // SAFETY: `fd` is the file just opened.
+        let board = if unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Board::map(fd, len, p, 0)
+        };
+        // SAFETY: `fd` is ours and not used after this; the mapping keeps the file.
+        unsafe { libc::close(fd) };
+        let board = match board {
+            Ok(b) => b,
+            Err(e) => {
+                Board::remove(&name);
+                return Err(e);
+            }
+        };
+        board.word(1).store(p as u64, Ordering::Relaxed);
+        board.word(2).store(slot_cap(p) as u64, Ordering::Relaxed);
+        board.word(0).store(MAGIC, Ordering::Release);
+        Ok((board, name))
+    }
+
+    /// Opens the board pid 0 created under `name`, as process `me` of `p`, after checking that
+    /// it is a regular file of this user only, of the size and layout `p` processes need.
+    pub(crate) fn open(name: &str, p: usize, me: usize) -> io::Result<Board> {
+        let valid = name.len() == PREFIX.len() + 32
+            && name.starts_with(PREFIX)
+            && name[PREFIX.len()..].bytes().all(|b| b.is_ascii_hexdigit());
+        if !valid || !(2..=MAX_PROCS).contains(&p) || me >= p {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("no board '{name}' for pid {me} of {p}"),
+            ));
+        }
+        let path = CString::new(name).expect("checked: hex digits");
+        // SAFETY: a valid C string.
+        let fd = unsafe {
+            libc::open(
+                path.as_ptr(),
+                libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let len = board_bytes(p);
+        // SAFETY: an all-zero `stat` is a valid value to be overwritten.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: no arguments, no failure.
+        let uid = unsafe { libc::geteuid() };
+        // SAFETY: `fd` is open and `st` writable.
+        let checked = if unsafe { libc::fstat(fd, &mut st) } != 0 {
+            Err(io::Error::last_os_error())
+        } else if st.st_mode & libc::S_IFMT != libc::S_IFREG
+            || st.st_uid != uid
+            || st.st_mode & 0o077 != 0
+            || st.st_size != len as libc::off_t
+        {
+            Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("'{name}' is not a board of this user for {p} processes"),
+            ))
+        } else {
+            Board::map(fd, len, p, me)
+        };
+        // SAFETY: `fd` is ours and not used after this.
+        unsafe { libc::close(fd) };
+        let board = checked?;
+        let layout = (
+            board.word(0).load(Ordering::Acquire),
+            board.word(1).load(Ordering::Relaxed),
+            board.word(2).load(Ordering::Relaxed),
+        );
+        if layout != (MAGIC, p as u64, slot_cap(p) as u64) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("'{name}' has another layout"),
+            ));
+        }
+        Ok(board)
+    }
+
+    fn map(fd: libc::c_int, len: usize, p: usize, me: usize) -> io::Result<Board> {
+        // SAFETY: a new shared mapping of the whole file, which is `len` bytes long.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Board {
+            base: NonNull::new(addr.cast()).expect("mmap gives no null mapping"),
+            words: len / 8,
+            p,
+            me,
+            cap: slot_cap(p),
+            ops: AtomicU64::new(0),
+        })
+    }
+
+    /// Removes the board's name (the mappings stay).
+    pub(crate) fn remove(name: &str) {
+        if let Ok(path) = CString::new(name) {
+            // SAFETY: a valid C string.
+            unsafe { libc::unlink(path.as_ptr()) };
+        }
+    }
+
+    #[inline(always)]
+    fn word(&self, i: usize) -> &AtomicU64 {
+        assert!(i < self.words, "board word {i} of {}", self.words);
+        // SAFETY: within the mapping (checked above), which is aligned to a page and lives as
+        // long as `self`; every access to it is atomic.
+        unsafe { &*self.base.as_ptr().add(i) }
+    }
+
+    #[inline(always)]
+    fn row(&self, pid: usize) -> usize {
+        LINE + pid * row_words(self.p)
+    }
+
+    #[inline(always)]
+    fn slot(&self, pid: usize, b: u64) -> usize {
+        self.row(pid) + LINE + (b % 2) as usize * slot_words(self.p)
+    }
+
+    /// The futex word of `pid`'s row: the first four bytes of its waking line.
+    fn wake_word(&self, pid: usize) -> &AtomicU32 {
+        let w = self.word(self.row(pid) + WAKE);
+        // SAFETY: the first half of an 8-aligned word of the mapping is a 4-aligned 32-bit
+        // word, alive as long as `self`; every process accesses it only atomically and only
+        // as this 32-bit word (the 64-bit word is never read or written as such).
+        unsafe { &*std::ptr::from_ref(w).cast::<AtomicU32>() }
+    }
+
+    /// Starts the next board operation: writes `payload` with its sequence number, operation
+    /// and signature to this process's row and wakes the processes sleeping on it. Returns the
+    /// operation's number, for [`Board::arrived`] and [`Board::read`].
+    pub(crate) fn publish(&self, seq: u64, op: u8, sig: u64, payload: &[u64]) -> u64 {
+        assert!(
+            payload.len() <= self.cap,
+            "a board payload of {} words",
+            payload.len()
+        );
+        let b = self.ops.load(Ordering::Relaxed) + 1;
+        self.ops.store(b, Ordering::Relaxed);
+        let s = self.slot(self.me, b);
+        for (i, &v) in payload.iter().enumerate() {
+            self.word(s + PAYLOAD + i).store(v, Ordering::Relaxed);
+        }
+        self.word(s + SEQ).store(seq, Ordering::Relaxed);
+        let op_len = u64::from(op) | (payload.len() as u64) << 8;
+        self.word(s + OP_LEN).store(op_len, Ordering::Relaxed);
+        self.word(s + SIG).store(sig, Ordering::Relaxed);
+        // Sequentially consistent, as are the sleepers' announcement and their look at the
+        // stamp after it: either the writer sees a sleeper, or the sleeper sees the stamp.
+        self.word(s + STAMP).store(b, Ordering::SeqCst);
+        if self
+            .word(self.row(self.me) + SLEEPERS)
+            .load(Ordering::SeqCst)
+            != 0
+        {
+            let w = self.wake_word(self.me);
+            w.fetch_add(1, Ordering::SeqCst);
+            futex_wake(w);
+        }
+        b
+    }
+
+    /// Whether `pid` has written board operation `b`; an error when its row holds something
+    /// no process of this machine writes there now.
+    #[inline]
+    pub(crate) fn arrived(&self, pid: usize, b: u64) -> Result<bool, String> {
+        let stamp = self.word(self.slot(pid, b) + STAMP).load(Ordering::Acquire);
+        if stamp == b {
+            return Ok(true);
+        }
+        // Before it writes `b`, the slot holds `b - 2` (or nothing yet).
+        if stamp.wrapping_add(2) == b || (stamp == 0 && b <= 2) {
+            return Ok(false);
+        }
+        Err(format!(
+            "its row of the host board holds operation {stamp} where this process waits for \
+             {b} or the one two before it"
+        ))
+    }
+
+    /// What `pid` wrote for board operation `b` (which [`arrived`](Board::arrived)): its
+    /// header, and its payload in `out`.
+    pub(crate) fn read(&self, pid: usize, b: u64, out: &mut Vec<u64>) -> Result<Entry, String> {
+        let s = self.slot(pid, b);
+        let (e, len) = self.entry(s);
+        if len > self.cap {
+            return Err(format!("a board payload of {len} words"));
+        }
+        out.clear();
+        out.extend((0..len).map(|i| self.word(s + PAYLOAD + i).load(Ordering::Relaxed)));
+        Ok(e)
+    }
+
+    /// The header of the slot at word `s`, and its payload's length.
+    fn entry(&self, s: usize) -> (Entry, usize) {
+        let op_len = self.word(s + OP_LEN).load(Ordering::Relaxed);
+        let e = Entry {
+            seq: self.word(s + SEQ).load(Ordering::Relaxed),
+            op: op_len as u8,
+            sig: self.word(s + SIG).load(Ordering::Relaxed),
+        };
+        (e, usize::try_from(op_len >> 8).unwrap_or(usize::MAX))
+    }
+
+    /// Sleeps until `pid` writes operation `b` or `limit` passes (or spuriously).
+    pub(crate) fn sleep_on(&self, pid: usize, b: u64, limit: Duration) {
+        let sleepers = self.word(self.row(pid) + SLEEPERS);
+        let w = self.wake_word(pid);
+        sleepers.fetch_add(1, Ordering::SeqCst);
+        let seen = w.load(Ordering::SeqCst);
+        if matches!(self.arrived(pid, b), Ok(false)) {
+            futex_wait(w, seen, limit);
+        }
+        sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// The newest operation in `pid`'s row, if it has written any: its number and header.
+    pub(crate) fn newest(&self, pid: usize) -> Option<(u64, Entry)> {
+        let (a, b) = (
+            self.word(self.slot(pid, 0) + STAMP).load(Ordering::Acquire),
+            self.word(self.slot(pid, 1) + STAMP).load(Ordering::Acquire),
+        );
+        let n = a.max(b);
+        (n != 0).then(|| (n, self.entry(self.slot(pid, n)).0))
+    }
+}
+
+/// Removes a board's name when dropped (nothing for an empty name).
+pub(crate) struct Unlink(pub String);
+
+impl Drop for Unlink {
+    fn drop(&mut self) {
+        if !self.0.is_empty() {
+            Board::remove(&self.0);
+        }
+    }
+}
+
+impl Drop for Board {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`, of this length, unmapped once; nothing refers to
+        // it after the board is gone (the references `word` gives borrow the board).
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.words * 8) };
+    }
+}
+
+/// Sleeps while `*w == seen`, for at most `limit`. The board is shared between processes:
+/// no FUTEX_PRIVATE_FLAG.
+fn futex_wait(w: &AtomicU32, seen: u32, limit: Duration) {
+    let ts = libc::timespec {
+        tv_sec: limit.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: limit.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `w` is a valid 32-bit word of a shared mapping for the whole call; `ts` lives on
+    // this stack. A failure (EAGAIN when the word changed, EINTR, ETIMEDOUT) is a wake-up.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            w.as_ptr(),
+            libc::FUTEX_WAIT,
+            seen,
+            &ts as *const libc::timespec,
+            std::ptr::null::<u32>(),
+            0,
+        );
+    }
+}
+
+/// Wakes every process sleeping on `w`.
+fn futex_wake(w: &AtomicU32) {
+    // SAFETY: `w` is a valid 32-bit word of a shared mapping.
+    unsafe {
+        libc::syscall(libc::SYS_futex, w.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_processes_of_one_board_see_each_other() {
+        let (a, name) = Board::create(2).expect("create");
+        let b = Board::open(&name, 2, 1).expect("open");
+        Board::remove(&name);
+        let mut out = Vec::new();
+        for round in 1..=5u64 {
+            assert_eq!(a.arrived(1, round), Ok(false));
+            let n = a.publish(10 + round, 1, 7, &[round, 2 * round]);
+            assert_eq!(n, round);
+            assert_eq!(b.arrived(0, round), Ok(true));
+            let e = b.read(0, round, &mut out).expect("read");
+            assert_eq!((e.seq, e.op, e.sig), (10 + round, 1, 7));
+            assert_eq!(out, [round, 2 * round]);
+            b.publish(10 + round, 1, 7, &[]);
+            assert_eq!(a.arrived(1, round), Ok(true));
+        }
+        assert_eq!(a.newest(1).map(|(n, e)| (n, e.seq)), Some((5, 15)));
+    }
+
+    #[test]
+    fn a_row_ahead_of_its_reader_is_an_error() {
+        let (a, name) = Board::create(2).expect("create");
+        let b = Board::open(&name, 2, 1).expect("open");
+        Board::remove(&name);
+        for _ in 0..3 {
+            b.publish(0, 1, 0, &[]);
+        }
+        // Operation 1's slot now holds 3, which no well-behaved peer writes before 2 is read.
+        assert!(a.arrived(1, 1).is_err());
+    }
+
+    #[test]
+    fn opening_checks_name_size_and_layout() {
+        assert!(Board::open("/etc/passwd", 2, 1).is_err());
+        assert!(Board::open(&format!("{PREFIX}{}", "0".repeat(32)), 2, 1).is_err());
+        let (_a, name) = Board::create(3).expect("create");
+        // Another machine size: another size of file.
+        assert!(Board::open(&name, 2, 1).is_err());
+        assert!(Board::open(&name, 3, 3).is_err());
+        assert!(Board::open(&name, 3, 2).is_ok());
+        Board::remove(&name);
+        assert!(Board::open(&name, 3, 2).is_err());
+    }
+
+    #[test]
+    fn a_sleeper_wakes_when_the_row_is_written() {
+        let (a, name) = Board::create(2).expect("create");
+        let b = Board::open(&name, 2, 1).expect("open");
+        Board::remove(&name);
+        std::thread::scope(|s| {
+            let t = s.spawn(|| {
+                let start = std::time::Instant::now();
+                while !matches!(b.arrived(0, 1), Ok(true)) {
+                    b.sleep_on(0, 1, Duration::from_secs(5));
+                }
+                start.elapsed()
+            });
+            // Whether or not the sleeper is asleep yet, it must see the stamp.
+            a.publish(1, 1, 0, &[]);
+            let waited = t.join().expect("sleeper");
+            assert!(
+                waited < Duration::from_secs(5),
+                "woken by the write, not the limit"
+            );
+        });
+    }
+}

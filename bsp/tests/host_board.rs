@@ -1,0 +1,164 @@
+//! The host board: the whole machine's syncs and small all-reduces through shared memory when
+//! every process shares the host (here: threads of this process over the shm driver), with the
+//! same results and the same errors as messages.
+
+mod common;
+
+use bsp::{Error, Op, Options};
+use common::{run, try_run_each, Net};
+use std::time::Duration;
+
+fn opts() -> Options {
+    Options {
+        departure_grace: Duration::from_millis(200),
+        wait_slice: Duration::from_millis(20),
+        ..common::opts()
+    }
+}
+
+/// Every result of a run that must fail: at least one a mismatch naming both operations, and
+/// none a success.
+fn assert_mismatch<T: std::fmt::Debug>(each: Vec<bsp::Result<T>>, a: &str, b: &str) {
+    assert!(each.iter().all(|r| r.is_err()), "{each:?}");
+    let named = each.iter().any(|r| {
+        matches!(r, Err(Error::CollectiveMismatch { .. }))
+            && r.as_ref()
+                .err()
+                .is_some_and(|e| e.to_string().contains(a) && e.to_string().contains(b))
+    });
+    assert!(named, "no mismatch naming {a} and {b}: {each:?}");
+}
+
+#[test]
+fn supersteps_and_reductions_on_the_board_match_a_sequential_run() {
+    for p in [2, 3, 5] {
+        let out = run(Net::Shm, p, |bsp| {
+            let (me, p) = (bsp.pid(), bsp.nprocs());
+            let mut got = Vec::new();
+            for step in 0..50u64 {
+                // Packets to a different subset of processes every superstep: the counts
+                // the board carries must say exactly how many messages come.
+                for d in (0..p).filter(|d| (d + step as usize) % 3 != 0) {
+                    bsp.send(d, &(me as u64 * 1000 + step))?;
+                }
+                bsp.sync()?;
+                let mut sum = 0u64;
+                while let Some((_, v)) = bsp.recv::<u64>()? {
+                    sum += v;
+                }
+                let total = bsp.all_reduce(sum, Op::Sum)?;
+                let mut v = [me as i32, -(me as i32), step as i32];
+                bsp.all_reduce_slice(&mut v, Op::Max)?;
+                got.push((sum, total, v));
+            }
+            Ok(got)
+        });
+        for (me, got) in out.iter().enumerate() {
+            for (step, &(sum, total, v)) in got.iter().enumerate() {
+                let step = step as u64;
+                let want: u64 = if (me + step as usize) % 3 == 0 {
+                    0
+                } else {
+                    (0..p as u64).map(|s| s * 1000 + step).sum()
+                };
+                assert_eq!(sum, want, "pid {me}, superstep {step}, P = {p}");
+                let want_total: u64 = (0..p)
+                    .filter(|d| (d + step as usize) % 3 != 0)
+                    .map(|_| (0..p as u64).map(|s| s * 1000 + step).sum::<u64>())
+                    .sum();
+                assert_eq!(total, want_total, "P = {p}");
+                assert_eq!(v, [p as i32 - 1, 0, step as i32]);
+            }
+        }
+    }
+}
+
+#[test]
+fn different_operations_on_the_board_are_a_mismatch() {
+    let each = try_run_each(Net::Shm, 2, opts(), |bsp| {
+        bsp.sync()?;
+        if bsp.pid() == 0 {
+            bsp.all_reduce(1u32, Op::Sum)?;
+        } else {
+            bsp.sync()?;
+        }
+        Ok(())
+    });
+    assert_mismatch(each, "all_reduce", "sync");
+    let each = try_run_each(Net::Shm, 2, opts(), |bsp| {
+        let op = if bsp.pid() == 0 { Op::Sum } else { Op::Max };
+        bsp.all_reduce(1.0f64, op)?;
+        Ok(())
+    });
+    assert_mismatch(each, "sum", "max");
+}
+
+#[test]
+fn an_operation_on_the_board_against_one_with_messages_is_a_mismatch() {
+    // Pid 0 syncs on the board while pid 1 waits for a broadcast's message: pid 1 sees pid
+    // 0's row at the broadcast's sequence number.
+    let each = try_run_each(Net::Shm, 2, opts(), |bsp| {
+        bsp.sync()?;
+        if bsp.pid() == 0 {
+            bsp.sync()?;
+        } else {
+            let _: u64 = bsp.broadcast(0, None)?;
+        }
+        Ok(())
+    });
+    assert_mismatch(each, "broadcast", "sync");
+    // A large all-reduce takes messages, a small one the board: different arguments.
+    let each = try_run_each(Net::Shm, 2, opts(), |bsp| {
+        bsp.sync()?;
+        let mut v = vec![1u64; if bsp.pid() == 0 { 1 } else { 100 }];
+        bsp.all_reduce_slice(&mut v, Op::Sum)?;
+        Ok(())
+    });
+    assert_mismatch(each, "all_reduce", "all_reduce");
+}
+
+#[test]
+fn a_process_that_leaves_ends_the_others_wait_on_the_board() {
+    let each = try_run_each(Net::Shm, 3, opts(), |bsp| {
+        bsp.sync()?;
+        if bsp.pid() == 2 {
+            // Leaves the machine without its part of the next sync.
+            return Ok(());
+        }
+        bsp.sync()?;
+        Ok(())
+    });
+    assert!(each[2].is_ok());
+    for (pid, r) in each.iter().enumerate().take(2) {
+        let e = r.as_ref().expect_err("a sync without pid 2 cannot end");
+        assert!(
+            e.to_string().contains("node2") || e.to_string().contains("pid 2"),
+            "pid {pid}: {e}"
+        );
+    }
+}
+
+#[test]
+fn the_board_carries_what_messages_carry_between_hosts() {
+    // Over shm the syncs and the small all-reduce take the board; over tcp, messages. The
+    // results are the same, bit for bit.
+    let board = run(Net::Shm, 3, program);
+    let messages = run(Net::Tcp, 3, program);
+    for (b, m) in board.iter().zip(&messages) {
+        assert_eq!(b.0, m.0);
+        // Two supersteps and an all-reduce; the setup takes messages.
+        assert_eq!((b.1, m.1), (3, 0));
+        assert!(b.2 < m.2, "board {} round messages, messages {}", b.2, m.2);
+    }
+
+    fn program(bsp: &mut bsp::Bsp) -> bsp::Result<((u64, u64, f64), u64, u64)> {
+        let me = bsp.pid();
+        bsp.send((me + 1) % bsp.nprocs(), &(me as u64))?;
+        bsp.sync()?;
+        let got = bsp.recv::<u64>()?.map_or(0, |(_, v)| v);
+        let x = bsp.all_reduce(0.1 * (me as f64 + 1.0) + 1e-17 * me as f64, Op::Sum)?;
+        bsp.sync()?;
+        let s = bsp.stats();
+        Ok(((got, s.supersteps, x), s.board_operations, s.round_messages))
+    }
+}

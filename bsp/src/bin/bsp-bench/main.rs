@@ -239,7 +239,9 @@ fn run_bsp_with<F: for<'de> Deserialize<'de>>(
     let mut command: Vec<String> = std::env::args().collect();
     let mut env = Vec::new();
     if variant == Variant::MessagesOnly {
-        command.push("--supersteps-only".into());
+        if !command.iter().any(|a| a == "--supersteps-only") {
+            command.push("--supersteps-only".into());
+        }
         env.push(("BSP_HOST_BOARD".to_string(), "0".to_string()));
     }
     command[0] = std::env::current_exe()

@@ -4,10 +4,13 @@
 //! On one host, the cost of a superstep's barrier is not the transfer of a cache line from one
 //! core to another (some 30 to 50 ns) but the software that a message passes through on both
 //! sides. So when every process of the machine runs on this host, the whole machine's `sync`
-//! (its per-destination message counts) and `all_reduce` of up to [`VALUE_WORDS`] words of
-//! numbers do without messages, as MPI's shared-memory collectives do: each process writes its
-//! contribution to its own row of a mapping that all of them share and reads the others' rows.
-//! Groups, larger reductions and every other collective keep their messages.
+//! (its per-destination message counts), and its `all_reduce`, `all_gather_slice` and
+//! `reduce_scatter` of up to [`VALUE_WORDS`] words of numbers per process, do without messages,
+//! as MPI's shared-memory collectives do: each process writes its contribution to its own row
+//! of a mapping that all of them share and reads the others' rows. Every operation on the
+//! board is a barrier, which these are anyway (no process can finish one before every process
+//! has contributed); groups, larger inputs and the other collectives, which need not wait for
+//! everyone, keep their messages.
 //!
 //! ## Layout
 //!
@@ -45,7 +48,8 @@ use std::time::Duration;
 
 /// Words of a cache line.
 const LINE: usize = 8;
-/// Payload words a slot holds at least: the largest all-reduce the board combines.
+/// Payload words a slot holds at least: the largest part of a process in an all-reduce,
+/// all-gather or reduce-scatter the board carries.
 pub(crate) const VALUE_WORDS: usize = 8;
 /// The most processes a board serves (its rows grow with the machine: P words of counts).
 pub(crate) const MAX_PROCS: usize = 1024;

@@ -162,3 +162,35 @@ fn the_board_carries_what_messages_carry_between_hosts() {
         Ok(((got, s.supersteps, x), s.board_operations, s.round_messages))
     }
 }
+
+#[test]
+fn small_collectives_on_the_board_give_the_bits_messages_give() {
+    // Values whose float sums depend on the order of combination: the board must combine
+    // along the messages' trees. Local (threads, messages) against shm (the board).
+    fn program(bsp: &mut bsp::Bsp) -> bsp::Result<(Vec<u64>, Vec<u64>, Vec<u64>, u64)> {
+        let (me, p) = (bsp.pid(), bsp.nprocs());
+        let big = [1e16, 1.0, -1e16, 1.0, 3.0, -2.5, 1e-3, 7.0][me % 8];
+        let before = bsp.stats().board_operations;
+        let mut v = [big, -big, big * 0.5];
+        bsp.all_reduce_slice(&mut v, Op::Sum)?;
+        let gathered = bsp.all_gather_slice(&[big, me as f64])?;
+        // Every process gets one value of p (8 values at most, 64 bytes).
+        let values: Vec<f64> = (0..p).map(|d| big * (d as f64 + 1.0)).collect();
+        let mine = bsp.reduce_scatter(&values, &vec![1; p], Op::Sum)?;
+        let used = bsp.stats().board_operations - before;
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect();
+        Ok((bits(&v), bits(&gathered), bits(&mine), used))
+    }
+    for p in [2, 3, 4, 5, 8] {
+        let messages = run(Net::Local, p, program);
+        let board = run(Net::Shm, p, program);
+        for (pid, (m, b)) in messages.iter().zip(&board).enumerate() {
+            assert_eq!((&m.0, &m.1, &m.2), (&b.0, &b.1, &b.2), "pid {pid} of {p}");
+            assert_eq!(
+                (m.3, b.3),
+                (0, 3),
+                "pid {pid} of {p}: operations on the board"
+            );
+        }
+    }
+}

@@ -237,7 +237,14 @@ impl Bsp {
     /// `Allgather`). Every process must give a slice of the same length.
     pub fn all_gather_slice<T: Number>(&mut self, values: &[T]) -> Result<Vec<T>> {
         let (p, me, n) = (self.nprocs, self.pid, values.len());
+        let board = self.board_for::<T>(n)?;
         let call = self.begin(op::ALL_GATHER, type_sig::<[T]>(n as u64));
+        if let Some(board) = board {
+            // Up to 64 bytes each, every process on this host: every row of the host board.
+            let mut out = Vec::with_capacity(n * p);
+            self.gather_on_board(&board, &call, values, |v| out.extend_from_slice(v))?;
+            return Ok(out);
+        }
         // Bruck's concatenation on numbers: block k of the rounds is the values of pid
         // (me + k) % p. Every process converts what it receives to its own byte order, so the
         // values it passes on are all in one order, and are written straight from the blocks

@@ -516,30 +516,41 @@ impl Bsp {
         values: &mut [T],
         op: &Op<T>,
     ) -> Result<()> {
-        let bytes = std::mem::size_of_val(values);
+        let mut all: SmallVec<[T; 64]> = SmallVec::new();
+        self.gather_on_board(board, call, values, |v| all.extend_from_slice(v))?;
+        board_tree(&mut all, self.nprocs, values.len(), op);
+        values.copy_from_slice(&all[..values.len()]);
+        Ok(())
+    }
+
+    /// Operation `call` on the host board with `values` (which fit a slot, see
+    /// [`board_for`](Bsp::board_for)) as this process's part: gives `each` every process's
+    /// values in pid order, this process's own included. Every process must give as many.
+    pub(crate) fn gather_on_board<T: Number>(
+        &mut self,
+        board: &crate::board::Board,
+        call: &Call,
+        values: &[T],
+        mut each: impl FnMut(&[T]),
+    ) -> Result<()> {
+        let (bytes, n) = (std::mem::size_of_val(values), values.len());
         let mut words = [0u64; crate::board::VALUE_WORDS];
         let nw = bytes.div_ceil(8);
         bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes]
             .copy_from_slice(bytemuck::cast_slice(values));
-        let (p, n) = (self.nprocs, values.len());
-        // Every process's values, in pid order.
-        let mut all: SmallVec<[T; 64]> = SmallVec::with_capacity(p * n);
         self.on_board(board, call, &words[..nw], |_, row| {
             if row.len() != nw {
                 return Err(format!("{} words for {n} {}", row.len(), T::NAME));
             }
-            all.extend_from_slice(&bytemuck::cast_slice::<u64, T>(row)[..n]);
+            each(&bytemuck::cast_slice::<u64, T>(row)[..n]);
             Ok(())
-        })?;
-        board_tree(&mut all, p, n, op);
-        values.copy_from_slice(&all[..n]);
-        Ok(())
+        })
     }
 
     /// The host board for an all-reduce of `n` numbers of type `T`, if they fit its slots and
     /// the handle has one (set up now if this is the first use, see
     /// [`host_board`](Bsp::host_board)). The same answer on every process for the same call.
-    fn board_for<T: Number>(
+    pub(crate) fn board_for<T: Number>(
         &mut self,
         n: usize,
     ) -> Result<Option<std::sync::Arc<crate::board::Board>>> {
@@ -1051,9 +1062,19 @@ impl Bsp {
         op: Op<T>,
     ) -> Result<Vec<T>> {
         let parts = self.parts("reduce_scatter", values.len(), counts)?;
+        let board = self.board_for::<T>(values.len())?;
         let counts_hash = counts_hash(counts);
         let sig = u64::from(T::TAG) | u64::from(op.code()) << 8 | counts_hash << 16;
         let call = self.begin(op::REDUCE_SCATTER, sig);
+        if let Some(board) = board {
+            // Up to 64 bytes in all, every process on this host: every row of the host board,
+            // combined along the tree of the halving below (neighbouring participants first,
+            // lower first), so with the same bits.
+            let mut all: SmallVec<[T; 64]> = SmallVec::new();
+            self.gather_on_board(&board, &call, values, |v| all.extend_from_slice(v))?;
+            board_tree(&mut all, self.nprocs, values.len(), &op);
+            return Ok(all[parts[self.pid].clone()].to_vec());
+        }
         self.halving(&call, values, &parts, &op)
     }
 

@@ -167,7 +167,9 @@ fn the_board_carries_what_messages_carry_between_hosts() {
 fn small_collectives_on_the_board_give_the_bits_messages_give() {
     // Values whose float sums depend on the order of combination: the board must combine
     // along the messages' trees. Local (threads, messages) against shm (the board).
-    fn program(bsp: &mut bsp::Bsp) -> bsp::Result<(Vec<u64>, Vec<u64>, Vec<u64>, u64)> {
+    /// The bits of each collective's result, and the operations the board carried.
+    type Bits = (Vec<u64>, Vec<u64>, Vec<u64>, u64);
+    fn program(bsp: &mut bsp::Bsp) -> bsp::Result<Bits> {
         let (me, p) = (bsp.pid(), bsp.nprocs());
         let big = [1e16, 1.0, -1e16, 1.0, 3.0, -2.5, 1e-3, 7.0][me % 8];
         let before = bsp.stats().board_operations;

@@ -2,7 +2,9 @@
 //!
 //! On its own it runs a machine of one process (no communication): the figure bounds from
 //! below what every superstep of a program spends outside its messages and barrier. Started by
-//! `ipl-run` it runs on the pool's processes, where each `sync` adds the barrier's messages.
+//! `ipl-run` it runs on the pool's processes, where each `sync` adds the barrier: on the host
+//! board when they share the host over shm (the default), with messages otherwise or with
+//! `BSP_HOST_BOARD=0`.
 //!
 //! ```text
 //! cargo run --release -p bsp --example sync_cost -- 1000000

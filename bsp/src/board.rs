@@ -7,7 +7,9 @@
 //! (its per-destination message counts), and its `all_reduce`, `all_gather_slice` and
 //! `reduce_scatter` of up to [`VALUE_WORDS`] words of numbers per process, do without messages,
 //! as MPI's shared-memory collectives do: each process writes its contribution to its own row
-//! of a mapping that all of them share and reads the others' rows. Every operation on the
+//! of a mapping that all of them share and reads the others' rows. So does an `all_to_all`
+//! whose vectors, with their lengths, fit every process's row; a process whose vectors do not
+//! fit writes an empty row, and then every process takes the messages. Every operation on the
 //! board is a barrier, which these are anyway (no process can finish one before every process
 //! has contributed); groups, larger inputs and the other collectives, which need not wait for
 //! everyone, keep their messages.
@@ -283,6 +285,11 @@ impl Board {
         // word, alive as long as `self`; every process accesses it only atomically and only
         // as this 32-bit word (the 64-bit word is never read or written as such).
         unsafe { &*std::ptr::from_ref(w).cast::<AtomicU32>() }
+    }
+
+    /// Payload words of a slot: the machine's size, and at least [`VALUE_WORDS`].
+    pub(crate) fn capacity(&self) -> usize {
+        self.cap
     }
 
     /// Starts the next board operation: writes `payload` with its sequence number, operation

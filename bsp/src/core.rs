@@ -340,6 +340,19 @@ impl Bsp {
         }
     }
 
+    /// Writes this process's row of operation `call` on the host board without waiting for
+    /// the others: for an operation whose messages, which follow, wait for every process
+    /// anyway (see `all_to_all_into`).
+    pub(crate) fn post_on_board(
+        &mut self,
+        board: &Board,
+        call: &crate::collective::Call,
+        payload: &[u64],
+    ) {
+        board.publish(call.seq, call.op, call.sig, payload);
+        self.uncounted.board_operations += 1;
+    }
+
     /// Operation `call` of the whole machine on the host board:
     /// writes `payload` to this process's row, waits for every other process's, and gives
     /// `each` every process's payload in pid order (this process's own included).

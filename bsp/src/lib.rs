@@ -114,7 +114,10 @@
 //! processes). The same goes for [`all_reduce`](Bsp::all_reduce),
 //! [`all_reduce_slice`](Bsp::all_reduce_slice), [`all_gather_slice`](Bsp::all_gather_slice) and
 //! [`reduce_scatter`](Bsp::reduce_scatter) of up to 64 bytes of numbers per process (in all, for
-//! reduce_scatter), combined along the same trees as the messages would, so with the same bits. On one host most of a barrier's
+//! reduce_scatter), combined along the same trees as the messages would, so with the same bits,
+//! and for [`all_to_all`](Bsp::all_to_all) when every process's vectors and their lengths fit
+//! its row (P + the vectors' words at most max(P, 8) words); where one process's do not, all
+//! take the messages. On one host most of a barrier's
 //! cost is the software a message passes through, not the move of a cache line between cores:
 //! the board takes that away, as MPI's shared-memory collectives do. The board is set up with
 //! a few messages at the first sync (or small all-reduce), and only if every process could open
@@ -158,7 +161,7 @@
 //! | [`scatter`](Bsp::scatter), [`scatter_slice`](Bsp::scatter_slice) | `Scatter` | binomial tree |
 //! | [`all_gather`](Bsp::all_gather), [`all_gather_slice`](Bsp::all_gather_slice) | `Allgather` | Bruck (up to 64 bytes of numbers each on one host: the host board) |
 //! | [`total_exchange`](Bsp::total_exchange) (the seed's TotalExchangeInt: [`total_exchange_int`](Bsp::total_exchange_int)) | `Alltoall` of one number | Bruck |
-//! | [`all_to_all`](Bsp::all_to_all), [`all_to_all_into`](Bsp::all_to_all_into), [`all_to_all_with`](Bsp::all_to_all_with) | `Alltoallv` | direct, one round |
+//! | [`all_to_all`](Bsp::all_to_all), [`all_to_all_into`](Bsp::all_to_all_into), [`all_to_all_with`](Bsp::all_to_all_with) | `Alltoallv` | direct, one round (on one host, when every row fits: the host board) |
 //!
 //! Numbers travel as raw memory; the `_with` forms take any serde type and, for reductions, any
 //! associative function. Reductions and scans combine values in pid order, `f(lower pids,

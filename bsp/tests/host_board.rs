@@ -196,3 +196,58 @@ fn small_collectives_on_the_board_give_the_bits_messages_give() {
         }
     }
 }
+
+#[test]
+fn all_to_all_takes_the_board_when_every_row_fits_and_messages_otherwise() {
+    // Vectors of varied lengths (some empty); `big` gives pid `big` a vector too long for its
+    // row, so that every process takes the messages.
+    fn program(bsp: &mut bsp::Bsp, big: Option<usize>) -> bsp::Result<(Vec<Vec<u32>>, u64, u64)> {
+        let (me, p) = (bsp.pid(), bsp.nprocs());
+        let mut send: Vec<Vec<u32>> = (0..p)
+            .map(|d| {
+                (0..(me + d) % 3)
+                    .map(|i| (me * 100 + d * 10 + i) as u32)
+                    .collect()
+            })
+            .collect();
+        if big == Some(me) {
+            send[(me + 1) % p] = vec![7; 1000];
+        }
+        // The board is set up at the first sync.
+        bsp.sync()?;
+        let (before, messages) = (bsp.stats().board_operations, bsp.stats().round_messages);
+        let mut recv = Vec::new();
+        // Twice, so that rows are written again after being read.
+        for _ in 0..2 {
+            bsp.all_to_all_into(&send, &mut recv)?;
+        }
+        let s = bsp.stats();
+        Ok((
+            recv,
+            s.board_operations - before,
+            s.round_messages - messages,
+        ))
+    }
+    for p in [2, 3, 4] {
+        for big in [None, Some(0), Some(p - 1)] {
+            let out = run(Net::Shm, p, move |bsp| program(bsp, big));
+            for (me, (recv, used, messages)) in out.iter().enumerate() {
+                for (s, v) in recv.iter().enumerate() {
+                    let mut want: Vec<u32> = (0..(s + me) % 3)
+                        .map(|i| (s * 100 + me * 10 + i) as u32)
+                        .collect();
+                    if big == Some(s) && me == (s + 1) % p {
+                        want = vec![7; 1000];
+                    }
+                    assert_eq!(v, &want, "P = {p}, big {big:?}: pid {me} from {s}");
+                }
+                // Every call goes through the board: carried there, or agreed there to take
+                // the messages.
+                assert_eq!(*used, 2, "P = {p}, big {big:?}");
+                // Messages to every other process only when some vectors did not fit.
+                let want = if big.is_some() { 2 * (p as u64 - 1) } else { 0 };
+                assert_eq!(*messages, want, "P = {p}, big {big:?}: round messages");
+            }
+        }
+    }
+}

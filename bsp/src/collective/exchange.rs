@@ -117,13 +117,19 @@ impl Bsp {
                 send.len()
             )));
         }
+        let board = self.host_board()?;
         let call = self.begin(op::ALL_TO_ALL, u64::from(T::TAG));
-        let bytes: SmallVec<[&[u8]; 8]> =
-            super::small_vec(send.iter().map(|v| bytemuck::cast_slice(&v[..])));
         recv.resize_with(p, Vec::new);
         let me = self.pid;
         recv[me].clear();
         recv[me].extend_from_slice(&send[me]);
+        if let Some(board) = board {
+            if self.all_to_all_on_board(&board, &call, send, recv)? {
+                return Ok(());
+            }
+        }
+        let bytes: SmallVec<[&[u8]; 8]> =
+            super::small_vec(send.iter().map(|v| bytemuck::cast_slice(&v[..])));
         self.direct_exchange(&call, &bytes, |this, s, m| {
             let payload = m.payload();
             let n = payload.len() / std::mem::size_of::<T>();
@@ -131,6 +137,68 @@ impl Bsp {
             extend_numbers(&mut recv[s], payload, m.swapped(), n)
                 .map_err(|why| this.payload_error(&call, s, why))
         })
+    }
+
+    /// [`all_to_all_into`](Bsp::all_to_all_into) on the host board, when every process's
+    /// vectors fit its row: the lengths, then the numbers of every destination one after
+    /// another. No process knows the others' sizes, so each writes its row or, when its
+    /// vectors do not fit, an empty row, which tells every process to take the messages
+    /// instead; a process that wrote an empty row goes to the messages at once, whose
+    /// exchange waits for every process anyway (so that every row has been read before
+    /// it is written again). Returns whether the board carried it.
+    fn all_to_all_on_board<T: Number>(
+        &mut self,
+        board: &crate::board::Board,
+        call: &Call,
+        send: &[Vec<T>],
+        recv: &mut [Vec<T>],
+    ) -> Result<bool> {
+        let (p, me, size) = (self.nprocs, self.pid, std::mem::size_of::<T>());
+        let data: usize = send.iter().map(|v| v.len() * size).sum();
+        if p + data.div_ceil(8) > board.capacity() {
+            self.post_on_board(board, call, &[]);
+            return Ok(false);
+        }
+        let mut words: SmallVec<[u64; 16]> = SmallVec::from_elem(0, p + data.div_ceil(8));
+        for (w, v) in words.iter_mut().zip(send) {
+            *w = v.len() as u64;
+        }
+        let mut at = 0;
+        for v in send {
+            let b: &[u8] = bytemuck::cast_slice(&v[..]);
+            bytemuck::cast_slice_mut::<u64, u8>(&mut words[p..])[at..at + b.len()]
+                .copy_from_slice(b);
+            at += b.len();
+        }
+        let mut everyone = true;
+        self.on_board(board, call, &words, |j, row| {
+            if row.is_empty() {
+                // Process j's vectors did not fit: messages for everyone.
+                everyone = false;
+            }
+            if !everyone || j == me {
+                return Ok(());
+            }
+            let (lens, rest) = row
+                .split_at_checked(p)
+                .ok_or_else(|| format!("a row of {} words for {p} processes", row.len()))?;
+            let bytes: &[u8] = bytemuck::cast_slice(rest);
+            let mut from = 0usize;
+            for &n in &lens[..me] {
+                from = from.saturating_add((n as usize).saturating_mul(size));
+            }
+            let n = lens[me] as usize;
+            let end = from.saturating_add(n.saturating_mul(size));
+            let mine = bytes
+                .get(from..end)
+                .ok_or_else(|| format!("{n} {} past the end of its row", T::NAME))?;
+            let mine: &[T] = bytemuck::try_cast_slice(mine)
+                .map_err(|e| format!("{n} {} in its row: {e}", T::NAME))?;
+            recv[j].clear();
+            recv[j].extend_from_slice(mine);
+            Ok(())
+        })?;
+        Ok(everyone)
     }
 
     /// All-to-all of values of any serde type: `send[d]` goes to process `d`; returns, at

@@ -19,9 +19,10 @@
 //! A line of words naming the layout, then one row per process: a line for waking sleepers,
 //! and two slots, used in turn by the board's operations (the `b`-th uses slot `b % 2`). A slot
 //! starts on a line with four words of header (stamp, sequence number, operation and length,
-//! signature) and goes on with the payload words, the first four in the header's line: a sync of
-//! up to four processes moves one line from each process to each other. The writer stores payload and header first and the stamp, the operation's number
-//! `b`, last; a reader that sees stamp `b` reads the rest. Two slots suffice: a process writes
+//! signature) and goes on with the payload words, the first four in the header's line: a sync
+//! of up to four processes moves one line from each process to each other. The writer stores
+//! payload and header first and the stamp, the operation's number `b`, last; a reader that sees
+//! stamp `b` reads the rest. Two slots suffice: a process writes
 //! operation `b + 2` in the slot of `b` only after it has read every row of operation `b + 1`,
 //! which each process writes only after it has read every row of `b`.
 //!
@@ -36,14 +37,16 @@
 //! ## Setting up
 //!
 //! Pid 0 creates the mapping as a file in `/dev/shm` with a random name, readable and writable
-//! by this user only, and broadcasts the name; every other process opens it and checks its
-//! size, owner and layout; an all-reduce then tells whether all did, and pid 0 removes the name.
+//! by this user only, and sends the name to every process, which opens it, checks its size,
+//! owner and layout, and answers whether it could; pid 0 then removes the name and tells every
+//! process whether all could (see `Bsp::attach_board`).
 //! A process on another host finds no such file, and then nobody uses the board. The name is
 //! not a secret: the file's mode keeps other users out, as it keeps them from the processes
 //! themselves.
 
-use std::ffi::CString;
 use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
@@ -133,27 +136,18 @@ impl Board {
         }
         let hex: String = r.iter().map(|b| format!("{b:02x}")).collect();
         let name = format!("{PREFIX}{hex}");
-        let path = CString::new(name.clone()).expect("no NUL in the name");
-        // SAFETY: a valid C string; the flags create a new file or fail.
-        let fd = unsafe {
-            libc::open(
-                path.as_ptr(),
-                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                0o600,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&name)?;
         let len = board_bytes(p);
-        // SAFETY: `fd` is the file just opened.
-        let board = if unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Board::map(fd, len, p, 0)
-        };
-        // SAFETY: `fd` is ours and not used after this; the mapping keeps the file.
-        unsafe { libc::close(fd) };
+        // The mapping keeps the file; the descriptor closes with `file`.
+        let board = file
+            .set_len(len as u64)
+            .and_then(|()| Board::map(&file, len, p, 0));
         let board = match board {
             Ok(b) => b,
             Err(e) => {
@@ -179,40 +173,26 @@ impl Board {
                 format!("no board '{name}' for pid {me} of {p}"),
             ));
         }
-        let path = CString::new(name).expect("checked: hex digits");
-        // SAFETY: a valid C string.
-        let fd = unsafe {
-            libc::open(
-                path.as_ptr(),
-                libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(name)?;
         let len = board_bytes(p);
-        // SAFETY: an all-zero `stat` is a valid value to be overwritten.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        let st = file.metadata()?;
         // SAFETY: no arguments, no failure.
         let uid = unsafe { libc::geteuid() };
-        // SAFETY: `fd` is open and `st` writable.
-        let checked = if unsafe { libc::fstat(fd, &mut st) } != 0 {
-            Err(io::Error::last_os_error())
-        } else if st.st_mode & libc::S_IFMT != libc::S_IFREG
-            || st.st_uid != uid
-            || st.st_mode & 0o077 != 0
-            || st.st_size != len as libc::off_t
+        if !st.file_type().is_file()
+            || st.uid() != uid
+            || st.mode() & 0o077 != 0
+            || st.len() != len as u64
         {
-            Err(io::Error::new(
+            return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("'{name}' is not a board of this user for {p} processes"),
-            ))
-        } else {
-            Board::map(fd, len, p, me)
-        };
-        // SAFETY: `fd` is ours and not used after this.
-        unsafe { libc::close(fd) };
-        let board = checked?;
+            ));
+        }
+        let board = Board::map(&file, len, p, me)?;
         let layout = (
             board.word(0).load(Ordering::Acquire),
             board.word(1).load(Ordering::Relaxed),
@@ -227,7 +207,7 @@ impl Board {
         Ok(board)
     }
 
-    fn map(fd: libc::c_int, len: usize, p: usize, me: usize) -> io::Result<Board> {
+    fn map(file: &std::fs::File, len: usize, p: usize, me: usize) -> io::Result<Board> {
         // SAFETY: a new shared mapping of the whole file, which is `len` bytes long.
         let addr = unsafe {
             libc::mmap(
@@ -235,7 +215,7 @@ impl Board {
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
-                fd,
+                file.as_raw_fd(),
                 0,
             )
         };
@@ -254,10 +234,7 @@ impl Board {
 
     /// Removes the board's name (the mappings stay).
     pub(crate) fn remove(name: &str) {
-        if let Ok(path) = CString::new(name) {
-            // SAFETY: a valid C string.
-            unsafe { libc::unlink(path.as_ptr()) };
-        }
+        let _ = std::fs::remove_file(name);
     }
 
     #[inline(always)]

@@ -39,7 +39,8 @@ pub(crate) mod op {
     pub const ALL_TO_ALL: u8 = 17;
     pub const ALL_TO_ALL_WITH: u8 = 18;
     pub const SPLIT: u8 = 19;
-    /// Setting up the host board, at the whole machine's first sync or small all-reduce.
+    /// Setting up the host board, at the whole machine's first operation that could use it (a
+    /// sync or a small all-reduce, all-gather, reduce-scatter or all-to-all).
     pub const HOST_BOARD: u8 = 20;
 
     pub fn name(op: u8) -> &'static str {
@@ -63,7 +64,7 @@ pub(crate) mod op {
             ALL_TO_ALL => "all_to_all",
             ALL_TO_ALL_WITH => "all_to_all_with",
             SPLIT => "split",
-            HOST_BOARD => "the host board's setup (at the first sync or small all_reduce)",
+            HOST_BOARD => "the host board's setup (at the first sync or small collective)",
             _ => "an unknown operation",
         }
     }
@@ -219,8 +220,8 @@ impl Bsp {
     }
 
     /// The host board, set up first if this is the first time an operation could use it: at
-    /// the whole machine's first sync or small all-reduce, which every process reaches at the
-    /// same point of the program. Not in the local form, whose processes are threads of one
+    /// the whole machine's first sync or small all-reduce, all-gather, reduce-scatter or
+    /// all-to-all, which every process reaches at the same point of the program. Not in the local form, whose processes are threads of one
     /// process, nor in a group.
     pub(crate) fn host_board(&mut self) -> Result<Option<Arc<Board>>> {
         if !self.board_checked {
@@ -315,14 +316,7 @@ impl Bsp {
             match board.arrived(pid, b) {
                 Ok(true) => return Ok(()),
                 Ok(false) => {}
-                Err(reason) => {
-                    return Err(Error::Decode {
-                        pid: self.pid,
-                        superstep: self.superstep,
-                        src: pid,
-                        reason,
-                    })
-                }
+                Err(reason) => return Err(self.board_error(pid, reason)),
             }
             looks = looks.wrapping_add(1);
             if looks % BOARD_STEP != 0 {
@@ -337,6 +331,16 @@ impl Bsp {
             if waited >= BOARD_SPIN {
                 board.sleep_on(pid, b, self.opts.wait_slice);
             }
+        }
+    }
+
+    /// The error for what pid `src` wrote to the host board that this process cannot use.
+    fn board_error(&self, src: usize, reason: String) -> Error {
+        Error::Decode {
+            pid: self.pid,
+            superstep: self.superstep,
+            src,
+            reason,
         }
     }
 
@@ -369,25 +373,19 @@ impl Bsp {
         let mut row = std::mem::take(&mut self.board_row);
         let mut wait = crate::net::BoardWait::new();
         let me = self.pid;
-        let decode = |this: &Self, src: usize, reason: String| Error::Decode {
-            pid: this.pid,
-            superstep: this.superstep,
-            src,
-            reason,
-        };
         for j in 0..self.nprocs {
             if j == me {
-                each(j, payload).map_err(|why| decode(self, j, why))?;
+                each(j, payload).map_err(|why| self.board_error(j, why))?;
                 continue;
             }
             match board.arrived(j, b) {
                 Ok(true) => {}
                 Ok(false) => self.board_wait(board, j, b, op, ctx, &mut wait)?,
-                Err(why) => return Err(decode(self, j, why)),
+                Err(why) => return Err(self.board_error(j, why)),
             }
             let e = board
                 .read(j, b, &mut row)
-                .map_err(|why| decode(self, j, why))?;
+                .map_err(|why| self.board_error(j, why))?;
             if (e.seq, e.op, e.sig) != (seq, op, sig) {
                 return Err(Error::CollectiveMismatch {
                     pid: me,
@@ -401,7 +399,7 @@ impl Bsp {
                     ),
                 });
             }
-            each(j, &row).map_err(|why| decode(self, j, why))?;
+            each(j, &row).map_err(|why| self.board_error(j, why))?;
         }
         self.board_row = row;
         Ok(())

@@ -120,7 +120,7 @@
 //! take the messages. On one host most of a barrier's
 //! cost is the software a message passes through, not the move of a cache line between cores:
 //! the board takes that away, as MPI's shared-memory collectives do. The board is set up with
-//! a few messages at the first sync (or small all-reduce), and only if every process could open
+//! a few messages at the first sync (or small collective), and only if every process could open
 //! it; a wait on it looks at failures and at messages of other operations as waits for messages
 //! do, so a peer that dies, leaves, or called another operation is still an error, never a hang.
 //! Groups, the local form, larger inputs and the other collectives use messages: those that

@@ -505,10 +505,9 @@ impl Bsp {
         self.butterfly_slice(&call, values, &op)
     }
 
-    /// An all-reduce on the host board (see [`board`](crate::board)), when this handle has one
-    /// and the values fit a slot: every process reads every row and combines them along the
-    /// same tree as the messages' butterfly, so all get the bits the butterfly gives. `None`
-    /// when the messages must carry it.
+    /// An all-reduce on the host board (see [`board`](crate::board)), of values that fit a
+    /// slot: every process reads every row and combines them along the same tree as the
+    /// messages' butterfly (and the reduce-scatter's halving), so all get the bits those give.
     fn reduce_on_board<T: Number>(
         &mut self,
         board: &crate::board::Board,
@@ -516,11 +515,25 @@ impl Bsp {
         values: &mut [T],
         op: &Op<T>,
     ) -> Result<()> {
+        let all = self.combined_on_board(board, call, values, op)?;
+        values.copy_from_slice(&all);
+        Ok(())
+    }
+
+    /// Every process's `values` from the host board, combined element by element along the
+    /// butterfly's tree (see [`board_tree`]).
+    fn combined_on_board<T: Number>(
+        &mut self,
+        board: &crate::board::Board,
+        call: &Call,
+        values: &[T],
+        op: &Op<T>,
+    ) -> Result<SmallVec<[T; 64]>> {
         let mut all: SmallVec<[T; 64]> = SmallVec::new();
         self.gather_on_board(board, call, values, |v| all.extend_from_slice(v))?;
         board_tree(&mut all, self.nprocs, values.len(), op);
-        values.copy_from_slice(&all[..values.len()]);
-        Ok(())
+        all.truncate(values.len());
+        Ok(all)
     }
 
     /// Operation `call` on the host board with `values` (which fit a slot, see
@@ -1067,12 +1080,10 @@ impl Bsp {
         let sig = u64::from(T::TAG) | u64::from(op.code()) << 8 | counts_hash << 16;
         let call = self.begin(op::REDUCE_SCATTER, sig);
         if let Some(board) = board {
-            // Up to 64 bytes in all, every process on this host: every row of the host board,
-            // combined along the tree of the halving below (neighbouring participants first,
-            // lower first), so with the same bits.
-            let mut all: SmallVec<[T; 64]> = SmallVec::new();
-            self.gather_on_board(&board, &call, values, |v| all.extend_from_slice(v))?;
-            board_tree(&mut all, self.nprocs, values.len(), &op);
+            // Up to 64 bytes in all, every process on this host: the halving below combines
+            // along the same tree (neighbouring participants first, lower first), so the
+            // board's combination of everything gives the same bits.
+            let all = self.combined_on_board(&board, &call, values, &op)?;
             return Ok(all[parts[self.pid].clone()].to_vec());
         }
         self.halving(&call, values, &parts, &op)

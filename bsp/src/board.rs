@@ -4,32 +4,43 @@
 //! On one host, the cost of a superstep's barrier is not the transfer of a cache line from one
 //! core to another (some 30 to 50 ns) but the software that a message passes through on both
 //! sides. So when every process of the machine runs on this host, the whole machine's `sync`
-//! (its per-destination message counts), and its `all_reduce`, `all_gather_slice` and
-//! `reduce_scatter` of up to [`VALUE_WORDS`] words of numbers per process, do without messages,
-//! as MPI's shared-memory collectives do: each process writes its contribution to its own row
-//! of a mapping that all of them share and reads the others' rows. So does an `all_to_all`
-//! whose vectors, with their lengths, fit every process's row; a process whose vectors do not
-//! fit writes an empty row, and then every process takes the messages. Every operation on the
-//! board is a barrier, which these are anyway (no process can finish one before every process
-//! has contributed); groups, larger inputs and the other collectives, which need not wait for
-//! everyone, keep their messages.
+//! (its per-destination message counts), and its `all_reduce`, `all_gather_slice`,
+//! `reduce_scatter`, `reduce`, `scan` and `exscan` of up to [`VALUE_WORDS`] words of numbers
+//! per process, do without messages, as MPI's shared-memory collectives do: each process
+//! writes its contribution to its own row of a mapping that all of them share and reads the
+//! rows it needs. So does an `all_to_all` whose vectors, with their lengths, fit every
+//! process's row (a process whose vectors do not fit writes an empty row, and then every
+//! process takes the messages), and a `scatter_slice` whose parts fit the root's row (when
+//! they do not, the root writes an empty row and sends messages). Groups and larger inputs
+//! keep their messages.
+//!
+//! Operations that wait for everyone anyway (sync, the all-reduces, all-gathers and
+//! all-to-alls) read every row. The others read only what they need, as their messages would:
+//! a reduce's root reads every row and the others none, a scan's process reads the rows of the
+//! pids below it, a scatter's processes read the root's row. So the processes that need not
+//! wait run ahead, up to a row's slots.
 //!
 //! ## Layout
 //!
 //! A line of words naming the layout, then one row per process: a line for waking sleepers,
-//! and two slots, used in turn by the board's operations (the `b`-th uses slot `b % 2`). A slot
-//! starts on a line with four words of header (stamp, sequence number, operation and length,
-//! signature) and goes on with the payload words, the first four in the header's line: a sync
-//! of up to four processes moves one line from each process to each other. The writer stores
-//! payload and header first and the stamp, the operation's number `b`, last; a reader that sees
-//! stamp `b` reads the rest. Two slots suffice: a process writes
-//! operation `b + 2` in the slot of `b` only after it has read every row of operation `b + 1`,
-//! which each process writes only after it has read every row of `b`.
+//! and `K` slots (16, or 4 for more than 64 processes), used in turn by the board's operations
+//! (the `b`-th uses slot `b % K`). A slot starts on a line with four words of header (stamp,
+//! sequence number, operation and length, signature) and goes on with the payload words, the
+//! first four in the header's line: a sync of up to four processes moves one line from each
+//! process to each other. The writer stores payload and header first and the stamp, the
+//! operation's number `b`, last; a reader that sees stamp `b` reads the rest.
+//!
+//! Every process writes its row of every operation, first, and reads what it needs of the
+//! others' before it writes its next. So once a process has written operation `b - K + 1`, it
+//! has finished reading `b - K`, whose slot `b` reuses: a process writes `b` only after every
+//! process has written `b - K + 1` ([`Board::room_for`]). Where every operation reads every
+//! row, that is always so already.
 //!
 //! ## Waiting
 //!
-//! A process waits for the rows of the others by looking at their stamps, then, after a while,
-//! sleeping on the row's futex word, which the writer bumps when it sees sleepers. Between
+//! A process waits for the rows of the others (or for room) by looking at their stamps, then,
+//! after a while, sleeping on the row's futex word, which the writer bumps when it sees
+//! sleepers. Between
 //! looks it polls its control port as other waits do: a peer that called another operation (a
 //! message with this sequence number), a peer that died, or a run past the time limit ends the
 //! wait with an error, as it would with messages.
@@ -54,7 +65,7 @@ use std::time::Duration;
 /// Words of a cache line.
 const LINE: usize = 8;
 /// Payload words a slot holds at least: the largest part of a process in an all-reduce,
-/// all-gather or reduce-scatter the board carries.
+/// all-gather, reduce-scatter, reduce or scan the board carries.
 pub(crate) const VALUE_WORDS: usize = 8;
 /// The most processes a board serves (its rows grow with the machine: P words of counts).
 pub(crate) const MAX_PROCS: usize = 1024;
@@ -80,6 +91,8 @@ pub(crate) struct Entry {
     pub seq: u64,
     pub op: u8,
     pub sig: u64,
+    /// Words of its payload.
+    pub len: usize,
 }
 
 /// A mapping shared by the processes of the machine, see the module's documentation.
@@ -91,8 +104,13 @@ pub(crate) struct Board {
     me: usize,
     /// Payload words of a slot.
     cap: usize,
+    /// Slots of a row.
+    slots: u64,
     /// Board operations this process has started.
     ops: AtomicU64,
+    /// The newest operation this process knows it may write: every process has finished
+    /// reading the one that last used its slot.
+    room: AtomicU64,
 }
 
 // SAFETY: the mapping is memory of this process for the board's whole life (unmapped only on
@@ -101,10 +119,10 @@ unsafe impl Send for Board {}
 // SAFETY: as above: shared access is atomic access.
 unsafe impl Sync for Board {}
 
-/// Payload words of a slot for `p` processes: the counts of a sync (`p` words) or an
-/// all-reduce's values, in whole lines.
+/// Payload words of a slot for `p` processes: the counts of a sync (`p` words), an
+/// all-reduce's values, or a scatter's part size and `p` one-word parts, in whole lines.
 fn slot_cap(p: usize) -> usize {
-    p.max(VALUE_WORDS).div_ceil(LINE) * LINE
+    (p + 1).max(VALUE_WORDS).div_ceil(LINE) * LINE
 }
 
 /// Words of a slot: header and payload, in whole lines.
@@ -112,8 +130,19 @@ fn slot_words(p: usize) -> usize {
     (PAYLOAD + slot_cap(p)).div_ceil(LINE) * LINE
 }
 
+/// Slots of a row for `p` processes: how many operations a process may run ahead of the
+/// slowest reader (see the module's documentation). Fewer for large machines, whose slots are
+/// large (a sync's `p` counts).
+fn slots(p: usize) -> usize {
+    if p <= 64 {
+        16
+    } else {
+        4
+    }
+}
+
 fn row_words(p: usize) -> usize {
-    LINE + 2 * slot_words(p)
+    LINE + slots(p) * slot_words(p)
 }
 
 /// Bytes of a board for `p` processes.
@@ -157,6 +186,7 @@ impl Board {
         };
         board.word(1).store(p as u64, Ordering::Relaxed);
         board.word(2).store(slot_cap(p) as u64, Ordering::Relaxed);
+        board.word(3).store(slots(p) as u64, Ordering::Relaxed);
         board.word(0).store(MAGIC, Ordering::Release);
         Ok((board, name))
     }
@@ -197,8 +227,9 @@ impl Board {
             board.word(0).load(Ordering::Acquire),
             board.word(1).load(Ordering::Relaxed),
             board.word(2).load(Ordering::Relaxed),
+            board.word(3).load(Ordering::Relaxed),
         );
-        if layout != (MAGIC, p as u64, slot_cap(p) as u64) {
+        if layout != (MAGIC, p as u64, slot_cap(p) as u64, slots(p) as u64) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("'{name}' has another layout"),
@@ -228,7 +259,9 @@ impl Board {
             p,
             me,
             cap: slot_cap(p),
+            slots: slots(p) as u64,
             ops: AtomicU64::new(0),
+            room: AtomicU64::new(slots(p) as u64),
         })
     }
 
@@ -252,7 +285,7 @@ impl Board {
 
     #[inline(always)]
     fn slot(&self, pid: usize, b: u64) -> usize {
-        self.row(pid) + LINE + (b % 2) as usize * slot_words(self.p)
+        self.row(pid) + LINE + (b % self.slots) as usize * slot_words(self.p)
     }
 
     /// The futex word of `pid`'s row: the first four bytes of its waking line.
@@ -272,6 +305,7 @@ impl Board {
     /// Starts the next board operation: writes `payload` with its sequence number, operation
     /// and signature to this process's row and wakes the processes sleeping on it. Returns the
     /// operation's number, for [`Board::arrived`] and [`Board::read`].
+    /// The caller has made sure that there is room for it (see [`Board::room_for`]).
     pub(crate) fn publish(&self, seq: u64, op: u8, sig: u64, payload: &[u64]) -> u64 {
         assert!(
             payload.len() <= self.cap,
@@ -279,6 +313,10 @@ impl Board {
             payload.len()
         );
         let b = self.ops.load(Ordering::Relaxed) + 1;
+        assert!(
+            b <= self.room.load(Ordering::Relaxed),
+            "board operation {b} written before its slot was read"
+        );
         self.ops.store(b, Ordering::Relaxed);
         let s = self.slot(self.me, b);
         for (i, &v) in payload.iter().enumerate() {
@@ -311,21 +349,65 @@ impl Board {
         if stamp == b {
             return Ok(true);
         }
-        // Before it writes `b`, the slot holds `b - 2` (or nothing yet).
-        if stamp.wrapping_add(2) == b || (stamp == 0 && b <= 2) {
+        // Before it writes `b`, the slot holds `b - slots` (or nothing yet); it cannot write
+        // `b + slots` before this process has read `b` and written `b + 1`.
+        if stamp.wrapping_add(self.slots) == b || (stamp == 0 && b <= self.slots) {
             return Ok(false);
         }
         Err(format!(
             "its row of the host board holds operation {stamp} where this process waits for \
-             {b} or the one two before it"
+             {b} or the one {} before it",
+            self.slots
         ))
+    }
+
+    /// Whether `pid` has written board operation `b` or a later one in the same slot (which
+    /// it may have, when this process is not reading `b`).
+    pub(crate) fn reached(&self, pid: usize, b: u64) -> Result<bool, String> {
+        let stamp = self.word(self.slot(pid, b) + STAMP).load(Ordering::Acquire);
+        let k = self.slots;
+        match stamp.checked_sub(b) {
+            Some(d) if d % k == 0 => Ok(true),
+            None if stamp == 0 || (b - stamp) % k == 0 => Ok(false),
+            _ => Err(format!(
+                "its row of the host board holds operation {stamp} in the slot of {b}"
+            )),
+        }
+    }
+
+    /// The next operation this process writes.
+    pub(crate) fn next_op(&self) -> u64 {
+        self.ops.load(Ordering::Relaxed) + 1
+    }
+
+    /// For this process to write the next operation, `b`, every process must have finished
+    /// reading the operation that last used `b`'s slot, `b - slots`: which it has once it has
+    /// written the one after that, `b - slots + 1` (each process writes its row of an
+    /// operation before it reads the others', and reads them before it writes its next).
+    /// `None` when that is known already; otherwise the operation every process must have
+    /// [`reached`](Board::reached).
+    #[inline]
+    pub(crate) fn room_for(&self) -> Option<u64> {
+        let b = self.next_op();
+        (b > self.room.load(Ordering::Relaxed)).then(|| b + 1 - self.slots)
+    }
+
+    /// Notes that every process has written operation `b`: this process may write up to
+    /// `b + slots - 1`.
+    #[inline]
+    pub(crate) fn all_reached(&self, b: u64) {
+        let room = b + self.slots - 1;
+        if room > self.room.load(Ordering::Relaxed) {
+            self.room.store(room, Ordering::Relaxed);
+        }
     }
 
     /// What `pid` wrote for board operation `b` (which [`arrived`](Board::arrived)): its
     /// header, and its payload in `out`.
     pub(crate) fn read(&self, pid: usize, b: u64, out: &mut Vec<u64>) -> Result<Entry, String> {
         let s = self.slot(pid, b);
-        let (e, len) = self.entry(s);
+        let e = self.entry(s);
+        let len = e.len;
         if len > self.cap {
             return Err(format!("a board payload of {len} words"));
         }
@@ -334,37 +416,42 @@ impl Board {
         Ok(e)
     }
 
-    /// The header of the slot at word `s`, and its payload's length.
-    fn entry(&self, s: usize) -> (Entry, usize) {
+    /// The header of the slot at word `s`.
+    fn entry(&self, s: usize) -> Entry {
         let op_len = self.word(s + OP_LEN).load(Ordering::Relaxed);
-        let e = Entry {
+        Entry {
             seq: self.word(s + SEQ).load(Ordering::Relaxed),
             op: op_len as u8,
             sig: self.word(s + SIG).load(Ordering::Relaxed),
-        };
-        (e, usize::try_from(op_len >> 8).unwrap_or(usize::MAX))
+            len: usize::try_from(op_len >> 8).unwrap_or(usize::MAX),
+        }
     }
 
-    /// Sleeps until `pid` writes operation `b` or `limit` passes (or spuriously).
-    pub(crate) fn sleep_on(&self, pid: usize, b: u64, limit: Duration) {
+    /// Sleeps until `pid` writes its next operation or `limit` passes (or spuriously), unless
+    /// `ready` (which looks at its row) says that it is there already.
+    pub(crate) fn sleep_on(
+        &self,
+        pid: usize,
+        limit: Duration,
+        ready: impl Fn(&Board) -> Result<bool, String>,
+    ) {
         let sleepers = self.word(self.row(pid) + SLEEPERS);
         let w = self.wake_word(pid);
         sleepers.fetch_add(1, Ordering::SeqCst);
         let seen = w.load(Ordering::SeqCst);
-        if matches!(self.arrived(pid, b), Ok(false)) {
+        if matches!(ready(self), Ok(false)) {
             futex_wait(w, seen, limit);
         }
         sleepers.fetch_sub(1, Ordering::SeqCst);
     }
 
-    /// The newest operation in `pid`'s row, if it has written any: its number and header.
-    pub(crate) fn newest(&self, pid: usize) -> Option<(u64, Entry)> {
-        let (a, b) = (
-            self.word(self.slot(pid, 0) + STAMP).load(Ordering::Acquire),
-            self.word(self.slot(pid, 1) + STAMP).load(Ordering::Acquire),
-        );
-        let n = a.max(b);
-        (n != 0).then(|| (n, self.entry(self.slot(pid, n)).0))
+    /// The header `pid` wrote for this process's next operation, if it has written it: what a
+    /// process that waits for messages looks at to see whether its peer went to the board
+    /// instead. Written whole (the stamp last), and not written again before this process has
+    /// written that operation.
+    pub(crate) fn ahead(&self, pid: usize) -> Option<Entry> {
+        let b = self.next_op();
+        matches!(self.arrived(pid, b), Ok(true)).then(|| self.entry(self.slot(pid, b)))
     }
 }
 
@@ -438,7 +525,9 @@ mod tests {
             b.publish(10 + round, 1, 7, &[]);
             assert_eq!(a.arrived(1, round), Ok(true));
         }
-        assert_eq!(a.newest(1).map(|(n, e)| (n, e.seq)), Some((5, 15)));
+        assert!(a.ahead(1).is_none());
+        b.publish(16, 2, 0, &[]);
+        assert_eq!(a.ahead(1).map(|e| (e.seq, e.op)), Some((16, 2)));
     }
 
     #[test]
@@ -446,11 +535,39 @@ mod tests {
         let (a, name) = Board::create(2).expect("create");
         let b = Board::open(&name, 2, 1).expect("open");
         Board::remove(&name);
-        for _ in 0..3 {
+        let k = slots(2) as u64;
+        for _ in 0..=k {
+            assert_eq!(b.room_for(), None, "room for the first {k} operations");
             b.publish(0, 1, 0, &[]);
+            b.all_reached(b.next_op() - 1);
         }
-        // Operation 1's slot now holds 3, which no well-behaved peer writes before 2 is read.
+        // Operation 1's slot now holds k + 1, which no well-behaved peer writes before this
+        // process has read 1 and written 2.
         assert!(a.arrived(1, 1).is_err());
+        assert_eq!(a.reached(1, 1), Ok(true));
+        assert_eq!(a.reached(1, k + 2), Ok(false));
+        assert_eq!(a.reached(1, 2 * k), Ok(false));
+    }
+
+    #[test]
+    fn a_writer_waits_for_room_once_it_is_a_row_ahead() {
+        let (a, name) = Board::create(2).expect("create");
+        let b = Board::open(&name, 2, 1).expect("open");
+        Board::remove(&name);
+        let k = slots(2) as u64;
+        for n in 1..=k {
+            assert_eq!(a.room_for(), None);
+            assert_eq!(a.publish(n, 1, 0, &[n]), n);
+        }
+        // Operation k + 1 reuses operation 1's slot: pid 1 must have written 2 first.
+        assert_eq!(a.room_for(), Some(2));
+        assert_eq!(a.reached(1, 2), Ok(false));
+        b.publish(1, 1, 0, &[]);
+        b.publish(2, 1, 0, &[]);
+        assert_eq!(a.reached(1, 2), Ok(true));
+        a.all_reached(2);
+        assert_eq!(a.room_for(), None);
+        assert_eq!(a.publish(k + 1, 1, 0, &[]), k + 1);
     }
 
     #[test]
@@ -475,7 +592,7 @@ mod tests {
             let t = s.spawn(|| {
                 let start = std::time::Instant::now();
                 while !matches!(b.arrived(0, 1), Ok(true)) {
-                    b.sleep_on(0, 1, Duration::from_secs(5));
+                    b.sleep_on(0, Duration::from_secs(5), |bd| bd.arrived(0, 1));
                 }
                 start.elapsed()
             });

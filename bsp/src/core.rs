@@ -220,8 +220,9 @@ impl Bsp {
     }
 
     /// The host board, set up first if this is the first time an operation could use it: at
-    /// the whole machine's first sync or small all-reduce, all-gather, reduce-scatter or
-    /// all-to-all, which every process reaches at the same point of the program. Not in the local form, whose processes are threads of one
+    /// the whole machine's first sync, all-to-all, scatter of numbers, or small all-reduce,
+    /// all-gather, reduce-scatter, reduce or scan, which every process reaches at the same
+    /// point of the program. Not in the local form, whose processes are threads of one
     /// process, nor in a group.
     pub(crate) fn host_board(&mut self) -> Result<Option<Arc<Board>>> {
         if !self.board_checked {
@@ -294,7 +295,8 @@ impl Bsp {
         Ok(())
     }
 
-    /// Waits until `pid` has written board operation `b` (an `op`): looks at its row, polling
+    /// Waits until `ready` says that `pid` has written what this process waits for (in an
+    /// `op`): looks at its row, polling
     /// the control port and looking at failures every [`BOARD_STEP`] looks (see
     /// [`Net::board_step`](crate::net::Net::board_step)), and sleeps between looks once the
     /// wait has lasted [`BOARD_SPIN`]. Where the host's processes outnumber its processors, it
@@ -305,15 +307,14 @@ impl Bsp {
         &self,
         board: &Board,
         pid: usize,
-        b: u64,
-        op: u8,
-        ctx: &Ctx,
+        ready: impl Fn(&Board) -> std::result::Result<bool, String>,
+        call: &crate::collective::Call,
         wait: &mut crate::net::BoardWait,
     ) -> Result<()> {
         let crowded = self.ibis.pool().crowded();
         let mut looks = 0u32;
         loop {
-            match board.arrived(pid, b) {
+            match ready(board) {
                 Ok(true) => return Ok(()),
                 Ok(false) => {}
                 Err(reason) => return Err(self.board_error(pid, reason)),
@@ -327,9 +328,11 @@ impl Bsp {
                 }
                 continue;
             }
-            let waited = self.net_for_op().board_step(wait, op, ctx)?;
+            let waited = self
+                .net_for_op()
+                .board_step(wait, call.op, call.sig, &call.ctx)?;
             if waited >= BOARD_SPIN {
-                board.sleep_on(pid, b, self.opts.wait_slice);
+                board.sleep_on(pid, self.opts.wait_slice, &ready);
             }
         }
     }
@@ -352,9 +355,41 @@ impl Bsp {
         board: &Board,
         call: &crate::collective::Call,
         payload: &[u64],
-    ) {
+    ) -> Result<()> {
+        self.board_room(board, call)?;
         board.publish(call.seq, call.op, call.sig, payload);
         self.uncounted.board_operations += 1;
+        Ok(())
+    }
+
+    /// Waits, if need be, until this process may write its next operation on the host board
+    /// (`call`): until every process has written the one after the operation that last used
+    /// its slot, and so has finished reading that (see [`Board::room_for`]). Only a process
+    /// that ran a row's slots ahead of another waits.
+    fn board_room(&mut self, board: &Board, call: &crate::collective::Call) -> Result<()> {
+        let Some(need) = board.room_for() else {
+            return Ok(());
+        };
+        self.board_room_wait(board, call, need)
+    }
+
+    #[inline(never)]
+    fn board_room_wait(
+        &mut self,
+        board: &Board,
+        call: &crate::collective::Call,
+        need: u64,
+    ) -> Result<()> {
+        let mut wait = crate::net::BoardWait::new();
+        for j in (0..self.nprocs).filter(|&j| j != self.pid) {
+            match board.reached(j, need) {
+                Ok(true) => {}
+                Ok(false) => self.board_wait(board, j, |b| b.reached(j, need), call, &mut wait)?,
+                Err(why) => return Err(self.board_error(j, why)),
+            }
+        }
+        board.all_reached(need);
+        Ok(())
     }
 
     /// Operation `call` of the whole machine on the host board:
@@ -365,22 +400,40 @@ impl Bsp {
         board: &Board,
         call: &crate::collective::Call,
         payload: &[u64],
+        each: impl FnMut(usize, &[u64]) -> std::result::Result<(), String>,
+    ) -> Result<()> {
+        self.on_board_rows(board, call, payload, 0..self.nprocs, each)
+    }
+
+    /// Operation `call` of the whole machine on the host board: writes `payload` to this
+    /// process's row, waits for the rows of the pids in `rows` (in increasing order), and
+    /// gives `each` their payloads, this process's own as it is if `rows` has it. A process
+    /// that reads every row has room for its next `K - 1` operations (see
+    /// [`Board::all_reached`]).
+    pub(crate) fn on_board_rows(
+        &mut self,
+        board: &Board,
+        call: &crate::collective::Call,
+        payload: &[u64],
+        rows: std::ops::Range<usize>,
         mut each: impl FnMut(usize, &[u64]) -> std::result::Result<(), String>,
     ) -> Result<()> {
-        let (seq, op, sig, ctx) = (call.seq, call.op, call.sig, &call.ctx);
+        let (seq, op, sig) = (call.seq, call.op, call.sig);
+        self.board_room(board, call)?;
         let b = board.publish(seq, op, sig, payload);
         self.uncounted.board_operations += 1;
+        let everyone = rows.len() == self.nprocs;
         let mut row = std::mem::take(&mut self.board_row);
         let mut wait = crate::net::BoardWait::new();
         let me = self.pid;
-        for j in 0..self.nprocs {
+        for j in rows {
             if j == me {
                 each(j, payload).map_err(|why| self.board_error(j, why))?;
                 continue;
             }
             match board.arrived(j, b) {
                 Ok(true) => {}
-                Ok(false) => self.board_wait(board, j, b, op, ctx, &mut wait)?,
+                Ok(false) => self.board_wait(board, j, |bd| bd.arrived(j, b), call, &mut wait)?,
                 Err(why) => return Err(self.board_error(j, why)),
             }
             let e = board
@@ -402,6 +455,9 @@ impl Bsp {
             each(j, &row).map_err(|why| self.board_error(j, why))?;
         }
         self.board_row = row;
+        if everyone {
+            board.all_reached(b);
+        }
         Ok(())
     }
 

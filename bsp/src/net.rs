@@ -1011,10 +1011,13 @@ impl Net {
         (0..self.nodes.len())
             .filter(|&j| j != self.pid)
             .find_map(|j| {
-                let (_, e) = board.newest(j)?;
+                let e = board.ahead(j)?;
                 // An all-to-all whose vectors do not all fit the board goes on with messages
-                // after every process has written its row: no mismatch.
-                let mixed = e.op == op::ALL_TO_ALL && ctx.op == op::name(op::ALL_TO_ALL);
+                // after every process has written its row, and a scatter whose parts do not
+                // fit the root's row after the root has written it empty: no mismatch. A
+                // scatter's row with parts is one that nobody should take messages for.
+                let same = ctx.op == op::name(e.op);
+                let mixed = same && (e.op == op::ALL_TO_ALL || (e.op == op::SCATTER && e.len == 0));
                 (e.seq == ctx.seq && !mixed).then(|| Error::CollectiveMismatch {
                     pid: self.pid,
                     seq: ctx.seq,
@@ -1034,13 +1037,17 @@ impl Net {
         &mut self,
         wait: &mut BoardWait,
         op: u8,
+        sig: u64,
         ctx: &Ctx,
     ) -> Result<Duration> {
         if !self.stash.is_empty() {
             let seq = ctx.seq;
-            // An all-to-all's messages may come while this process still reads the rows that
-            // tell it to take them (see `all_to_all_on_board`): not a mismatch.
-            let mixed = |m: &Msg| op == op::ALL_TO_ALL && m.hdr.op == op;
+            // An all-to-all's or a scatter's messages may come while this process still reads
+            // the rows that tell it to take them (see `all_to_all_on_board` and
+            // `scatter_on_board`): not a mismatch.
+            let mixed = |m: &Msg| {
+                matches!(op, op::ALL_TO_ALL | op::SCATTER) && m.hdr.op == op && m.hdr.aux == sig
+            };
             if let Some((k, m)) = self
                 .stash
                 .iter()

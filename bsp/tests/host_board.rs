@@ -168,7 +168,7 @@ fn small_collectives_on_the_board_give_the_bits_messages_give() {
     // Values whose float sums depend on the order of combination: the board must combine
     // along the messages' trees. Local (threads, messages) against shm (the board).
     /// The bits of each collective's result, and the operations the board carried.
-    type Bits = (Vec<u64>, Vec<u64>, Vec<u64>, u64);
+    type Bits = (Vec<u64>, Vec<u64>, Vec<u64>, Vec<Option<Vec<u64>>>, u64);
     fn program(bsp: &mut bsp::Bsp) -> bsp::Result<Bits> {
         let (me, p) = (bsp.pid(), bsp.nprocs());
         let big = [1e16, 1.0, -1e16, 1.0, 3.0, -2.5, 1e-3, 7.0][me % 8];
@@ -179,22 +179,176 @@ fn small_collectives_on_the_board_give_the_bits_messages_give() {
         // Every process gets one value of p (8 values at most, 64 bytes).
         let values: Vec<f64> = (0..p).map(|d| big * (d as f64 + 1.0)).collect();
         let mine = bsp.reduce_scatter(&values, &vec![1; p], Op::Sum)?;
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<u64>>();
+        // The collectives that need not wait for everyone: the binomial tree of a reduce
+        // (to pid 0 and to the last pid), the chain (P <= 4) or recursive doubling of the
+        // scans, a scatter's parts.
+        let mut rooted = Vec::new();
+        let r = bsp.reduce_slice(p - 1, &[big, -big, big * 0.25], Op::Sum)?;
+        rooted.push(r.as_deref().map(bits));
+        let r = bsp.reduce(0, big, Op::Sum)?;
+        rooted.push(r.map(|x| bits(&[x])));
+        let mut v = [big, big * -0.5];
+        bsp.scan_slice(&mut v, Op::Sum)?;
+        rooted.push(Some(bits(&v)));
+        let x = bsp.scan(big, Op::Sum)?;
+        rooted.push(Some(bits(&[x])));
+        let mut v = [big, 1.0 - big];
+        let below = bsp.exscan_slice(&mut v, Op::Sum)?;
+        rooted.push(below.then(|| bits(&v)));
+        let x = bsp.exscan(big, Op::Sum)?;
+        rooted.push(x.map(|x| bits(&[x])));
+        let root = 1 % p;
+        let parts: Vec<f64> = (0..p).map(|d| big * d as f64).collect();
+        let part = bsp.scatter_slice(root, (me == root).then_some(&parts[..]))?;
+        rooted.push(Some(bits(&part)));
         let used = bsp.stats().board_operations - before;
-        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect();
-        Ok((bits(&v), bits(&gathered), bits(&mine), used))
+        Ok((bits(&v), bits(&gathered), bits(&mine), rooted, used))
     }
     for p in [2, 3, 4, 5, 8] {
         let messages = run(Net::Local, p, program);
         let board = run(Net::Shm, p, program);
         for (pid, (m, b)) in messages.iter().zip(&board).enumerate() {
-            assert_eq!((&m.0, &m.1, &m.2), (&b.0, &b.1, &b.2), "pid {pid} of {p}");
             assert_eq!(
-                (m.3, b.3),
-                (0, 3),
+                (&m.0, &m.1, &m.2, &m.3),
+                (&b.0, &b.1, &b.2, &b.3),
+                "pid {pid} of {p}"
+            );
+            assert_eq!(
+                (m.4, b.4),
+                (0, 10),
                 "pid {pid} of {p}: operations on the board"
             );
         }
     }
+    // The sums depend on the order: a reduce and a scan at P = 8 would give other bits in
+    // pid order from left to right.
+    let board = run(Net::Shm, 8, program);
+    let left_to_right = (0..8).fold(0.0, |a: f64, j| {
+        a + [1e16, 1.0, -1e16, 1.0, 3.0, -2.5, 1e-3, 7.0][j]
+    });
+    assert_ne!(board[0].3[1], Some(vec![left_to_right.to_bits()]));
+}
+
+#[test]
+fn processes_that_need_not_wait_run_ahead_on_the_board_without_overwriting_a_row() {
+    // Back-to-back reduces to one root, scans and scatters: the processes that wait for
+    // nobody run ahead of those that wait, by up to a row's slots, and then wait for room.
+    // Every call's values differ, so a row written again before it was read shows.
+    for p in [2, 3, 5] {
+        let out = run(Net::Shm, p, |bsp| {
+            let (me, p) = (bsp.pid(), bsp.nprocs());
+            // One kind of call at a time, so that nothing holds back the processes that
+            // need not wait.
+            let x = |i: u64| i * 1000 + me as u64;
+            let mut reduced = Vec::new();
+            for i in 0..100 {
+                reduced.push(bsp.reduce(0, x(i), Op::Sum)?);
+            }
+            let mut scanned = Vec::new();
+            for i in 0..100 {
+                scanned.push(bsp.scan(x(i), Op::Sum)?);
+            }
+            let mut scattered = Vec::new();
+            for i in 0..100 {
+                let parts: Vec<u64> = (0..p as u64).map(|d| i * 10 + d).collect();
+                scattered.push(bsp.scatter_slice(p - 1, (me == p - 1).then_some(&parts[..]))?);
+            }
+            Ok(reduced
+                .into_iter()
+                .zip(scanned)
+                .zip(scattered)
+                .map(|((r, s), part)| (r, s, part))
+                .collect::<Vec<_>>())
+        });
+        for (me, got) in out.iter().enumerate() {
+            for (i, (r, s, part)) in got.iter().enumerate() {
+                let i = i as u64;
+                let want = (me == 0).then(|| (0..p as u64).map(|j| i * 1000 + j).sum());
+                assert_eq!(*r, want, "reduce {i} at pid {me} of {p}");
+                let want: u64 = (0..=me as u64).map(|j| i * 1000 + j).sum();
+                assert_eq!(*s, want, "scan {i} at pid {me} of {p}");
+                assert_eq!(*part, vec![i * 10 + me as u64], "scatter {i} at pid {me}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_scatter_too_large_for_the_roots_row_takes_the_messages() {
+    fn program(bsp: &mut bsp::Bsp, n: usize) -> bsp::Result<(Vec<u32>, u64, u64)> {
+        let (me, p) = (bsp.pid(), bsp.nprocs());
+        bsp.sync()?;
+        let (before, messages) = (bsp.stats().board_operations, bsp.stats().round_messages);
+        let all: Vec<u32> = (0..(p * n) as u32).collect();
+        let mut part = Vec::new();
+        // Twice, so that rows are written again after being read.
+        for _ in 0..2 {
+            part = bsp.scatter_slice(0, (me == 0).then_some(&all[..]))?;
+        }
+        let s = bsp.stats();
+        Ok((
+            part,
+            s.board_operations - before,
+            s.round_messages - messages,
+        ))
+    }
+    for p in [2, 3, 5] {
+        for n in [2, 1000] {
+            let out = run(Net::Shm, p, move |bsp| program(bsp, n));
+            for (me, (part, used, messages)) in out.iter().enumerate() {
+                let want: Vec<u32> = (me * n..(me + 1) * n).map(|x| x as u32).collect();
+                assert_eq!(part, &want, "P = {p}, n = {n}: pid {me}");
+                // The root's row says whether the parts are there or in messages.
+                assert_eq!(*used, 2, "P = {p}, n = {n}");
+                let want = match (n, me) {
+                    (2, _) => 0,
+                    // Up to 4 processes the root sends every part itself.
+                    (_, 0) if p <= 4 => 2 * (p as u64 - 1),
+                    _ => u64::MAX,
+                };
+                if want != u64::MAX {
+                    assert_eq!(
+                        *messages, want,
+                        "P = {p}, n = {n}: pid {me}'s round messages"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_scatter_of_numbers_against_one_of_serde_values_is_a_mismatch() {
+    // The root's parts on the board; pid 1 waits for the messages of `scatter`.
+    let each = try_run_each(Net::Shm, 2, opts(), |bsp| {
+        bsp.sync()?;
+        if bsp.pid() == 0 {
+            bsp.scatter_slice(0, Some(&[1u64, 2][..]))?;
+        } else {
+            let _: u64 = bsp.scatter(0, None)?;
+        }
+        // Pid 0 goes on to a sync, which pid 1's error ends.
+        bsp.sync()?;
+        Ok(())
+    });
+    assert!(each[1].is_err(), "{each:?}");
+    assert!(
+        matches!(each[1], Err(Error::CollectiveMismatch { .. })),
+        "{each:?}"
+    );
+    // A reduce against a scan, both on the board.
+    let each = try_run_each(Net::Shm, 2, opts(), |bsp| {
+        bsp.sync()?;
+        if bsp.pid() == 0 {
+            bsp.reduce(0, 1u32, Op::Sum)?;
+        } else {
+            bsp.scan(1u32, Op::Sum)?;
+        }
+        bsp.sync()?;
+        Ok(())
+    });
+    assert_mismatch(each, "reduce", "scan");
 }
 
 #[test]

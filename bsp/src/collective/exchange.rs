@@ -156,7 +156,7 @@ impl Bsp {
         let (p, me, size) = (self.nprocs, self.pid, std::mem::size_of::<T>());
         let data: usize = send.iter().map(|v| v.len() * size).sum();
         if p + data.div_ceil(8) > board.capacity() {
-            self.post_on_board(board, call, &[]);
+            self.post_on_board(board, call, &[])?;
             return Ok(false);
         }
         let mut words: SmallVec<[u64; 16]> = SmallVec::from_elem(0, p + data.div_ceil(8));

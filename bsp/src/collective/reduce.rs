@@ -281,6 +281,33 @@ fn board_tree<T: Number>(all: &mut [T], p: usize, n: usize, op: &Op<T>) {
     }
 }
 
+/// Combines into `out` the blocks of `n` numbers of pids `start..start + size` (cut at `p`) in
+/// `all` (blocks in pid order), the lower half first, recursively: the binomial tree of a
+/// reduce ([`Bsp::tree_reduce`], for `start` 0 and `size` P rounded up to a power of two) and
+/// an aligned block of a scan's recursive doubling ([`Bsp::prefix`]). The same operations in
+/// the same order as those messages, so the same bits.
+fn aligned_block<T: Number>(
+    all: &[T],
+    n: usize,
+    p: usize,
+    start: usize,
+    size: usize,
+    op: &Op<T>,
+    out: &mut [T],
+) {
+    if size == 1 {
+        out.copy_from_slice(&all[start * n..start * n + n]);
+        return;
+    }
+    let half = size / 2;
+    aligned_block(all, n, p, start, half, op, out);
+    if start + half < p {
+        let mut higher: SmallVec<[T; 64]> = SmallVec::from_elem(T::default(), n);
+        aligned_block(all, n, p, start + half, half, op, &mut higher);
+        combine_into(out, &higher, false, op);
+    }
+}
+
 /// The processes of recursive doubling and halving when P is not a power of two: the first
 /// 2 * `rem` pair up and the odd one of each pair takes part for both.
 struct Folded {
@@ -544,6 +571,20 @@ impl Bsp {
         board: &crate::board::Board,
         call: &Call,
         values: &[T],
+        each: impl FnMut(&[T]),
+    ) -> Result<()> {
+        let p = self.nprocs;
+        self.gather_on_board_rows(board, call, values, 0..p, each)
+    }
+
+    /// [`gather_on_board`](Bsp::gather_on_board) that reads only the rows of the pids in
+    /// `rows`.
+    fn gather_on_board_rows<T: Number>(
+        &mut self,
+        board: &crate::board::Board,
+        call: &Call,
+        values: &[T],
+        rows: Range<usize>,
         mut each: impl FnMut(&[T]),
     ) -> Result<()> {
         let (bytes, n) = (std::mem::size_of_val(values), values.len());
@@ -551,7 +592,7 @@ impl Bsp {
         let nw = bytes.div_ceil(8);
         bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes]
             .copy_from_slice(bytemuck::cast_slice(values));
-        self.on_board(board, call, &words[..nw], |_, row| {
+        self.on_board_rows(board, call, &words[..nw], rows, |_, row| {
             if row.len() != nw {
                 return Err(format!("{} words for {n} {}", row.len(), T::NAME));
             }
@@ -698,9 +739,91 @@ impl Bsp {
     /// `None` elsewhere. Values are combined in pid order (see [`Op`]).
     pub fn reduce<T: Number>(&mut self, root: usize, value: T, op: Op<T>) -> Result<Option<T>> {
         self.check_root("reduce root", root)?;
+        let board = self.board_for::<T>(1)?;
         let sig = number_sig(&op, 1) | (root as u64) << 48;
         let call = self.begin(op::REDUCE, sig);
+        if let Some(board) = board {
+            let mut v = [value];
+            let at_root = self.root_reduce_on_board(&board, &call, root, &mut v, &op)?;
+            return Ok(at_root.then_some(v[0]));
+        }
         self.reduced_at(&call, root, value, &One(op))
+    }
+
+    /// A reduce on the host board (see [`board`](crate::board)), of values that fit a slot:
+    /// every process writes its row, the root reads them all and combines them along the
+    /// binomial tree of the messages (see [`aligned_block`]), so it gets the bits those give;
+    /// the others go on at once. Returns true at the root, whose `values` then hold the
+    /// result.
+    fn root_reduce_on_board<T: Number>(
+        &mut self,
+        board: &crate::board::Board,
+        call: &Call,
+        root: usize,
+        values: &mut [T],
+        op: &Op<T>,
+    ) -> Result<bool> {
+        let (p, n) = (self.nprocs, values.len());
+        let rows = if self.pid == root { 0..p } else { 0..0 };
+        let mut all: SmallVec<[T; 64]> = SmallVec::new();
+        self.gather_on_board_rows(board, call, values, rows, |v| all.extend_from_slice(v))?;
+        if self.pid != root {
+            return Ok(false);
+        }
+        aligned_block(&all, n, p, 0, p.next_power_of_two(), op, values);
+        Ok(true)
+    }
+
+    /// A scan (`inclusive`) or exscan on the host board, of values that fit a slot: every
+    /// process writes its row and reads those of the pids below it, and combines them in the
+    /// order of the messages: the chain's up to [`SMALL_GROUP`](super::tree::SMALL_GROUP)
+    /// processes, the aligned blocks of recursive doubling beyond (see [`Bsp::prefix`]). So
+    /// it gets the bits those give, and no process waits for a higher pid. Returns false on
+    /// pid 0 of an exscan, whose values stay as they are.
+    fn prefix_on_board<T: Number>(
+        &mut self,
+        board: &crate::board::Board,
+        call: &Call,
+        values: &mut [T],
+        inclusive: bool,
+        op: &Op<T>,
+    ) -> Result<bool> {
+        let (p, r, n) = (self.nprocs, self.pid, values.len());
+        let mut all: SmallVec<[T; 64]> = SmallVec::new();
+        self.gather_on_board_rows(board, call, values, 0..r, |v| all.extend_from_slice(v))?;
+        if r == 0 {
+            return Ok(inclusive);
+        }
+        let mut below: SmallVec<[T; 64]> = SmallVec::from_slice(&all[..n]);
+        if self.prefix_chains() {
+            for j in 1..r {
+                combine_into(&mut below, &all[j * n..j * n + n], false, op);
+            }
+        } else {
+            // The blocks of the pids below, nearest first, each taken in front of the rest.
+            let mut block: SmallVec<[T; 64]> = SmallVec::from_elem(T::default(), n);
+            let mut first = true;
+            let mut k = 0;
+            while 1usize << k < p {
+                if r & 1 << k != 0 {
+                    let start = r >> (k + 1) << (k + 1);
+                    aligned_block(&all, n, p, start, 1 << k, op, &mut block);
+                    if first {
+                        below.copy_from_slice(&block);
+                        first = false;
+                    } else {
+                        combine_into(&mut below, &block, true, op);
+                    }
+                }
+                k += 1;
+            }
+        }
+        if inclusive {
+            combine_into(values, &below, true, op);
+        } else {
+            values.copy_from_slice(&below);
+        }
+        Ok(true)
     }
 
     /// Element-wise [`reduce`](Bsp::reduce) of a slice: `Some(result)` at `root`. Every
@@ -713,8 +836,14 @@ impl Bsp {
     ) -> Result<Option<Vec<T>>> {
         self.check_root("reduce_slice root", root)?;
         let n = values.len();
+        let board = self.board_for::<T>(n)?;
         let sig = number_sig(&op, n & 0xffff_ffff) | (root as u64) << 48;
         let call = self.begin(op::REDUCE, sig);
+        if let Some(board) = board {
+            let mut v: SmallVec<[T; 64]> = SmallVec::from_slice(values);
+            let at_root = self.root_reduce_on_board(&board, &call, root, &mut v, &op)?;
+            return Ok(at_root.then(|| v.to_vec()));
+        }
         let r = self.pid;
         if r % 2 == 1 && r != root {
             // A leaf of the tree (see `tree_reduce`): its numbers go to the pid below as they
@@ -866,7 +995,13 @@ impl Bsp {
     /// The inclusive prefix of `op` over pids: the combination of the values of pids 0 to
     /// this one, in pid order. `scan(1, Op::Sum)` is `pid + 1`.
     pub fn scan<T: Number>(&mut self, value: T, op: Op<T>) -> Result<T> {
+        let board = self.board_for::<T>(1)?;
         let call = self.begin(op::SCAN, number_sig(&op, 1));
+        if let Some(board) = board {
+            let mut v = [value];
+            self.prefix_on_board(&board, &call, &mut v, true, &op)?;
+            return Ok(v[0]);
+        }
         let r = self.prefix(&call, value, true, &One(op))?;
         Ok(r.expect("an inclusive prefix is never empty"))
     }
@@ -875,7 +1010,13 @@ impl Bsp {
     /// of the same length.
     pub fn scan_slice<T: Number>(&mut self, values: &mut [T], op: Op<T>) -> Result<()> {
         let n = values.len();
+        let board = self.board_for::<T>(n)?;
         let call = self.begin(op::SCAN, number_sig(&op, n));
+        if let Some(board) = board {
+            return self
+                .prefix_on_board(&board, &call, values, true, &op)
+                .map(drop);
+        }
         if self.prefix_chains() {
             return self.chain_slice(&call, values, true, &op).map(drop);
         }
@@ -899,7 +1040,13 @@ impl Bsp {
     /// The exclusive prefix of `op` over pids: the combination of the values of the pids
     /// below this one; `None` on pid 0. `exscan(1, Op::Sum)` is `pid` (and `None` on pid 0).
     pub fn exscan<T: Number>(&mut self, value: T, op: Op<T>) -> Result<Option<T>> {
+        let board = self.board_for::<T>(1)?;
         let call = self.begin(op::EXSCAN, number_sig(&op, 1));
+        if let Some(board) = board {
+            let mut v = [value];
+            let below = self.prefix_on_board(&board, &call, &mut v, false, &op)?;
+            return Ok(below.then_some(v[0]));
+        }
         self.prefix(&call, value, false, &One(op))
     }
 
@@ -907,7 +1054,11 @@ impl Bsp {
     /// whose values stay as they are (no pid lies below it).
     pub fn exscan_slice<T: Number>(&mut self, values: &mut [T], op: Op<T>) -> Result<bool> {
         let n = values.len();
+        let board = self.board_for::<T>(n)?;
         let call = self.begin(op::EXSCAN, number_sig(&op, n));
+        if let Some(board) = board {
+            return self.prefix_on_board(&board, &call, values, false, &op);
+        }
         if self.prefix_chains() {
             return self.chain_slice(&call, values, false, &op);
         }

@@ -356,10 +356,17 @@ impl Bsp {
                 Ok(bytemuck::cast_slice(&rotated[..]))
             }
         };
+        let board = self.host_board()?;
         let call = self.begin(
             op::SCATTER,
             type_sig::<[T]>(root as u64) << 32 | root as u64,
         );
+        if let Some(board) = board {
+            let whole = values.filter(|v| self.pid == root && v.len() % p == 0);
+            if let Some(part) = self.scatter_on_board(&board, &call, root, whole)? {
+                return Ok(part);
+            }
+        }
         let size = std::mem::size_of::<T>();
         let equal = |data: &[u8], have: usize| {
             let each = data.len() / have;
@@ -375,5 +382,59 @@ impl Bsp {
         let decode =
             |part: &[u8], flags: u8| numbers_from::<T>(part, wire::payload_swapped(flags), None);
         self.tree_scatter(&call, root, block, &equal, &decode)
+    }
+
+    /// [`scatter_slice`](Bsp::scatter_slice) on the host board (see [`board`](crate::board)):
+    /// the root writes the size of a part and every part, in pid order, to its row, when they
+    /// fit, and goes on; the others read its row. A root whose parts do not fit (or that has
+    /// no valid `whole`) writes an empty row, which sends everyone to the messages, and so
+    /// does the root itself. Returns this process's part, or `None` for the messages.
+    fn scatter_on_board<T: Number>(
+        &mut self,
+        board: &crate::board::Board,
+        call: &Call,
+        root: usize,
+        whole: Option<&[T]>,
+    ) -> Result<Option<Vec<T>>> {
+        let (p, me, size) = (self.nprocs, self.pid, std::mem::size_of::<T>());
+        if me == root {
+            // A word for the size of a part, then the parts.
+            let fits = |v: &&[T]| std::mem::size_of_val(*v).div_ceil(8) < board.capacity();
+            let Some(v) = whole.filter(fits) else {
+                self.post_on_board(board, call, &[])?;
+                return Ok(None);
+            };
+            let bytes: &[u8] = bytemuck::cast_slice(v);
+            let mut words: SmallVec<[u64; 16]> =
+                SmallVec::from_elem(0, 1 + bytes.len().div_ceil(8));
+            words[0] = (bytes.len() / p) as u64;
+            bytemuck::cast_slice_mut::<u64, u8>(&mut words[1..])[..bytes.len()]
+                .copy_from_slice(bytes);
+            self.post_on_board(board, call, &words)?;
+            let k = v.len() / p;
+            return Ok(Some(v[me * k..me * k + k].to_vec()));
+        }
+        let mut part = None;
+        self.on_board_rows(board, call, &[], root..root + 1, |_, row| {
+            // An empty row: the messages.
+            let Some((&each, rest)) = row.split_first() else {
+                return Ok(());
+            };
+            let each = usize::try_from(each).unwrap_or(usize::MAX);
+            let words = p.checked_mul(each).map(|b| b.div_ceil(8));
+            if each % size != 0 || words != Some(rest.len()) {
+                return Err(format!(
+                    "a row of {} words for {p} parts of {each} bytes of {}",
+                    row.len(),
+                    T::NAME
+                ));
+            }
+            let bytes: &[u8] = bytemuck::cast_slice(rest);
+            let mine = bytemuck::try_cast_slice::<u8, T>(&bytes[me * each..(me + 1) * each])
+                .map_err(|e| format!("its part for pid {me}: {e}"))?;
+            part = Some(mine.to_vec());
+            Ok(())
+        })?;
+        Ok(part)
     }
 }

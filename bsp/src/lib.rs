@@ -112,20 +112,27 @@
 //! a small mapping, the *host board*, in which each writes its counts to a row of its own and
 //! reads the others' (one cache line from each process to each other for up to four
 //! processes). The same goes for [`all_reduce`](Bsp::all_reduce),
-//! [`all_reduce_slice`](Bsp::all_reduce_slice), [`all_gather_slice`](Bsp::all_gather_slice) and
-//! [`reduce_scatter`](Bsp::reduce_scatter) of up to 64 bytes of numbers per process (in all, for
-//! reduce_scatter), combined along the same trees as the messages would, so with the same bits,
-//! and for [`all_to_all`](Bsp::all_to_all) when every process's vectors and their lengths fit
-//! its row (P + the vectors' words at most max(P, 8) words); where one process's do not, all
-//! take the messages. On one host most of a barrier's
-//! cost is the software a message passes through, not the move of a cache line between cores:
-//! the board takes that away, as MPI's shared-memory collectives do. The board is set up with
-//! a few messages at the first sync (or small collective), and only if every process could open
-//! it; a wait on it looks at failures and at messages of other operations as waits for messages
-//! do, so a peer that dies, leaves, or called another operation is still an error, never a hang.
-//! Groups, the local form, larger inputs and the other collectives use messages: those that
-//! need not wait for every process (a broadcast's root, say, goes on at once) would be slowed
-//! down by a barrier.
+//! [`all_reduce_slice`](Bsp::all_reduce_slice), [`all_gather_slice`](Bsp::all_gather_slice),
+//! [`reduce_scatter`](Bsp::reduce_scatter), [`reduce`](Bsp::reduce),
+//! [`reduce_slice`](Bsp::reduce_slice), [`scan`](Bsp::scan), [`exscan`](Bsp::exscan) and their
+//! `_slice` forms, of up to 64 bytes of numbers per process (in all, for reduce_scatter),
+//! combined along the same trees as the messages would, so with the same bits; for
+//! [`all_to_all`](Bsp::all_to_all) when every process's vectors and their lengths fit its row
+//! (P + the vectors' words at most max(P + 1, 8) words; where one process's do not, all take
+//! the messages); and for [`scatter_slice`](Bsp::scatter_slice) when the root's parts fit its
+//! row (a word for the part size and the parts' words at most max(P + 1, 8); otherwise the root
+//! sends messages). On one host most of a barrier's cost is the software a message passes
+//! through, not the move of a cache line between cores: the board takes that away, as MPI's
+//! shared-memory collectives do. A process reads only the rows it needs, as it would wait only
+//! for the messages it needs: a reduce's root reads every row and the others go on at once, a
+//! scan's process reads the rows of the pids below it, a scatter's processes the root's. A
+//! process runs ahead of the others by up to 16 operations (4 beyond 64 processes), the slots
+//! of its row, and then waits until every process has read the oldest. The board is set up
+//! with a few messages at the first sync (or collective that can use it), and only if every
+//! process could open it; a wait on it looks at failures and at messages of other operations as
+//! waits for messages do, so a peer that dies, leaves, or called another operation is still an
+//! error, never a hang. Groups, the local form, larger inputs, values of serde types and the
+//! broadcasts and gathers use messages.
 //! `BSP_HOST_BOARD=0` in the environment of every process turns the board off (to measure the
 //! messages' cost on one host, say); [`Stats::board_operations`] counts what it carried.
 //!
@@ -153,12 +160,12 @@
 //! | collective | MPI | algorithm |
 //! |---|---|---|
 //! | [`all_reduce`](Bsp::all_reduce), [`_slice`](Bsp::all_reduce_slice), [`_with`](Bsp::all_reduce_with) | `Allreduce` | recursive doubling (up to 64 bytes of numbers on one host: the host board) |
-//! | [`reduce`](Bsp::reduce), [`_slice`](Bsp::reduce_slice), [`_with`](Bsp::reduce_with) | `Reduce` | binomial tree |
-//! | [`scan`](Bsp::scan), [`exscan`](Bsp::exscan) (and `_slice`, `_with`) | `Scan`, `Exscan` | recursive doubling |
+//! | [`reduce`](Bsp::reduce), [`_slice`](Bsp::reduce_slice), [`_with`](Bsp::reduce_with) | `Reduce` | binomial tree (up to 64 bytes of numbers on one host: the host board) |
+//! | [`scan`](Bsp::scan), [`exscan`](Bsp::exscan) (and `_slice`, `_with`) | `Scan`, `Exscan` | recursive doubling; a chain up to 4 processes (up to 64 bytes of numbers on one host: the host board) |
 //! | [`reduce_scatter`](Bsp::reduce_scatter), [`_with`](Bsp::reduce_scatter_with) | `Reduce_scatter` | recursive halving (up to 64 bytes of numbers in all on one host: the host board) |
 //! | [`broadcast`](Bsp::broadcast) | `Bcast` | binomial tree |
 //! | [`gather`](Bsp::gather) | `Gather` | binomial tree |
-//! | [`scatter`](Bsp::scatter), [`scatter_slice`](Bsp::scatter_slice) | `Scatter` | binomial tree |
+//! | [`scatter`](Bsp::scatter), [`scatter_slice`](Bsp::scatter_slice) | `Scatter` | binomial tree; direct up to 4 processes (numbers, on one host, when the root's parts fit its row: the host board) |
 //! | [`all_gather`](Bsp::all_gather), [`all_gather_slice`](Bsp::all_gather_slice) | `Allgather` | Bruck (up to 64 bytes of numbers each on one host: the host board) |
 //! | [`total_exchange`](Bsp::total_exchange) (the seed's TotalExchangeInt: [`total_exchange_int`](Bsp::total_exchange_int)) | `Alltoall` of one number | Bruck |
 //! | [`all_to_all`](Bsp::all_to_all), [`all_to_all_into`](Bsp::all_to_all_into), [`all_to_all_with`](Bsp::all_to_all_with) | `Alltoallv` | direct, one round (on one host, when every row fits: the host board) |

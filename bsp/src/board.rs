@@ -85,6 +85,12 @@ const PAYLOAD: usize = 4;
 /// Words of a row's waking line: the futex word (first half of word 0) and the sleepers.
 const WAKE: usize = 0;
 const SLEEPERS: usize = 1;
+/// Words of a row's waking line that count the bytes written so far to its bulk halves 0 and 1.
+const FILLED: usize = 2;
+
+/// The bulk of a large operation is copied, and announced to its readers, in pieces of this
+/// many bytes, so that a reader copies one piece out while the writer copies the next in.
+const BULK_PIECE: usize = 16 << 10;
 
 /// What a process found in another's row for an operation.
 pub(crate) struct Entry {
@@ -145,9 +151,21 @@ fn row_words(p: usize) -> usize {
     LINE + slots(p) * slot_words(p)
 }
 
+/// Bytes of each of a row's two bulk halves for `p` processes: 1 MiB up to 16 processes, less
+/// beyond (16 MiB in all for each half), at least 16 KiB. The board's file is sparse: only
+/// what large operations write takes memory.
+fn bulk_bytes(p: usize) -> usize {
+    ((16 << 20) / p).clamp(16 << 10, 1 << 20) & !4095
+}
+
+/// Where the bulk halves start, in words: after the rows.
+fn bulk_start(p: usize) -> usize {
+    LINE + p * row_words(p)
+}
+
 /// Bytes of a board for `p` processes.
 fn board_bytes(p: usize) -> usize {
-    (LINE + p * row_words(p)) * 8
+    bulk_start(p) * 8 + p * 2 * bulk_bytes(p)
 }
 
 impl Board {
@@ -187,6 +205,7 @@ impl Board {
         board.word(1).store(p as u64, Ordering::Relaxed);
         board.word(2).store(slot_cap(p) as u64, Ordering::Relaxed);
         board.word(3).store(slots(p) as u64, Ordering::Relaxed);
+        board.word(4).store(bulk_bytes(p) as u64, Ordering::Relaxed);
         board.word(0).store(MAGIC, Ordering::Release);
         Ok((board, name))
     }
@@ -228,8 +247,16 @@ impl Board {
             board.word(1).load(Ordering::Relaxed),
             board.word(2).load(Ordering::Relaxed),
             board.word(3).load(Ordering::Relaxed),
+            board.word(4).load(Ordering::Relaxed),
         );
-        if layout != (MAGIC, p as u64, slot_cap(p) as u64, slots(p) as u64) {
+        let want = (
+            MAGIC,
+            p as u64,
+            slot_cap(p) as u64,
+            slots(p) as u64,
+            bulk_bytes(p) as u64,
+        );
+        if layout != want {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("'{name}' has another layout"),
@@ -425,6 +452,95 @@ impl Board {
             sig: self.word(s + SIG).load(Ordering::Relaxed),
             len: usize::try_from(op_len >> 8).unwrap_or(usize::MAX),
         }
+    }
+
+    /// Bytes of the bulk a large operation may write (see [`Board::fill`]).
+    pub(crate) fn bulk_capacity(&self) -> usize {
+        bulk_bytes(self.p)
+    }
+
+    /// Whether every process is known to have written operation `b`: to write the bulk of
+    /// `b + 1`, whose half `b - 1` used last, every process must have finished reading that.
+    pub(crate) fn known_reached(&self, b: u64) -> bool {
+        b == 0 || self.room.load(Ordering::Relaxed) >= b + self.slots - 1
+    }
+
+    /// Starts the bulk of this process's next operation: nothing of it is written yet. Before
+    /// the operation is published, so that a reader that sees it sees this too.
+    pub(crate) fn begin_bulk(&self) {
+        let b = self.next_op();
+        self.word(self.row(self.me) + FILLED + (b % 2) as usize)
+            .store(0, Ordering::Relaxed);
+    }
+
+    /// The start of `pid`'s bulk half for operation `b`, and its length in bytes.
+    fn bulk_half(&self, pid: usize, b: u64) -> (*mut u8, usize) {
+        let n = bulk_bytes(self.p);
+        let at = bulk_start(self.p) * 8 + (pid * 2 + (b % 2) as usize) * n;
+        debug_assert!(at + n <= self.words * 8);
+        // SAFETY: `at + n` lies within the mapping (the board's size counts every half), which
+        // lives as long as `self`; only the address is formed here.
+        (unsafe { self.base.as_ptr().cast::<u8>().add(at) }, n)
+    }
+
+    /// Writes `bytes` as the bulk of this process's operation `b` (just published), piece by
+    /// piece, telling readers after each piece how much is there and waking those asleep.
+    /// The caller has made sure that every process finished reading the operation that last
+    /// used the half (see [`Board::known_reached`]).
+    pub(crate) fn fill(&self, b: u64, bytes: &[u8]) {
+        let (half, cap) = self.bulk_half(self.me, b);
+        assert!(bytes.len() <= cap, "a bulk of {} bytes", bytes.len());
+        let filled = self.word(self.row(self.me) + FILLED + (b % 2) as usize);
+        let mut done = 0;
+        for piece in bytes.chunks(BULK_PIECE) {
+            // SAFETY: `done + piece.len() <= cap`: within this process's half, which only this
+            // process writes, and no process reads before `filled` says the bytes are there.
+            unsafe { ipl::shared_memory::copy_to_shared(half.add(done), piece) };
+            done += piece.len();
+            // Sequentially consistent, as in `publish`: a reader about to sleep either sees
+            // the count or is seen among the sleepers.
+            filled.store(done as u64, Ordering::SeqCst);
+            if self
+                .word(self.row(self.me) + SLEEPERS)
+                .load(Ordering::SeqCst)
+                != 0
+            {
+                let w = self.wake_word(self.me);
+                w.fetch_add(1, Ordering::SeqCst);
+                futex_wake(w);
+            }
+        }
+    }
+
+    /// Bytes of its bulk of operation `b` that `pid` has written so far (once `pid`'s row of
+    /// `b` has [`arrived`](Board::arrived)).
+    pub(crate) fn filled(&self, pid: usize, b: u64) -> u64 {
+        self.word(self.row(pid) + FILLED + (b % 2) as usize)
+            .load(Ordering::Acquire)
+    }
+
+    /// Copies bytes `at..at + dst.len()` of `pid`'s bulk of operation `b` into `dst`, once
+    /// [`filled`](Board::filled) says they are there.
+    pub(crate) fn read_bulk(
+        &self,
+        pid: usize,
+        b: u64,
+        at: usize,
+        dst: &mut [u8],
+    ) -> Result<(), String> {
+        let (half, cap) = self.bulk_half(pid, b);
+        if at.checked_add(dst.len()).is_none_or(|end| end > cap) {
+            return Err(format!(
+                "bytes {at} to {} of a bulk of {cap}",
+                at.saturating_add(dst.len())
+            ));
+        }
+        // SAFETY: `at + dst.len() <= cap`: within `pid`'s half of the live mapping, whose
+        // words are all inside it; `pid` does not write these bytes again before this
+        // process has written its next operation (and a misbehaving one changes only the
+        // bytes we get).
+        unsafe { ipl::shared_memory::copy_from_shared(dst, half.add(at)) };
+        Ok(())
     }
 
     /// Sleeps until `pid` writes its next operation or `limit` passes (or spuriously), unless

@@ -416,12 +416,83 @@ impl Bsp {
         call: &crate::collective::Call,
         payload: &[u64],
         rows: std::ops::Range<usize>,
+        each: impl FnMut(usize, &[u64]) -> std::result::Result<(), String>,
+    ) -> Result<()> {
+        self.board_room(board, call)?;
+        let b = board.publish(call.seq, call.op, call.sig, payload);
+        self.uncounted.board_operations += 1;
+        self.read_rows(board, call, b, payload, rows, each)
+    }
+
+    /// [`on_board_rows`](Bsp::on_board_rows) for an operation with a bulk: writes `payload`
+    /// to this process's row and `bulk` to its bulk half (see [`Board::fill`]), which readers
+    /// copy out as it comes ([`bulk_from`](Bsp::bulk_from)), then reads the rows of `rows`.
+    /// Returns the operation's number on the board.
+    pub(crate) fn on_board_bulk(
+        &mut self,
+        board: &Board,
+        call: &crate::collective::Call,
+        payload: &[u64],
+        bulk: &[u8],
+        rows: std::ops::Range<usize>,
+        each: impl FnMut(usize, &[u64]) -> std::result::Result<(), String>,
+    ) -> Result<u64> {
+        // A row's two bulk halves take turns: the one this operation writes was written two
+        // operations ago at the latest, which every process must have finished reading.
+        let before = board.next_op() - 1;
+        if !board.known_reached(before) {
+            self.board_room_wait(board, call, before)?;
+        }
+        self.board_room(board, call)?;
+        board.begin_bulk();
+        let b = board.publish(call.seq, call.op, call.sig, payload);
+        self.uncounted.board_operations += 1;
+        board.fill(b, bulk);
+        self.read_rows(board, call, b, payload, rows, each)?;
+        Ok(b)
+    }
+
+    /// Copies bytes `at..at + dst.len()` of `pid`'s bulk of board operation `b` (whose row
+    /// this process has read) into `dst`, piece by piece as `pid` writes them, waiting as for
+    /// a row in between.
+    pub(crate) fn bulk_from(
+        &self,
+        board: &Board,
+        call: &crate::collective::Call,
+        (pid, b): (usize, u64),
+        at: usize,
+        dst: &mut [u8],
+    ) -> Result<()> {
+        let mut done = 0;
+        let mut wait = crate::net::BoardWait::new();
+        while done < dst.len() {
+            let there = usize::try_from(board.filled(pid, b)).unwrap_or(usize::MAX);
+            let upto = there.saturating_sub(at).min(dst.len());
+            if upto > done {
+                board
+                    .read_bulk(pid, b, at + done, &mut dst[done..upto])
+                    .map_err(|why| self.board_error(pid, why))?;
+                done = upto;
+                continue;
+            }
+            let want = (at + done + 1) as u64;
+            self.board_wait(board, pid, |bd| Ok(bd.filled(pid, b) >= want), call, &mut wait)?;
+        }
+        Ok(())
+    }
+
+    /// Reads the rows of the pids in `rows` of board operation `b` (`call`), which this
+    /// process has written (`payload`), as [`on_board_rows`](Bsp::on_board_rows) describes.
+    fn read_rows(
+        &mut self,
+        board: &Board,
+        call: &crate::collective::Call,
+        b: u64,
+        payload: &[u64],
+        rows: std::ops::Range<usize>,
         mut each: impl FnMut(usize, &[u64]) -> std::result::Result<(), String>,
     ) -> Result<()> {
         let (seq, op, sig) = (call.seq, call.op, call.sig);
-        self.board_room(board, call)?;
-        let b = board.publish(seq, op, sig, payload);
-        self.uncounted.board_operations += 1;
         let everyone = rows.len() == self.nprocs;
         let mut row = std::mem::take(&mut self.board_row);
         let mut wait = crate::net::BoardWait::new();

@@ -163,20 +163,8 @@ impl<T: Number> Op<T> {
         match self {
             Op::Sum => lower.add(higher),
             Op::Prod => lower.mul(higher),
-            Op::Min => {
-                if higher < lower {
-                    higher
-                } else {
-                    lower
-                }
-            }
-            Op::Max => {
-                if higher > lower {
-                    higher
-                } else {
-                    lower
-                }
-            }
+            Op::Min => min_of(lower, higher),
+            Op::Max => max_of(lower, higher),
             Op::Custom(f) => f(lower, higher),
         }
     }
@@ -189,6 +177,26 @@ impl<T: Number> Op<T> {
             Op::Max => 4,
             Op::Custom(_) => 5,
         }
+    }
+}
+
+/// [`Op::Min`]: on ties and NaN the lower pid's value.
+#[inline(always)]
+pub(crate) fn min_of<T: PartialOrd>(lower: T, higher: T) -> T {
+    if higher < lower {
+        higher
+    } else {
+        lower
+    }
+}
+
+/// [`Op::Max`]: on ties and NaN the lower pid's value.
+#[inline(always)]
+pub(crate) fn max_of<T: PartialOrd>(lower: T, higher: T) -> T {
+    if higher > lower {
+        higher
+    } else {
+        lower
     }
 }
 

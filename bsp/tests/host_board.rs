@@ -231,6 +231,57 @@ fn small_collectives_on_the_board_give_the_bits_messages_give() {
 }
 
 #[test]
+fn large_collectives_in_the_bulk_give_the_bits_messages_give() {
+    // 5000 numbers per process (40 KB): more than a row holds, in several pieces of the bulk
+    // halves, the last one partial. Local (threads, messages) against shm (the board's bulk).
+    type Bits = (Vec<Option<Vec<u64>>>, u64);
+    fn program(bsp: &mut bsp::Bsp) -> bsp::Result<Bits> {
+        let (me, p) = (bsp.pid(), bsp.nprocs());
+        let n = 5000;
+        let x: Vec<f64> = (0..n)
+            .map(|i| [1e16, 1.0, -1e16, 1.0, 3.0, -2.5, 1e-3, 7.0][(me + i) % 8] * (i as f64 + 1.0))
+            .collect();
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<u64>>();
+        let before = bsp.stats().board_operations;
+        let mut got = Vec::new();
+        let r = bsp.reduce_slice(p - 1, &x, Op::Sum)?;
+        got.push(r.as_deref().map(bits));
+        let r = bsp.reduce_slice(0, &x, Op::Sum)?;
+        got.push(r.as_deref().map(bits));
+        let mut v = x.clone();
+        bsp.scan_slice(&mut v, Op::Sum)?;
+        got.push(Some(bits(&v)));
+        let mut v = x.clone();
+        let below = bsp.exscan_slice(&mut v, Op::Sum)?;
+        got.push(below.then(|| bits(&v)));
+        got.push(Some(bits(&bsp.all_gather_slice(&x)?)));
+        let root = 1 % p;
+        let part = bsp.scatter_slice(root, (me == root).then(|| &x[..n / p * p]))?;
+        got.push(Some(bits(&part)));
+        // Back to back, so that the processes that need not wait run ahead and write their
+        // bulk halves again: every call's values differ.
+        for k in 0..20 {
+            let y: Vec<f64> = x.iter().map(|v| v + k as f64).collect();
+            let r = bsp.reduce_slice(0, &y, Op::Max)?;
+            got.push(r.as_deref().map(bits));
+            let part = bsp.scatter_slice(p - 1, (me == p - 1).then(|| &y[..n / p * p]))?;
+            got.push(Some(bits(&part)));
+        }
+        Ok((got, bsp.stats().board_operations - before))
+    }
+    for p in [2, 3, 5, 8] {
+        let messages = run(Net::Local, p, program);
+        let board = run(Net::Shm, p, program);
+        for (pid, (m, b)) in messages.iter().zip(&board).enumerate() {
+            for (k, (m, b)) in m.0.iter().zip(&b.0).enumerate() {
+                assert!(m == b, "call {k} at pid {pid} of {p}");
+            }
+            assert_eq!((m.1, b.1), (0, 46), "pid {pid} of {p}: operations on the board");
+        }
+    }
+}
+
+#[test]
 fn processes_that_need_not_wait_run_ahead_on_the_board_without_overwriting_a_row() {
     // Back-to-back reduces to one root, scans and scatters: the processes that wait for
     // nobody run ahead of those that wait, by up to a row's slots, and then wait for room.
@@ -275,7 +326,7 @@ fn processes_that_need_not_wait_run_ahead_on_the_board_without_overwriting_a_row
 }
 
 #[test]
-fn a_scatter_too_large_for_the_roots_row_takes_the_messages() {
+fn a_scatter_takes_the_roots_row_its_bulk_or_the_messages_by_size() {
     fn program(bsp: &mut bsp::Bsp, n: usize) -> bsp::Result<(Vec<u32>, u64, u64)> {
         let (me, p) = (bsp.pid(), bsp.nprocs());
         bsp.sync()?;
@@ -293,8 +344,9 @@ fn a_scatter_too_large_for_the_roots_row_takes_the_messages() {
             s.round_messages - messages,
         ))
     }
+    // Parts of 8 bytes fit the root's row, of 4 KB its bulk half (1 MiB), of 1.2 MB neither.
     for p in [2, 3, 5] {
-        for n in [2, 1000] {
+        for n in [2, 1000, 300_000] {
             let out = run(Net::Shm, p, move |bsp| program(bsp, n));
             for (me, (part, used, messages)) in out.iter().enumerate() {
                 let want: Vec<u32> = (me * n..(me + 1) * n).map(|x| x as u32).collect();
@@ -302,7 +354,7 @@ fn a_scatter_too_large_for_the_roots_row_takes_the_messages() {
                 // The root's row says whether the parts are there or in messages.
                 assert_eq!(*used, 2, "P = {p}, n = {n}");
                 let want = match (n, me) {
-                    (2, _) => 0,
+                    (2 | 1000, _) => 0,
                     // Up to 4 processes the root sends every part itself.
                     (_, 0) if p <= 4 => 2 * (p as u64 - 1),
                     _ => u64::MAX,

@@ -306,11 +306,26 @@ impl Bsp {
     pub fn all_gather_slice<T: Number>(&mut self, values: &[T]) -> Result<Vec<T>> {
         let (p, me, n) = (self.nprocs, self.pid, values.len());
         let board = self.board_for::<T>(n)?;
+        let bulk = self.bulk_for::<T>(n)?;
         let call = self.begin(op::ALL_GATHER, type_sig::<[T]>(n as u64));
         if let Some(board) = board {
             // Up to 64 bytes each, every process on this host: every row of the host board.
             let mut out = Vec::with_capacity(n * p);
             self.gather_on_board(&board, &call, values, |v| out.extend_from_slice(v))?;
+            return Ok(out);
+        }
+        if let Some(board) = bulk {
+            // Up to a bulk half each: every process's bulk, straight into its place.
+            let b = self.numbers_on_bulk(&board, &call, values, 0..p)?;
+            let mut out = vec![T::default(); n * p];
+            for (j, block) in out.chunks_exact_mut(n).enumerate() {
+                if j == me {
+                    block.copy_from_slice(values);
+                } else {
+                    let dst = bytemuck::cast_slice_mut(block);
+                    self.bulk_from(&board, &call, (j, b), 0, dst)?;
+                }
+            }
             return Ok(out);
         }
         // Bruck's concatenation on numbers: block k of the rounds is the values of pid

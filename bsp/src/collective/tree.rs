@@ -16,6 +16,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use smallvec::SmallVec;
 
+/// Marks the part size in a scatter's row on the host board when the parts are in the root's
+/// bulk half.
+const IN_BULK: u64 = 1 << 63;
+
 /// Where each part of a scatter's block ends, given the block and its number of parts.
 type PartEnds<'a> = &'a dyn Fn(&[u8], usize) -> std::result::Result<Ends, String>;
 /// The ends of a scatter's parts: inline up to 8, so that a small scatter does not allocate
@@ -386,9 +390,10 @@ impl Bsp {
 
     /// [`scatter_slice`](Bsp::scatter_slice) on the host board (see [`board`](crate::board)):
     /// the root writes the size of a part and every part, in pid order, to its row, when they
-    /// fit, and goes on; the others read its row. A root whose parts do not fit (or that has
-    /// no valid `whole`) writes an empty row, which sends everyone to the messages, and so
-    /// does the root itself. Returns this process's part, or `None` for the messages.
+    /// fit, or to its bulk half, when they fit that (the row then says so), and goes on; the
+    /// others read its row and their part. A root whose parts fit neither (or that has no
+    /// valid `whole`) writes an empty row, which sends everyone to the messages, and so does
+    /// the root itself. Returns this process's part, or `None` for the messages.
     fn scatter_on_board<T: Number>(
         &mut self,
         board: &crate::board::Board,
@@ -398,28 +403,41 @@ impl Bsp {
     ) -> Result<Option<Vec<T>>> {
         let (p, me, size) = (self.nprocs, self.pid, std::mem::size_of::<T>());
         if me == root {
-            // A word for the size of a part, then the parts.
-            let fits = |v: &&[T]| std::mem::size_of_val(*v).div_ceil(8) < board.capacity();
-            let Some(v) = whole.filter(fits) else {
+            let Some(v) = whole else {
                 self.post_on_board(board, call, &[])?;
                 return Ok(None);
             };
             let bytes: &[u8] = bytemuck::cast_slice(v);
+            let k = v.len() / p;
+            // A word for the size of a part, then the parts.
+            if bytes.len().div_ceil(8) >= board.capacity() {
+                if bytes.len() > board.bulk_capacity() {
+                    self.post_on_board(board, call, &[])?;
+                    return Ok(None);
+                }
+                let head = [(bytes.len() / p) as u64 | IN_BULK];
+                self.on_board_bulk(board, call, &head, bytes, root..root, |_, _| Ok(()))?;
+                return Ok(Some(v[me * k..me * k + k].to_vec()));
+            }
             let mut words: SmallVec<[u64; 16]> =
                 SmallVec::from_elem(0, 1 + bytes.len().div_ceil(8));
             words[0] = (bytes.len() / p) as u64;
             bytemuck::cast_slice_mut::<u64, u8>(&mut words[1..])[..bytes.len()]
                 .copy_from_slice(bytes);
             self.post_on_board(board, call, &words)?;
-            let k = v.len() / p;
             return Ok(Some(v[me * k..me * k + k].to_vec()));
         }
         let mut part = None;
+        let mut in_bulk = None;
         self.on_board_rows(board, call, &[], root..root + 1, |_, row| {
             // An empty row: the messages.
             let Some((&each, rest)) = row.split_first() else {
                 return Ok(());
             };
+            if each & IN_BULK != 0 && rest.is_empty() {
+                in_bulk = Some(each & !IN_BULK);
+                return Ok(());
+            }
             let each = usize::try_from(each).unwrap_or(usize::MAX);
             let words = p.checked_mul(each).map(|b| b.div_ceil(8));
             if each % size != 0 || words != Some(rest.len()) {
@@ -435,6 +453,21 @@ impl Bsp {
             part = Some(mine.to_vec());
             Ok(())
         })?;
+        if let Some(each) = in_bulk {
+            let each = usize::try_from(each).unwrap_or(usize::MAX);
+            if each % size != 0 || p.saturating_mul(each) > board.bulk_capacity() {
+                return Err(self.payload_error(
+                    call,
+                    root,
+                    format!("a bulk of {p} parts of {each} bytes of {}", T::NAME),
+                ));
+            }
+            let mut mine = vec![T::default(); each / size];
+            let b = board.next_op() - 1;
+            let dst = bytemuck::cast_slice_mut(&mut mine[..]);
+            self.bulk_from(board, call, (root, b), me * each, dst)?;
+            part = Some(mine);
+        }
         Ok(part)
     }
 }

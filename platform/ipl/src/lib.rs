@@ -71,6 +71,7 @@ mod receive_port;
 pub mod registry;
 mod send_port;
 pub mod serial;
+pub mod shared_memory;
 #[doc(hidden)]
 pub mod testing;
 mod throttle;

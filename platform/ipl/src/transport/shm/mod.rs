@@ -19,7 +19,7 @@
 //! wait for each other.
 
 mod fdpass;
-mod memory;
+pub(crate) mod memory;
 mod remote;
 mod ring;
 

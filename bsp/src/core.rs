@@ -476,7 +476,13 @@ impl Bsp {
                 continue;
             }
             let want = (at + done + 1) as u64;
-            self.board_wait(board, pid, |bd| Ok(bd.filled(pid, b) >= want), call, &mut wait)?;
+            self.board_wait(
+                board,
+                pid,
+                |bd| Ok(bd.filled(pid, b) >= want),
+                call,
+                &mut wait,
+            )?;
         }
         Ok(())
     }

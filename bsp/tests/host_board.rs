@@ -276,7 +276,11 @@ fn large_collectives_in_the_bulk_give_the_bits_messages_give() {
             for (k, (m, b)) in m.0.iter().zip(&b.0).enumerate() {
                 assert!(m == b, "call {k} at pid {pid} of {p}");
             }
-            assert_eq!((m.1, b.1), (0, 46), "pid {pid} of {p}: operations on the board");
+            assert_eq!(
+                (m.1, b.1),
+                (0, 46),
+                "pid {pid} of {p}: operations on the board"
+            );
         }
     }
 }

@@ -304,64 +304,66 @@ fn bulk_piece<T>() -> usize {
 /// The combination of the values of the pids below `r` (of `p`), from their blocks of `n`
 /// numbers in `all` (pids `0..r` in order), into `below`, in the order of the messages: the
 /// chain's when `chain`, the aligned blocks of recursive doubling otherwise, nearest first,
-/// each taken in front of the rest (see [`Bsp::prefix`]). `r` is at least 1.
+/// each taken in front of the rest (see [`Bsp::prefix`]). `r` is at least 1. Combines the
+/// blocks in place: `all` holds partial combinations afterwards.
 fn prefix_below<T: Number>(
-    all: &[T],
+    all: &mut [T],
     n: usize,
     (p, r): (usize, usize),
     chain: bool,
     op: &Op<T>,
     below: &mut [T],
 ) {
-    below.copy_from_slice(&all[..n]);
     if chain {
+        below.copy_from_slice(&all[..n]);
         for j in 1..r {
             combine_into(below, &all[j * n..j * n + n], false, op);
         }
         return;
     }
-    let mut block: SmallVec<[T; 64]> = SmallVec::from_elem(T::default(), n);
+    // The aligned blocks below `r` do not overlap: each is combined where it lies.
     let mut first = true;
     let mut k = 0;
     while 1usize << k < p {
         if r & 1 << k != 0 {
             let start = r >> (k + 1) << (k + 1);
-            aligned_block(all, n, p, start, 1 << k, op, &mut block);
+            aligned_block(all, n, p, start, 1 << k, op);
+            let block = &all[start * n..start * n + n];
             if first {
-                below.copy_from_slice(&block);
+                below.copy_from_slice(block);
                 first = false;
             } else {
-                combine_into(below, &block, true, op);
+                combine_into(below, block, true, op);
             }
         }
         k += 1;
     }
 }
 
-/// Combines into `out` the blocks of `n` numbers of pids `start..start + size` (cut at `p`) in
-/// `all` (blocks in pid order), the lower half first, recursively: the binomial tree of a
-/// reduce ([`Bsp::tree_reduce`], for `start` 0 and `size` P rounded up to a power of two) and
-/// an aligned block of a scan's recursive doubling ([`Bsp::prefix`]). The same operations in
-/// the same order as those messages, so the same bits.
+/// Combines the blocks of `n` numbers of pids `start..start + size` (cut at `p`) in `all`
+/// (blocks in pid order) into the first of them, in place: each half of a block (of 2, 4, ...
+/// pids) combined with the other, the lower half first. The binomial tree of a reduce
+/// ([`Bsp::tree_reduce`], for `start` 0 and `size` P rounded up to a power of two) and an
+/// aligned block of a scan's recursive doubling ([`Bsp::prefix`]): the same operations in the
+/// same order as those messages, so the same bits.
 fn aligned_block<T: Number>(
-    all: &[T],
+    all: &mut [T],
     n: usize,
     p: usize,
     start: usize,
     size: usize,
     op: &Op<T>,
-    out: &mut [T],
 ) {
-    if size == 1 {
-        out.copy_from_slice(&all[start * n..start * n + n]);
-        return;
-    }
-    let half = size / 2;
-    aligned_block(all, n, p, start, half, op, out);
-    if start + half < p {
-        let mut higher: SmallVec<[T; 64]> = SmallVec::from_elem(T::default(), n);
-        aligned_block(all, n, p, start + half, half, op, &mut higher);
-        combine_into(out, &higher, false, op);
+    let end = (start + size).min(p);
+    let mut half = 1;
+    while half < size {
+        let mut q = start;
+        while q + half < end {
+            let (lower, higher) = all.split_at_mut((q + half) * n);
+            combine_into(&mut lower[q * n..q * n + n], &higher[..n], false, op);
+            q += 2 * half;
+        }
+        half *= 2;
     }
 }
 
@@ -730,7 +732,13 @@ impl Bsp {
             if j == self.pid {
                 block.copy_from_slice(&mine[at..at + m]);
             } else {
-                self.bulk_from(board, call, (j, b), at * size, bytemuck::cast_slice_mut(block))?;
+                self.bulk_from(
+                    board,
+                    call,
+                    (j, b),
+                    at * size,
+                    bytemuck::cast_slice_mut(block),
+                )?;
             }
         }
         Ok(())
@@ -896,8 +904,8 @@ impl Bsp {
         for at in (0..n).step_by(c) {
             let m = c.min(n - at);
             self.bulk_pieces(board, call, b, 0..p, values, at, &mut all[..p * m])?;
-            let size = p.next_power_of_two();
-            aligned_block(&all[..p * m], m, p, 0, size, op, &mut out[at..at + m]);
+            aligned_block(&mut all[..p * m], m, p, 0, p.next_power_of_two(), op);
+            out[at..at + m].copy_from_slice(&all[..m]);
         }
         Ok(Some(out))
     }
@@ -933,7 +941,7 @@ impl Bsp {
                 // Pid 0's piece is all there is below.
                 &all[..m]
             } else {
-                prefix_below(&all[..r * m], m, (p, r), chain, op, &mut below[..m]);
+                prefix_below(&mut all[..r * m], m, (p, r), chain, op, &mut below[..m]);
                 &below[..m]
             };
             let mine = &mut values[at..at + m];
@@ -961,7 +969,8 @@ impl Bsp {
         if self.pid != root {
             return Ok(false);
         }
-        aligned_block(&all, n, p, 0, p.next_power_of_two(), op, values);
+        aligned_block(&mut all, n, p, 0, p.next_power_of_two(), op);
+        values.copy_from_slice(&all[..n]);
         Ok(true)
     }
 
@@ -986,7 +995,7 @@ impl Bsp {
             return Ok(inclusive);
         }
         let mut below: SmallVec<[T; 64]> = SmallVec::from_elem(T::default(), n);
-        prefix_below(&all, n, (p, r), self.prefix_chains(), op, &mut below);
+        prefix_below(&mut all, n, (p, r), self.prefix_chains(), op, &mut below);
         if inclusive {
             combine_into(values, &below, true, op);
         } else {

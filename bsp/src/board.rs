@@ -529,7 +529,7 @@ impl Board {
         dst: &mut [u8],
     ) -> Result<(), String> {
         let (half, cap) = self.bulk_half(pid, b);
-        if at.checked_add(dst.len()).is_none_or(|end| end > cap) {
+        if at.checked_add(dst.len()).map_or(true, |end| end > cap) {
             return Err(format!(
                 "bytes {at} to {} of a bulk of {cap}",
                 at.saturating_add(dst.len())

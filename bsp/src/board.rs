@@ -87,6 +87,14 @@ const WAKE: usize = 0;
 const SLEEPERS: usize = 1;
 /// Words of a row's waking line that count the bytes written so far to its bulk halves 0 and 1.
 const FILLED: usize = 2;
+/// Words of a row's waking line that count the processes that have read what it exposed in
+/// its memory for operations with even and odd numbers (see [`Board::ack`]).
+const ACKED: usize = 4;
+/// Words of a row's second line: the process's pid and the address and bytes of its probe,
+/// for peers that read its memory (see `ipl::shared_memory::PeerMemory`).
+const PEER: usize = LINE;
+/// Words in front of a row's slots: the waking line and the peer line.
+const ROW_HEAD: usize = 2 * LINE;
 
 /// The bulk of a large operation is copied, and announced to its readers, in pieces of this
 /// many bytes, so that a reader copies one piece out while the writer copies the next in.
@@ -148,7 +156,7 @@ fn slots(p: usize) -> usize {
 }
 
 fn row_words(p: usize) -> usize {
-    LINE + slots(p) * slot_words(p)
+    ROW_HEAD + slots(p) * slot_words(p)
 }
 
 /// Bytes of each of a row's two bulk halves for `p` processes: 1 MiB up to 16 processes, less
@@ -312,7 +320,7 @@ impl Board {
 
     #[inline(always)]
     fn slot(&self, pid: usize, b: u64) -> usize {
-        self.row(pid) + LINE + (b % self.slots) as usize * slot_words(self.p)
+        self.row(pid) + ROW_HEAD + (b % self.slots) as usize * slot_words(self.p)
     }
 
     /// The futex word of `pid`'s row: the first four bytes of its waking line.
@@ -541,6 +549,55 @@ impl Board {
         // bytes we get).
         unsafe { ipl::shared_memory::copy_from_shared(dst, half.add(at)) };
         Ok(())
+    }
+
+    /// Writes where peers find this process's memory: its pid and its probe.
+    pub(crate) fn announce(&self, pid: u32, probe_addr: u64, probe: &[u8; 16]) {
+        let at = self.row(self.me) + PEER;
+        self.word(at).store(u64::from(pid), Ordering::Relaxed);
+        self.word(at + 1).store(probe_addr, Ordering::Relaxed);
+        let (a, b) = probe.split_at(8);
+        let word = |b: &[u8]| u64::from_ne_bytes(b.try_into().expect("8 bytes"));
+        self.word(at + 2).store(word(a), Ordering::Relaxed);
+        self.word(at + 3).store(word(b), Ordering::Relaxed);
+    }
+
+    /// What `pid` [announced](Board::announce) (read after an operation of the board that
+    /// followed it): its pid, probe address and probe.
+    pub(crate) fn announced(&self, pid: usize) -> (u64, u64, [u8; 16]) {
+        let at = self.row(pid) + PEER;
+        let w = |i| self.word(at + i).load(Ordering::Relaxed);
+        let mut probe = [0u8; 16];
+        probe[..8].copy_from_slice(&w(2).to_ne_bytes());
+        probe[8..].copy_from_slice(&w(3).to_ne_bytes());
+        (w(0), w(1), probe)
+    }
+
+    /// Starts this process's next operation, which exposes memory for others to read: none
+    /// has read it yet. Before the operation is published. Every reader of the one before
+    /// with the same parity has said so before that one ended.
+    pub(crate) fn begin_acks(&self) {
+        let b = self.next_op();
+        self.word(self.row(self.me) + ACKED + (b % 2) as usize)
+            .store(0, Ordering::Relaxed);
+    }
+
+    /// Tells `pid` that this process has read what it exposed for operation `b`, waking it if
+    /// it sleeps.
+    pub(crate) fn ack(&self, pid: usize, b: u64) {
+        self.word(self.row(pid) + ACKED + (b % 2) as usize)
+            .fetch_add(1, Ordering::SeqCst);
+        if self.word(self.row(pid) + SLEEPERS).load(Ordering::SeqCst) != 0 {
+            let w = self.wake_word(pid);
+            w.fetch_add(1, Ordering::SeqCst);
+            futex_wake(w);
+        }
+    }
+
+    /// How many processes have read what this process exposed for operation `b`.
+    pub(crate) fn acks(&self, b: u64) -> u64 {
+        self.word(self.row(self.me) + ACKED + (b % 2) as usize)
+            .load(Ordering::SeqCst)
     }
 
     /// Sleeps until `pid` writes its next operation or `limit` passes (or spuriously), unless

@@ -141,6 +141,11 @@ pub struct Bsp {
     board_row: Vec<u64>,
     /// Whether the host board was set up (or found not to be wanted).
     board_checked: bool,
+    /// The other processes of the host board whose memory this process reads directly, by
+    /// pid (`None` for itself): large operations on the board then move each process's data
+    /// in one copy, as MPI's shared-memory collectives do. Empty where not every process can
+    /// read every other's memory (see [`Bsp::meet_peers`]).
+    pub(crate) board_peers: Vec<Option<ipl::shared_memory::PeerMemory>>,
     /// Keeps `Bsp` from being `Sync` whatever its other fields: `net` takes the
     /// connections' lock with plain stores when no other handle shares them, which is sound
     /// only while no other thread can use this handle at the same time.
@@ -192,6 +197,9 @@ impl Drop for Bsp {
 /// A wait on the host board polls the control port and looks at failures once every this many
 /// looks at the board.
 const BOARD_STEP: u32 = 64;
+/// Up to this many processes, each reads the others' memory directly where the system
+/// allows it (a descriptor for each other process).
+const PEERS_MAX: usize = 64;
 /// How long a wait on the host board looks before it sleeps between looks.
 const BOARD_SPIN: std::time::Duration = std::time::Duration::from_millis(1);
 
@@ -290,9 +298,115 @@ impl Bsp {
             tracing::debug!(pid, nprocs = p, "host board in use");
             let b = Arc::new(b);
             self.net().board = Some(b.clone());
-            self.board = Some(b);
+            self.board = Some(b.clone());
+            if p <= PEERS_MAX {
+                // The setup's operations are not the program's.
+                let counted = self.uncounted.board_operations;
+                self.meet_peers(&b, &call)?;
+                self.uncounted.board_operations = counted;
+            }
         }
         Ok(())
+    }
+
+    /// Finds out, with two operations of the new host board (`call`, the setup's), whether
+    /// every process can read every other's memory directly: each announces its pid and a
+    /// probe, opens the others' memory, and says whether it could. Every process takes part
+    /// whatever it finds, so that all agree. Not where the shared-memory driver's single copy
+    /// is turned off (`IPL_SHM_SINGLE_COPY=0`).
+    fn meet_peers(&mut self, board: &Board, call: &crate::collective::Call) -> Result<()> {
+        use ipl::shared_memory::PeerMemory;
+        let (p, me) = (self.nprocs, self.pid);
+        let (addr, probe) = PeerMemory::probe();
+        board.announce(std::process::id(), addr, &probe);
+        self.on_board(board, call, &[], |_, _| Ok(()))?;
+        let want = self.ibis.config().shm_single_copy;
+        let peers: Vec<Option<PeerMemory>> = (0..p)
+            .map(|j| {
+                let (pid, addr, probe) = board.announced(j);
+                let pid = i32::try_from(pid).ok()?;
+                (want && j != me).then(|| PeerMemory::open(pid, addr, &probe))?
+            })
+            .collect();
+        let able = want
+            && peers
+                .iter()
+                .enumerate()
+                .all(|(j, m)| j == me || m.is_some());
+        let mut all = true;
+        self.on_board(board, call, &[u64::from(able)], |_, row| {
+            all &= row == [1];
+            Ok(())
+        })?;
+        tracing::debug!(pid = me, single_copy = all, "host board peers");
+        if all {
+            self.board_peers = peers;
+        }
+        Ok(())
+    }
+
+    /// Waits until `n` processes have read what this process exposed for board operation `b`
+    /// (`call`), so that it may change or free that memory.
+    pub(crate) fn wait_acks(
+        &self,
+        board: &Board,
+        call: &crate::collective::Call,
+        b: u64,
+        n: u64,
+    ) -> Result<()> {
+        if board.acks(b) >= n {
+            return Ok(());
+        }
+        let mut wait = crate::net::BoardWait::new();
+        let me = self.pid;
+        self.board_wait(board, me, |bd| Ok(bd.acks(b) >= n), call, &mut wait)
+    }
+
+    /// Reads `dst.len()` bytes at `addr` of the memory `pid` exposed for board operation `b`
+    /// straight into `dst`, and tells it so.
+    pub(crate) fn pull(
+        &self,
+        board: &Board,
+        (pid, b): (usize, u64),
+        addr: u64,
+        dst: &mut [u8],
+    ) -> Result<()> {
+        self.peer_read(pid, addr, dst)?;
+        board.ack(pid, b);
+        Ok(())
+    }
+
+    /// Appends the `n` numbers at `addr` of the memory `pid` exposed for board operation `b`
+    /// to `out`, read straight into its spare room, and tells `pid` so.
+    pub(crate) fn pull_append<T: crate::Number>(
+        &self,
+        board: &Board,
+        (pid, b): (usize, u64),
+        addr: u64,
+        n: usize,
+        out: &mut Vec<T>,
+    ) -> Result<()> {
+        let peer = self
+            .board_peers
+            .get(pid)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| self.board_error(pid, "no way to read its memory".into()))?;
+        peer.read_append(out, n, addr)
+            .map_err(|e| self.board_error(pid, format!("reading its memory: {e}")))?;
+        board.ack(pid, b);
+        Ok(())
+    }
+
+    /// Reads `dst.len()` bytes at `addr` of `pid`'s memory straight into `dst` (see
+    /// [`pull`](Bsp::pull)), without telling it.
+    pub(crate) fn peer_read(&self, pid: usize, addr: u64, dst: &mut [u8]) -> Result<()> {
+        let peer = self
+            .board_peers
+            .get(pid)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| self.board_error(pid, "no way to read its memory".into()))?;
+        peer.read_exact(dst, addr)
+            .map_err(|e| self.board_error(pid, format!("reading its memory: {e}")))
     }
 
     /// Waits until `ready` says that `pid` has written what this process waits for (in an
@@ -489,7 +603,7 @@ impl Bsp {
 
     /// Reads the rows of the pids in `rows` of board operation `b` (`call`), which this
     /// process has written (`payload`), as [`on_board_rows`](Bsp::on_board_rows) describes.
-    fn read_rows(
+    pub(crate) fn read_rows(
         &mut self,
         board: &Board,
         call: &crate::collective::Call,
@@ -590,6 +704,7 @@ impl Bsp {
             board_row: Vec::new(),
             // Groups have no board; the whole machine sets it up when first needed.
             board_checked: comm != 0,
+            board_peers: Vec::new(),
             _not_sync: PhantomData,
         }
     }

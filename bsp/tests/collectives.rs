@@ -1,5 +1,6 @@
 //! Every collective against a sequential computation, for power-of-two and other process
-//! counts, over the in-process driver and over tcp.
+//! counts, over the in-process driver, tcp and shm (where the host board carries what it can:
+//! large inputs read from each other's memory, or through its bulk halves).
 
 mod common;
 
@@ -12,7 +13,7 @@ fn input(pid: usize) -> f64 {
     0.1 * (pid as f64 + 1.0) + 1e-17 * pid as f64
 }
 
-const SHAPES: [(Net, usize); 7] = [
+const SHAPES: [(Net, usize); 8] = [
     (Net::Local, 1),
     (Net::Local, 2),
     (Net::Local, 3),
@@ -20,6 +21,7 @@ const SHAPES: [(Net, usize); 7] = [
     (Net::Local, 8),
     (Net::Tcp, 3),
     (Net::Shm, 3),
+    (Net::ShmTwoCopies, 3),
 ];
 
 #[test]

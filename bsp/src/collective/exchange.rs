@@ -314,6 +314,21 @@ impl Bsp {
             self.gather_on_board(&board, &call, values, |v| out.extend_from_slice(v))?;
             return Ok(out);
         }
+        if let (Some(board), true) = (&bulk, self.single_copy()) {
+            // Every process's values read straight from its memory into their place.
+            let data = bytemuck::cast_slice(values);
+            let (b, addrs) = self.expose_on_board(board, &call, data, 0..p)?;
+            let mut out = Vec::new();
+            for (j, &addr) in addrs.iter().enumerate() {
+                if j == me {
+                    out.extend_from_slice(values);
+                } else {
+                    self.pull_append(board, (j, b), addr, n, &mut out)?;
+                }
+            }
+            self.wait_acks(board, &call, b, p as u64 - 1)?;
+            return Ok(out);
+        }
         if let Some(board) = bulk {
             // Up to a bulk half each: every process's bulk, straight into its place.
             let b = self.numbers_on_bulk(&board, &call, values, 0..p)?;

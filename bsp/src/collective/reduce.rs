@@ -367,6 +367,22 @@ fn aligned_block<T: Number>(
     }
 }
 
+/// [`aligned_block`] over every process's block, each where it lies (`blocks`, in pid order):
+/// the binomial tree of a reduce, whose result ends in the first block.
+fn tree_over_blocks<T: Number>(blocks: &mut [&mut [T]], op: &Op<T>) {
+    let p = blocks.len();
+    let mut half = 1;
+    while half < p {
+        let mut q = 0;
+        while q + half < p {
+            let (lower, higher) = blocks.split_at_mut(q + half);
+            combine_into(lower[q], higher[0], false, op);
+            q += 2 * half;
+        }
+        half *= 2;
+    }
+}
+
 /// The processes of recursive doubling and halving when P is not a power of two: the first
 /// 2 * `rem` pair up and the odd one of each pair takes part for both.
 struct Folded {
@@ -685,9 +701,44 @@ impl Bsp {
         if bytes <= crate::board::VALUE_WORDS * 8 {
             return Ok(None);
         }
-        Ok(self
-            .host_board()?
-            .filter(|board| bytes <= board.bulk_capacity()))
+        let board = self.host_board()?;
+        let single = self.single_copy();
+        Ok(board.filter(|board| single || bytes <= board.bulk_capacity()))
+    }
+
+    /// Whether large operations on the host board read every process's data straight from
+    /// its memory, in one copy (see [`Bsp::meet_peers`]), rather than through the bulk halves.
+    pub(crate) fn single_copy(&self) -> bool {
+        !self.board_peers.is_empty()
+    }
+
+    /// Writes this process's row of `call` with the length and address of `data`, which stays
+    /// where it is for the processes that read it ([`Bsp::pull`]) until they have
+    /// ([`Bsp::wait_acks`]), and reads the rows of `rows`, which must give the same length.
+    /// Returns the operation's number on the board and the addresses the rows gave, in order.
+    pub(crate) fn expose_on_board(
+        &mut self,
+        board: &crate::board::Board,
+        call: &Call,
+        data: &[u8],
+        rows: Range<usize>,
+    ) -> Result<(u64, SmallVec<[u64; 8]>)> {
+        let len = data.len() as u64;
+        let row = [len, data.as_ptr() as u64];
+        // The number `on_board_rows` publishes under; the count of readers starts at none.
+        let b = board.next_op();
+        board.begin_acks();
+        let mut addrs = SmallVec::new();
+        self.on_board_rows(board, call, &row, rows, |_, r| match r {
+            [l, a] if *l == len => {
+                addrs.push(*a);
+                Ok(())
+            }
+            _ => Err(format!(
+                "a row of {r:?} where this process exposes {len} bytes"
+            )),
+        })?;
+        Ok((b, addrs))
     }
 
     /// Writes `values` as this process's bulk of operation `call` on the host board, with
@@ -894,6 +945,36 @@ impl Bsp {
     ) -> Result<Option<Vec<T>>> {
         let (p, n) = (self.nprocs, values.len());
         let rows = if self.pid == root { 0..p } else { 0..0 };
+        if self.single_copy() {
+            // Every process's values read at the root, straight from where they lie.
+            let data = bytemuck::cast_slice(values);
+            let (b, addrs) = self.expose_on_board(board, call, data, rows)?;
+            if self.pid != root {
+                self.wait_acks(board, call, b, 1)?;
+                return Ok(None);
+            }
+            // The others' values one after another, then the binomial tree over every
+            // process's block, the root's a copy of its own.
+            let mut others: Vec<T> = Vec::new();
+            for j in (0..p).filter(|&j| j != root) {
+                self.pull_append(board, (j, b), addrs[j], n, &mut others)?;
+            }
+            let mut mine = values.to_vec();
+            let mut rest = others.chunks_exact_mut(n);
+            let mut own = Some(&mut mine[..]);
+            let mut blocks: SmallVec<[&mut [T]; 8]> = SmallVec::new();
+            for j in 0..p {
+                let block = if j == root { own.take() } else { rest.next() };
+                blocks.push(block.expect("a block for every process"));
+            }
+            tree_over_blocks(&mut blocks, op);
+            if root != 0 {
+                let result = blocks[0].to_vec();
+                return Ok(Some(result));
+            }
+            drop(blocks);
+            return Ok(Some(mine));
+        }
         let b = self.numbers_on_bulk(board, call, values, rows)?;
         if self.pid != root {
             return Ok(None);
@@ -921,6 +1002,9 @@ impl Bsp {
         op: &Op<T>,
     ) -> Result<bool> {
         let (p, r, n) = (self.nprocs, self.pid, values.len());
+        if self.single_copy() {
+            return self.prefix_on_peers(board, call, values, inclusive, op);
+        }
         let b = self.numbers_on_bulk(board, call, values, 0..r)?;
         if r == 0 {
             return Ok(inclusive);
@@ -950,6 +1034,52 @@ impl Bsp {
             } else {
                 mine.copy_from_slice(below);
             }
+        }
+        Ok(true)
+    }
+
+    /// [`prefix_on_bulk`](Bsp::prefix_on_bulk) reading the values of the pids below straight
+    /// from their memory: each process exposes its values to the pids above it, and changes
+    /// them only once those have read them.
+    fn prefix_on_peers<T: Number>(
+        &mut self,
+        board: &crate::board::Board,
+        call: &Call,
+        values: &mut [T],
+        inclusive: bool,
+        op: &Op<T>,
+    ) -> Result<bool> {
+        let (p, r, n) = (self.nprocs, self.pid, values.len());
+        let data = bytemuck::cast_slice(values);
+        let (b, addrs) = self.expose_on_board(board, call, data, 0..r)?;
+        let readers = (p - 1 - r) as u64;
+        if r == 0 {
+            self.wait_acks(board, call, b, readers)?;
+            return Ok(inclusive);
+        }
+        if r == 1 && !inclusive && readers == 0 {
+            // Pid 0's values as they are, straight into place.
+            self.pull(board, (0, b), addrs[0], bytemuck::cast_slice_mut(values))?;
+            return Ok(true);
+        }
+        let mut all: Vec<T> = Vec::new();
+        for (j, &addr) in addrs.iter().enumerate() {
+            self.pull_append(board, (j, b), addr, n, &mut all)?;
+        }
+        let mut combined = Vec::new();
+        let below = if r == 1 {
+            &all[..n]
+        } else {
+            combined.resize(n, T::default());
+            prefix_below(&mut all, n, (p, r), self.prefix_chains(), op, &mut combined);
+            &combined[..]
+        };
+        // The pids above read this process's values as they were.
+        self.wait_acks(board, call, b, readers)?;
+        if inclusive {
+            combine_into(values, below, true, op);
+        } else {
+            values.copy_from_slice(below);
         }
         Ok(true)
     }

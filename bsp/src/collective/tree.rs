@@ -19,6 +19,9 @@ use smallvec::SmallVec;
 /// Marks the part size in a scatter's row on the host board when the parts are in the root's
 /// bulk half.
 const IN_BULK: u64 = 1 << 63;
+/// Marks the part size in a scatter's row on the host board when the parts are to be read
+/// from the root's memory, whose address follows.
+const IN_PEER: u64 = 1 << 62;
 
 /// Where each part of a scatter's block ends, given the block and its number of parts.
 type PartEnds<'a> = &'a dyn Fn(&[u8], usize) -> std::result::Result<Ends, String>;
@@ -411,6 +414,15 @@ impl Bsp {
             let k = v.len() / p;
             // A word for the size of a part, then the parts.
             if bytes.len().div_ceil(8) >= board.capacity() {
+                if self.single_copy() {
+                    // Every process reads its part straight from the root's memory.
+                    let head = [(bytes.len() / p) as u64 | IN_PEER, bytes.as_ptr() as u64];
+                    let b = board.next_op();
+                    board.begin_acks();
+                    self.on_board_rows(board, call, &head, root..root, |_, _| Ok(()))?;
+                    self.wait_acks(board, call, b, p as u64 - 1)?;
+                    return Ok(Some(v[me * k..me * k + k].to_vec()));
+                }
                 if bytes.len() > board.bulk_capacity() {
                     self.post_on_board(board, call, &[])?;
                     return Ok(None);
@@ -429,6 +441,7 @@ impl Bsp {
         }
         let mut part = None;
         let mut in_bulk = None;
+        let mut in_peer = None;
         self.on_board_rows(board, call, &[], root..root + 1, |_, row| {
             // An empty row: the messages.
             let Some((&each, rest)) = row.split_first() else {
@@ -436,6 +449,10 @@ impl Bsp {
             };
             if each & IN_BULK != 0 && rest.is_empty() {
                 in_bulk = Some(each & !IN_BULK);
+                return Ok(());
+            }
+            if let (true, &[addr]) = (each & IN_PEER != 0, rest) {
+                in_peer = Some((each & !IN_PEER, addr));
                 return Ok(());
             }
             let each = usize::try_from(each).unwrap_or(usize::MAX);
@@ -453,6 +470,23 @@ impl Bsp {
             part = Some(mine.to_vec());
             Ok(())
         })?;
+        if let Some((each, addr)) = in_peer {
+            let each = usize::try_from(each).unwrap_or(usize::MAX);
+            if each % size != 0 || each > isize::MAX as usize / p {
+                return Err(self.payload_error(
+                    call,
+                    root,
+                    format!("{p} parts of {each} bytes of {}", T::NAME),
+                ));
+            }
+            // Room reserved fallibly and filled straight from the root's memory: a part size
+            // the root does not have the memory for fails the read or the reservation.
+            let mut mine: Vec<T> = Vec::new();
+            let at = addr.wrapping_add((me * each) as u64);
+            let b = board.next_op() - 1;
+            self.pull_append(board, (root, b), at, each / size, &mut mine)?;
+            part = Some(mine);
+        }
         if let Some(each) = in_bulk {
             let each = usize::try_from(each).unwrap_or(usize::MAX);
             if each % size != 0 || p.saturating_mul(each) > board.bulk_capacity() {

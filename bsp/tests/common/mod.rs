@@ -22,6 +22,10 @@ pub enum Net {
     Tcp,
     /// Threads over ipl's shared-memory driver, with an in-process registry.
     Shm,
+    /// [`Net::Shm`] with the driver's single copy turned off (`IPL_SHM_SINGLE_COPY=0`): large
+    /// collectives on the host board go through its bulk halves instead of reading each
+    /// other's memory.
+    ShmTwoCopies,
 }
 
 pub const NETS: [Net; 3] = [Net::Local, Net::Tcp, Net::Shm];
@@ -50,9 +54,9 @@ where
     T: Send + 'static,
     F: Fn(&mut Bsp) -> bsp::Result<T> + Send + Sync + 'static,
 {
-    within_limit(net, p, move || match pool_driver(net) {
-        None => bsp::run_local_with(p, opts, f),
-        Some(driver) => run_pool(driver, p, opts, f),
+    within_limit(net, p, move || match net {
+        Net::Local => bsp::run_local_with(p, opts, f),
+        _ => run_pool(net, p, opts, f),
     })
 }
 
@@ -63,18 +67,11 @@ where
     T: Send + 'static,
     F: Fn(&mut Bsp) -> bsp::Result<T> + Send + Sync + 'static,
 {
-    let driver = pool_driver(net)
-        .unwrap_or_else(|| panic!("try_run_each runs pools; the local form reports one result"));
-    within_limit(net, p, move || run_pool_each(driver, p, opts, f))
-}
-
-/// The ipl driver of a pool over `net`; none for the local form.
-fn pool_driver(net: Net) -> Option<ipl::Driver> {
-    match net {
-        Net::Local => None,
-        Net::Tcp => Some(ipl::Driver::Tcp),
-        Net::Shm => Some(ipl::Driver::Shm),
-    }
+    assert!(
+        net != Net::Local,
+        "try_run_each runs pools; the local form reports one result"
+    );
+    within_limit(net, p, move || run_pool_each(net, p, opts, f))
 }
 
 /// What `run` returns, on a thread of its own; panics if it takes longer than [`LIMIT`].
@@ -100,14 +97,9 @@ where
     try_run(net, p, opts(), f).unwrap_or_else(|e| panic!("{p} processes over {net:?}: {e}"))
 }
 
-/// `p` threads, each a node of a pool over `driver` whose registry runs in this process: what
+/// `p` threads, each a node of a pool over `net` whose registry runs in this process: what
 /// each process returned, by pid.
-pub fn run_pool_each<T, F>(
-    driver: ipl::Driver,
-    p: usize,
-    opts: Options,
-    f: F,
-) -> Vec<bsp::Result<T>>
+pub fn run_pool_each<T, F>(net: Net, p: usize, opts: Options, f: F) -> Vec<bsp::Result<T>>
 where
     T: Send + 'static,
     F: Fn(&mut Bsp) -> bsp::Result<T> + Send + Sync + 'static,
@@ -119,7 +111,11 @@ where
     let handles: Vec<_> = (0..p)
         .map(|rank| {
             let mut cfg = Config::tcp(&pool, p as u32, registry.address().to_string(), secret);
-            cfg.driver = driver;
+            cfg.driver = match net {
+                Net::Tcp => ipl::Driver::Tcp,
+                _ => ipl::Driver::Shm,
+            };
+            cfg.shm_single_copy = net != Net::ShmTwoCopies;
             cfg.rank = Some(rank as u32);
             cfg.join_timeout = Duration::from_secs(30);
             let (f, opts) = (f.clone(), opts.clone());
@@ -145,7 +141,7 @@ where
 
 /// [`run_pool_each`] as one result: the outputs, or the first error that is not a peer's
 /// failure, else the first peer failure.
-fn run_pool<T, F>(driver: ipl::Driver, p: usize, opts: Options, f: F) -> bsp::Result<Vec<T>>
+fn run_pool<T, F>(net: Net, p: usize, opts: Options, f: F) -> bsp::Result<Vec<T>>
 where
     T: Send + 'static,
     F: Fn(&mut Bsp) -> bsp::Result<T> + Send + Sync + 'static,
@@ -153,7 +149,7 @@ where
     let mut out = Vec::new();
     let mut first_err = None;
     let mut peer_err = None;
-    for r in run_pool_each(driver, p, opts, f) {
+    for r in run_pool_each(net, p, opts, f) {
         match r {
             Ok(v) => out.push(v),
             Err(e) if e.is_peer_failure() => {

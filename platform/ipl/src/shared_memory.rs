@@ -38,3 +38,118 @@ pub unsafe fn copy_to_shared(dst: *mut u8, src: &[u8]) {
     // SAFETY: the caller vouches for the words around the range, as `copy_out` needs.
     unsafe { crate::transport::shm::memory::copy_out(dst, src) }
 }
+
+/// Another process of this host whose memory this process reads directly
+/// (`process_vm_readv`, "cross-memory attach"), as the shared-memory driver reads large parts
+/// of a message: one copy from the other process's buffer into ours, where a copy through
+/// shared memory takes two.
+///
+/// The process is held by a pidfd, and every read fails if it has exited meanwhile (its pid
+/// may then belong to another). Whether reads are allowed at all (same user, the system's
+/// ptrace rules) and whether the pid is the process meant are found out by reading a random
+/// probe it announced ([`PeerMemory::probe`]) at the address it announced.
+pub struct PeerMemory(crate::transport::shm::remote::Remote);
+
+impl PeerMemory {
+    /// This process's probe: its address and its random bytes, to announce to peers.
+    pub fn probe() -> (u64, [u8; 16]) {
+        crate::transport::shm::remote::probe()
+    }
+
+    /// The process `pid`, if its memory can be read here and holds `probe` at `addr`.
+    pub fn open(pid: i32, addr: u64, probe: &[u8; 16]) -> Option<PeerMemory> {
+        crate::transport::shm::remote::Remote::open(pid, addr, probe).map(PeerMemory)
+    }
+
+    /// Reads up to `dst.len()` bytes of the process's memory at `addr`; returns how many it
+    /// read. An error when the process has exited, or `addr` is not memory of it.
+    pub fn read(&self, dst: &mut [u8], addr: u64) -> std::io::Result<usize> {
+        self.0.read(dst, addr)
+    }
+
+    /// Appends `n` numbers read from the process's memory at `addr` to `out`, straight into
+    /// its spare room, which is not zeroed first (for large reads that would cost as much as
+    /// a good part of the read). The room is reserved fallibly: `n` beyond what this process
+    /// can allocate is an error, not an abort.
+    pub fn read_append<T: crate::Primitive>(
+        &self,
+        out: &mut Vec<T>,
+        n: usize,
+        addr: u64,
+    ) -> std::io::Result<()> {
+        let len = n
+            .checked_mul(std::mem::size_of::<T>())
+            .ok_or_else(|| std::io::Error::other(format!("{n} numbers overflow a length")))?;
+        out.try_reserve_exact(n)
+            .map_err(|e| std::io::Error::other(format!("room for {n} numbers: {e}")))?;
+        let dst: *mut u8 = out.spare_capacity_mut().as_mut_ptr().cast();
+        let mut done = 0;
+        while done < len {
+            // SAFETY: the spare room holds at least `n` numbers, `len` bytes, from `dst`.
+            let got = unsafe {
+                self.0
+                    .read_raw(dst.add(done), len - done, addr.wrapping_add(done as u64))?
+            };
+            if got == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("{done} of {len} bytes of the peer's memory"),
+                ));
+            }
+            done += got;
+        }
+        // SAFETY: the kernel wrote all `len` bytes of the first `n` spare numbers, and every
+        // bit pattern is a valid number (`Primitive: Pod`); the room was reserved above.
+        unsafe { out.set_len(out.len() + n) };
+        Ok(())
+    }
+
+    /// Reads exactly `dst.len()` bytes of the process's memory at `addr`.
+    pub fn read_exact(&self, dst: &mut [u8], addr: u64) -> std::io::Result<()> {
+        let mut done = 0;
+        while done < dst.len() {
+            let n = self.read(&mut dst[done..], addr.wrapping_add(done as u64))?;
+            if n == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("{done} of {} bytes of the peer's memory", dst.len()),
+                ));
+            }
+            done += n;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PeerMemory;
+
+    #[test]
+    fn a_process_reads_its_own_memory_through_the_kernel_after_its_probe() {
+        let (addr, probe) = PeerMemory::probe();
+        let Some(me) = PeerMemory::open(std::process::id() as i32, addr, &probe) else {
+            // Reading a process's memory is not allowed here (ptrace rules): a facility CI
+            // must have.
+            assert_ne!(
+                std::env::var("CI").as_deref(),
+                Ok("true"),
+                "no process_vm_readv"
+            );
+            return;
+        };
+        let data: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
+        let mut got = vec![0u8; data.len()];
+        me.read_exact(&mut got, data.as_ptr() as u64).expect("read");
+        assert_eq!(got, data);
+        let mut numbers: Vec<u32> = vec![7];
+        me.read_append(&mut numbers, 3, data.as_ptr() as u64)
+            .expect("append");
+        let want: Vec<u32> = (0..3u8)
+            .map(|i| u32::from_ne_bytes([4 * i, 4 * i + 1, 4 * i + 2, 4 * i + 3]))
+            .collect();
+        assert_eq!(numbers[1..], want[..]);
+        let wrong = [0u8; 16];
+        assert!(PeerMemory::open(std::process::id() as i32, addr, &wrong).is_none());
+    }
+}

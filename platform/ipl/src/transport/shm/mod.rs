@@ -20,7 +20,7 @@
 
 mod fdpass;
 pub(crate) mod memory;
-mod remote;
+pub(crate) mod remote;
 mod ring;
 
 use super::listen::{Conn, Handoff, Inlet, Listener, HANDSHAKE_TIMEOUT};

@@ -58,15 +58,25 @@ impl Remote {
 
     /// Reads up to `dst.len()` bytes of the process's memory at `addr`.
     pub(crate) fn read(&self, dst: &mut [u8], addr: u64) -> io::Result<usize> {
+        // SAFETY: `dst` is writable for its length.
+        unsafe { self.read_raw(dst.as_mut_ptr(), dst.len(), addr) }
+    }
+
+    /// Reads up to `len` bytes of the process's memory at `addr` into `dst`, which may be
+    /// uninitialized: the bytes up to the count returned are initialized afterwards.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` bytes.
+    pub(crate) unsafe fn read_raw(&self, dst: *mut u8, len: usize, addr: u64) -> io::Result<usize> {
         let local = libc::iovec {
-            iov_base: dst.as_mut_ptr().cast(),
-            iov_len: dst.len(),
+            iov_base: dst.cast(),
+            iov_len: len,
         };
         let remote = libc::iovec {
             iov_base: addr as usize as *mut libc::c_void,
-            iov_len: dst.len(),
+            iov_len: len,
         };
-        // SAFETY: writes at most `dst.len()` bytes into `dst`, which we own mutably; the remote
+        // SAFETY: writes at most `len` bytes at `dst`, which the caller vouches for; the remote
         // address is only read, in the other process, by the kernel, which checks it.
         let n = unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) };
         if n < 0 {
@@ -114,11 +124,19 @@ impl Remote {
 
     /// Copies `dst.len()` bytes of this process's memory at `addr`.
     pub(crate) fn read(&self, dst: &mut [u8], addr: u64) -> io::Result<usize> {
+        // SAFETY: `dst` is writable for its length.
+        unsafe { self.read_raw(dst.as_mut_ptr(), dst.len(), addr) }
+    }
+
+    /// Copies `len` bytes of this process's memory at `addr` to `dst`.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` bytes.
+    pub(crate) unsafe fn read_raw(&self, dst: *mut u8, len: usize, addr: u64) -> io::Result<usize> {
         // SAFETY: only the tests' consumers read here, at addresses their producers in this
-        // process exposed; whether the bytes are live memory is what Miri checks.
-        unsafe {
-            std::ptr::copy_nonoverlapping(addr as usize as *const u8, dst.as_mut_ptr(), dst.len())
-        };
-        Ok(dst.len())
+        // process exposed; whether the bytes are live memory is what Miri checks. `dst` is the
+        // caller's to vouch for.
+        unsafe { std::ptr::copy_nonoverlapping(addr as usize as *const u8, dst, len) };
+        Ok(len)
     }
 }

@@ -313,14 +313,16 @@ impl Bsp {
     /// every process can read every other's memory directly: each announces its pid and a
     /// probe, opens the others' memory, and says whether it could. Every process takes part
     /// whatever it finds, so that all agree. Not where the shared-memory driver's single copy
-    /// is turned off (`IPL_SHM_SINGLE_COPY=0`).
+    /// is turned off (`IPL_SHM_SINGLE_COPY=0`), nor where [`Options::single_copy`] says not
+    /// to (by default: where the host has fewer processors than processes).
     fn meet_peers(&mut self, board: &Board, call: &crate::collective::Call) -> Result<()> {
         use ipl::shared_memory::PeerMemory;
         let (p, me) = (self.nprocs, self.pid);
         let (addr, probe) = PeerMemory::probe();
         board.announce(std::process::id(), addr, &probe);
         self.on_board(board, call, &[], |_, _| Ok(()))?;
-        let want = self.ibis.config().shm_single_copy;
+        let want = self.ibis.config().shm_single_copy
+            && self.opts.single_copy.unwrap_or(!self.ibis.pool().crowded());
         let peers: Vec<Option<PeerMemory>> = (0..p)
             .map(|j| {
                 let (pid, addr, probe) = board.announced(j);

@@ -28,6 +28,16 @@ pub struct Options {
     /// a superstep) may last while every peer is alive; `None` waits as long as the peers live
     /// (the default: a slow peer is not an error).
     pub sync_timeout: Option<Duration>,
+    /// Whether the large collectives of numbers on the host board (see the crate's front
+    /// page) read each process's data straight from its memory, one copy where the system
+    /// allows it, rather than through the board's bulk areas, two copies. A process whose
+    /// data others read must keep it until all have, so it waits for them; through the bulk
+    /// areas it goes on once its data is there. `None` (the default): straight from memory
+    /// where the host has a processor for every process, through the bulk areas where it
+    /// has fewer (a reader waiting for a processor would hold the others up). Every process
+    /// must give the same; where one says `Some(false)`, or cannot read another's memory,
+    /// all take the bulk areas.
+    pub single_copy: Option<bool>,
 }
 
 impl Default for Options {
@@ -38,6 +48,7 @@ impl Default for Options {
             wait_slice: Duration::from_millis(50),
             departure_grace: Duration::from_secs(5),
             sync_timeout: None,
+            single_copy: None,
         }
     }
 }

@@ -20,7 +20,10 @@ pub enum Net {
     Local,
     /// Threads over ipl's tcp driver, with an in-process registry.
     Tcp,
-    /// Threads over ipl's shared-memory driver, with an in-process registry.
+    /// Threads over ipl's shared-memory driver, with an in-process registry. The host board's
+    /// large collectives read each other's memory at every P (`Options::single_copy`), unless
+    /// a test says otherwise: on the 2-core machines the tests run on, the default would take
+    /// the bulk areas from 3 processes on.
     Shm,
     /// [`Net::Shm`] with the driver's single copy turned off (`IPL_SHM_SINGLE_COPY=0`): large
     /// collectives on the host board go through its bulk halves instead of reading each
@@ -118,7 +121,11 @@ where
             cfg.shm_single_copy = net != Net::ShmTwoCopies;
             cfg.rank = Some(rank as u32);
             cfg.join_timeout = Duration::from_secs(30);
-            let (f, opts) = (f.clone(), opts.clone());
+            let (f, mut opts) = (f.clone(), opts.clone());
+            opts.single_copy = match net {
+                Net::ShmTwoCopies => Some(false),
+                _ => opts.single_copy.or(Some(true)),
+            };
             std::thread::spawn(move || -> bsp::Result<T> {
                 let ibis = Ibis::join(cfg).map_err(|source| bsp::Error::Ipl {
                     pid: rank,

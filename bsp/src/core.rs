@@ -197,6 +197,12 @@ impl Drop for Bsp {
 /// A wait on the host board polls the control port and looks at failures once every this many
 /// looks at the board.
 const BOARD_STEP: u32 = 64;
+/// Where every process has a processor, a wait on the host board first only looks this many
+/// times (some tens of microseconds), which is all most waits take: polling the control port
+/// is a system call, and one under way when the row comes delays the process that waits.
+/// What the polls look for (a peer in another operation, a failure, the time limit) is
+/// found as well a little later.
+const BOARD_LOOKS_FIRST: u32 = 2048;
 /// Up to this many processes, each reads the others' memory directly where the system
 /// allows it (a descriptor for each other process).
 const PEERS_MAX: usize = 64;
@@ -436,7 +442,7 @@ impl Bsp {
                 Err(reason) => return Err(self.board_error(pid, reason)),
             }
             looks = looks.wrapping_add(1);
-            if looks % BOARD_STEP != 0 {
+            if looks % BOARD_STEP != 0 || (!crowded && looks < BOARD_LOOKS_FIRST) {
                 if crowded {
                     std::thread::yield_now();
                 } else {

@@ -367,20 +367,55 @@ fn aligned_block<T: Number>(
     }
 }
 
-/// [`aligned_block`] over every process's block, each where it lies (`blocks`, in pid order):
-/// the binomial tree of a reduce, whose result ends in the first block.
-fn tree_over_blocks<T: Number>(blocks: &mut [&mut [T]], op: &Op<T>) {
-    let p = blocks.len();
+/// The binomial tree of a reduce ([`aligned_block`] from pid 0 over every pid) over the
+/// blocks of `n` numbers in `others` (every pid's but `own_pid`'s, in pid order) and `own`,
+/// which is read where it lies and never written: where its block would take a combination,
+/// the block it is combined with takes it instead. Returns which block of `others` holds the
+/// result. The same operations in the same order as [`aligned_block`], so the same bits.
+fn tree_beside<T: Number>(
+    others: &mut [T],
+    n: usize,
+    own_pid: usize,
+    own: &[T],
+    op: &Op<T>,
+) -> usize {
+    let p = others.len() / n + 1;
+    // Where each pid's partial combination lies: `None` for `own`, else a block of `others`.
+    let mut at: SmallVec<[Option<usize>; 8]> = (0..p)
+        .map(|j| match j.cmp(&own_pid) {
+            std::cmp::Ordering::Less => Some(j),
+            std::cmp::Ordering::Equal => None,
+            std::cmp::Ordering::Greater => Some(j - 1),
+        })
+        .collect();
+    let block = |k: usize| k * n..k * n + n;
     let mut half = 1;
     while half < p {
         let mut q = 0;
         while q + half < p {
-            let (lower, higher) = blocks.split_at_mut(q + half);
-            combine_into(lower[q], higher[0], false, op);
+            match (at[q], at[q + half]) {
+                (Some(lo), Some(hi)) => {
+                    // The lower pids' combination first, into its block.
+                    let (a, b) = (block(lo), block(hi));
+                    let (first, second) = others.split_at_mut(a.end.max(b.end) - n);
+                    if lo < hi {
+                        combine_into(&mut first[a], &second[..n], false, op);
+                    } else {
+                        combine_into(&mut second[..n], &first[b], false, op);
+                    }
+                }
+                (None, Some(hi)) => {
+                    combine_into(&mut others[block(hi)], own, true, op);
+                    at[q] = Some(hi);
+                }
+                (Some(lo), None) => combine_into(&mut others[block(lo)], own, false, op),
+                (None, None) => unreachable!("one pid's block is its own"),
+            }
             q += 2 * half;
         }
         half *= 2;
     }
+    at[0].expect("two or more pids: the result lies in a block of the others'")
 }
 
 /// The processes of recursive doubling and halving when P is not a power of two: the first
@@ -954,26 +989,16 @@ impl Bsp {
                 return Ok(None);
             }
             // The others' values one after another, then the binomial tree over every
-            // process's block, the root's a copy of its own.
+            // process's block, the root's read where it lies.
             let mut others: Vec<T> = Vec::new();
             for j in (0..p).filter(|&j| j != root) {
                 self.pull_append(board, (j, b), addrs[j], n, &mut others)?;
             }
-            let mut mine = values.to_vec();
-            let mut rest = others.chunks_exact_mut(n);
-            let mut own = Some(&mut mine[..]);
-            let mut blocks: SmallVec<[&mut [T]; 8]> = SmallVec::new();
-            for j in 0..p {
-                let block = if j == root { own.take() } else { rest.next() };
-                blocks.push(block.expect("a block for every process"));
+            let at = tree_beside(&mut others, n, root, values, op);
+            if at == 0 && others.len() == n {
+                return Ok(Some(others));
             }
-            tree_over_blocks(&mut blocks, op);
-            if root != 0 {
-                let result = blocks[0].to_vec();
-                return Ok(Some(result));
-            }
-            drop(blocks);
-            return Ok(Some(mine));
+            return Ok(Some(others[at * n..at * n + n].to_vec()));
         }
         let b = self.numbers_on_bulk(board, call, values, rows)?;
         if self.pid != root {

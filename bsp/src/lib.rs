@@ -131,8 +131,18 @@
 //! with a few messages at the first sync (or collective that can use it), and only if every
 //! process could open it; a wait on it looks at failures and at messages of other operations as
 //! waits for messages do, so a peer that dies, leaves, or called another operation is still an
-//! error, never a hang. Groups, the local form, larger inputs, values of serde types and the
-//! broadcasts and gathers use messages.
+//! error, never a hang.
+//!
+//! Larger reductions, scans, all-gathers and scatters of numbers (and the larger
+//! `scatter_slice`) go on the board too: each process writes the length of its data and
+//! where it lies in its memory to its row, and the processes that need the data read it from
+//! there directly (`process_vm_readv`, one copy, as MPI's shared-memory transport does) and
+//! tell the writer, which keeps its data until all have. Where the host has fewer processors
+//! than processes, or reading another process's memory is not allowed, or
+//! [`Options::single_copy`] says so, the writer copies its data to its row's bulk area
+//! (up to 1 MiB up to 16 processes) piece by piece and the readers copy it out as it comes:
+//! two copies, but no writer waits for a reader. Groups, the local form, all-to-alls too large
+//! for a row, values of serde types and the broadcasts and gathers use messages.
 //! `BSP_HOST_BOARD=0` in the environment of every process turns the board off (to measure the
 //! messages' cost on one host, say); [`Stats::board_operations`] counts what it carried.
 //!

@@ -134,9 +134,10 @@ unsafe impl Send for Board {}
 unsafe impl Sync for Board {}
 
 /// Payload words of a slot for `p` processes: the counts of a sync (`p` words), an
-/// all-reduce's values, or a scatter's part size and `p` one-word parts, in whole lines.
+/// all-reduce's values, a scatter's part size and `p` one-word parts, or an all-to-all's
+/// mark, `p` lengths and `p` addresses, in whole lines.
 fn slot_cap(p: usize) -> usize {
-    (p + 1).max(VALUE_WORDS).div_ceil(LINE) * LINE
+    (2 * p + 1).max(VALUE_WORDS).div_ceil(LINE) * LINE
 }
 
 /// Words of a slot: header and payload, in whole lines.

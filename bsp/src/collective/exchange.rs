@@ -25,6 +25,11 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use smallvec::SmallVec;
 
+/// The first word of an all-to-all's row on the host board whose vectors are to be read from
+/// the process's memory: the lengths and the addresses follow (no row of lengths starts with
+/// it, which would be a vector of 2^64 - 1 numbers).
+const IN_MEMORY: u64 = u64::MAX;
+
 impl Bsp {
     /// Every process sends `send[d]` to process `d` and gets back, at index `s`, what process
     /// `s` sent it (the seed's TotalExchangeInt, for any number type), with Bruck's algorithm.
@@ -155,28 +160,52 @@ impl Bsp {
     ) -> Result<bool> {
         let (p, me, size) = (self.nprocs, self.pid, std::mem::size_of::<T>());
         let data: usize = send.iter().map(|v| v.len() * size).sum();
-        if p + data.div_ceil(8) > board.capacity() {
+        let in_row = p + data.div_ceil(8) <= board.capacity();
+        let in_memory = !in_row && self.single_copy() && 2 * p < board.capacity();
+        if !in_row && !in_memory {
             self.post_on_board(board, call, &[])?;
             return Ok(false);
         }
-        let mut words: SmallVec<[u64; 16]> = SmallVec::from_elem(0, p + data.div_ceil(8));
-        for (w, v) in words.iter_mut().zip(send) {
-            *w = v.len() as u64;
+        let mut words: SmallVec<[u64; 16]>;
+        if in_memory {
+            // Where each vector lies, for the others to read (see `Bsp::pull_append`).
+            words = SmallVec::from_elem(IN_MEMORY, 1 + 2 * p);
+            for (d, v) in send.iter().enumerate() {
+                words[1 + d] = v.len() as u64;
+                words[1 + p + d] = v.as_ptr() as u64;
+            }
+            board.begin_acks();
+        } else {
+            words = SmallVec::from_elem(0, p + data.div_ceil(8));
+            for (w, v) in words.iter_mut().zip(send) {
+                *w = v.len() as u64;
+            }
+            let mut at = 0;
+            for v in send {
+                let b: &[u8] = bytemuck::cast_slice(&v[..]);
+                bytemuck::cast_slice_mut::<u64, u8>(&mut words[p..])[at..at + b.len()]
+                    .copy_from_slice(b);
+                at += b.len();
+            }
         }
-        let mut at = 0;
-        for v in send {
-            let b: &[u8] = bytemuck::cast_slice(&v[..]);
-            bytemuck::cast_slice_mut::<u64, u8>(&mut words[p..])[at..at + b.len()]
-                .copy_from_slice(b);
-            at += b.len();
-        }
+        let b = board.next_op();
         let mut everyone = true;
+        // The vectors this process reads from the others' memory: (pid, length, address).
+        let mut to_read: SmallVec<[(usize, usize, u64); 8]> = SmallVec::new();
         self.on_board(board, call, &words, |j, row| {
             if row.is_empty() {
                 // Process j's vectors did not fit: messages for everyone.
                 everyone = false;
             }
             if !everyone || j == me {
+                return Ok(());
+            }
+            if row.first() == Some(&IN_MEMORY) {
+                if row.len() != 1 + 2 * p {
+                    return Err(format!("a row of {} words for {p} vectors", row.len()));
+                }
+                let n = usize::try_from(row[1 + me]).unwrap_or(usize::MAX);
+                to_read.push((j, n, row[1 + p + me]));
                 return Ok(());
             }
             let (lens, rest) = row
@@ -198,7 +227,18 @@ impl Bsp {
             recv[j].extend_from_slice(mine);
             Ok(())
         })?;
-        Ok(everyone)
+        if !everyone {
+            return Ok(false);
+        }
+        for (j, n, addr) in to_read {
+            recv[j].clear();
+            self.pull_append(board, (j, b), addr, n, &mut recv[j])?;
+        }
+        if in_memory {
+            // Every other process reads its vector from this one's memory.
+            self.wait_acks(board, call, b, p as u64 - 1)?;
+        }
+        Ok(true)
     }
 
     /// All-to-all of values of any serde type: `send[d]` goes to process `d`; returns, at

@@ -133,16 +133,17 @@
 //! waits for messages do, so a peer that dies, leaves, or called another operation is still an
 //! error, never a hang.
 //!
-//! Larger reductions, scans, all-gathers and scatters of numbers (and the larger
-//! `scatter_slice`) go on the board too: each process writes the length of its data and
+//! Larger reductions, scans, all-gathers, scatters and all-to-alls of numbers go on the board
+//! too: each process writes the length of its data and
 //! where it lies in its memory to its row, and the processes that need the data read it from
 //! there directly (`process_vm_readv`, one copy, as MPI's shared-memory transport does) and
 //! tell the writer, which keeps its data until all have. Where the host has fewer processors
 //! than processes, or reading another process's memory is not allowed, or
 //! [`Options::single_copy`] says so, the writer copies its data to its row's bulk area
 //! (up to 1 MiB up to 16 processes) piece by piece and the readers copy it out as it comes:
-//! two copies, but no writer waits for a reader. Groups, the local form, all-to-alls too large
-//! for a row, values of serde types and the broadcasts and gathers use messages.
+//! two copies, but no writer waits for a reader (not for all-to-alls, which then take
+//! messages when their vectors do not fit the rows). Groups, the local form, values of serde
+//! types and the broadcasts and gathers use messages.
 //! `BSP_HOST_BOARD=0` in the environment of every process turns the board off (to measure the
 //! messages' cost on one host, say); [`Stats::board_operations`] counts what it carried.
 //!
@@ -178,7 +179,7 @@
 //! | [`scatter`](Bsp::scatter), [`scatter_slice`](Bsp::scatter_slice) | `Scatter` | binomial tree; direct up to 4 processes (numbers, on one host, when the root's parts fit its row: the host board) |
 //! | [`all_gather`](Bsp::all_gather), [`all_gather_slice`](Bsp::all_gather_slice) | `Allgather` | Bruck (up to 64 bytes of numbers each on one host: the host board) |
 //! | [`total_exchange`](Bsp::total_exchange) (the seed's TotalExchangeInt: [`total_exchange_int`](Bsp::total_exchange_int)) | `Alltoall` of one number | Bruck |
-//! | [`all_to_all`](Bsp::all_to_all), [`all_to_all_into`](Bsp::all_to_all_into), [`all_to_all_with`](Bsp::all_to_all_with) | `Alltoallv` | direct, one round (on one host, when every row fits: the host board) |
+//! | [`all_to_all`](Bsp::all_to_all), [`all_to_all_into`](Bsp::all_to_all_into), [`all_to_all_with`](Bsp::all_to_all_with) | `Alltoallv` | direct, one round (on one host: the host board, read from each other's memory when the vectors do not fit the rows) |
 //!
 //! Numbers travel as raw memory; the `_with` forms take any serde type and, for reductions, any
 //! associative function. Reductions and scans combine values in pid order, `f(lower pids,

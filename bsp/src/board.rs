@@ -365,16 +365,18 @@ impl Board {
         // Sequentially consistent, as are the sleepers' announcement and their look at the
         // stamp after it: either the writer sees a sleeper, or the sleeper sees the stamp.
         self.word(s + STAMP).store(b, Ordering::SeqCst);
-        if self
-            .word(self.row(self.me) + SLEEPERS)
-            .load(Ordering::SeqCst)
-            != 0
-        {
-            let w = self.wake_word(self.me);
+        self.wake_sleepers(self.me);
+        b
+    }
+
+    /// Wakes the processes sleeping on `pid`'s row, if any: after a sequentially consistent
+    /// store they wait for (see [`Board::sleep_on`]).
+    fn wake_sleepers(&self, pid: usize) {
+        if self.word(self.row(pid) + SLEEPERS).load(Ordering::SeqCst) != 0 {
+            let w = self.wake_word(pid);
             w.fetch_add(1, Ordering::SeqCst);
             futex_wake(w);
         }
-        b
     }
 
     /// Whether `pid` has written board operation `b`; an error when its row holds something
@@ -509,15 +511,7 @@ impl Board {
             // Sequentially consistent, as in `publish`: a reader about to sleep either sees
             // the count or is seen among the sleepers.
             filled.store(done as u64, Ordering::SeqCst);
-            if self
-                .word(self.row(self.me) + SLEEPERS)
-                .load(Ordering::SeqCst)
-                != 0
-            {
-                let w = self.wake_word(self.me);
-                w.fetch_add(1, Ordering::SeqCst);
-                futex_wake(w);
-            }
+            self.wake_sleepers(self.me);
         }
     }
 
@@ -588,11 +582,7 @@ impl Board {
     pub(crate) fn ack(&self, pid: usize, b: u64) {
         self.word(self.row(pid) + ACKED + (b % 2) as usize)
             .fetch_add(1, Ordering::SeqCst);
-        if self.word(self.row(pid) + SLEEPERS).load(Ordering::SeqCst) != 0 {
-            let w = self.wake_word(pid);
-            w.fetch_add(1, Ordering::SeqCst);
-            futex_wake(w);
-        }
+        self.wake_sleepers(pid);
     }
 
     /// How many processes have read what this process exposed for operation `b`.

@@ -379,7 +379,9 @@ impl Bsp {
         addr: u64,
         dst: &mut [u8],
     ) -> Result<()> {
-        self.peer_read(pid, addr, dst)?;
+        self.peer(pid)?
+            .read_exact(dst, addr)
+            .map_err(|e| self.board_error(pid, format!("reading its memory: {e}")))?;
         board.ack(pid, b);
         Ok(())
     }
@@ -394,27 +396,19 @@ impl Bsp {
         n: usize,
         out: &mut Vec<T>,
     ) -> Result<()> {
-        let peer = self
-            .board_peers
-            .get(pid)
-            .and_then(Option::as_ref)
-            .ok_or_else(|| self.board_error(pid, "no way to read its memory".into()))?;
-        peer.read_append(out, n, addr)
+        self.peer(pid)?
+            .read_append(out, n, addr)
             .map_err(|e| self.board_error(pid, format!("reading its memory: {e}")))?;
         board.ack(pid, b);
         Ok(())
     }
 
-    /// Reads `dst.len()` bytes at `addr` of `pid`'s memory straight into `dst` (see
-    /// [`pull`](Bsp::pull)), without telling it.
-    pub(crate) fn peer_read(&self, pid: usize, addr: u64, dst: &mut [u8]) -> Result<()> {
-        let peer = self
-            .board_peers
+    /// `pid`'s memory, for the board's single copy.
+    fn peer(&self, pid: usize) -> Result<&ipl::shared_memory::PeerMemory> {
+        self.board_peers
             .get(pid)
             .and_then(Option::as_ref)
-            .ok_or_else(|| self.board_error(pid, "no way to read its memory".into()))?;
-        peer.read_exact(dst, addr)
-            .map_err(|e| self.board_error(pid, format!("reading its memory: {e}")))
+            .ok_or_else(|| self.board_error(pid, "no way to read its memory".into()))
     }
 
     /// Waits until `ready` says that `pid` has written what this process waits for (in an
@@ -478,10 +472,21 @@ impl Bsp {
         call: &crate::collective::Call,
         payload: &[u64],
     ) -> Result<()> {
+        self.publish_row(board, call, payload).map(drop)
+    }
+
+    /// Writes this process's row of operation `call` on the host board, once there is room
+    /// for it, and counts it; returns its number.
+    fn publish_row(
+        &mut self,
+        board: &Board,
+        call: &crate::collective::Call,
+        payload: &[u64],
+    ) -> Result<u64> {
         self.board_room(board, call)?;
-        board.publish(call.seq, call.op, call.sig, payload);
+        let b = board.publish(call.seq, call.op, call.sig, payload);
         self.uncounted.board_operations += 1;
-        Ok(())
+        Ok(b)
     }
 
     /// Waits, if need be, until this process may write its next operation on the host board
@@ -540,9 +545,7 @@ impl Bsp {
         rows: std::ops::Range<usize>,
         each: impl FnMut(usize, &[u64]) -> std::result::Result<(), String>,
     ) -> Result<()> {
-        self.board_room(board, call)?;
-        let b = board.publish(call.seq, call.op, call.sig, payload);
-        self.uncounted.board_operations += 1;
+        let b = self.publish_row(board, call, payload)?;
         self.read_rows(board, call, b, payload, rows, each)
     }
 
@@ -565,10 +568,8 @@ impl Bsp {
         if !board.known_reached(before) {
             self.board_room_wait(board, call, before)?;
         }
-        self.board_room(board, call)?;
         board.begin_bulk();
-        let b = board.publish(call.seq, call.op, call.sig, payload);
-        self.uncounted.board_operations += 1;
+        let b = self.publish_row(board, call, payload)?;
         board.fill(b, bulk);
         self.read_rows(board, call, b, payload, rows, each)?;
         Ok(b)

@@ -340,6 +340,34 @@ fn prefix_below<T: Number>(
     }
 }
 
+/// Ends a scan (`inclusive`) or exscan of `values` from the blocks of the pids below this one
+/// (`r` of `p`, at least 1) in `all`, as many numbers each as `values` has: pid 0's block
+/// itself where it is the only one, else their combination (see [`prefix_below`]) in
+/// `scratch`, combined in front of `values` or put in their place.
+fn end_prefix<T: Number>(
+    all: &mut [T],
+    (p, r): (usize, usize),
+    (chain, inclusive): (bool, bool),
+    op: &Op<T>,
+    values: &mut [T],
+    scratch: &mut SmallVec<[T; 64]>,
+) {
+    let n = values.len();
+    let below: &[T] = if r == 1 {
+        &all[..n]
+    } else {
+        scratch.clear();
+        scratch.resize(n, T::default());
+        prefix_below(all, n, (p, r), chain, op, scratch);
+        scratch
+    };
+    if inclusive {
+        combine_into(values, below, true, op);
+    } else {
+        values.copy_from_slice(below);
+    }
+}
+
 /// Combines the blocks of `n` numbers of pids `start..start + size` (cut at `p`) in `all`
 /// (blocks in pid order) into the first of them, in place: each half of a block (of 2, 4, ...
 /// pids) combined with the other, the lower half first. The binomial tree of a reduce
@@ -1041,24 +1069,13 @@ impl Bsp {
         }
         let c = bulk_piece::<T>();
         let mut all = vec![T::default(); r * c.min(n)];
-        let mut below = vec![T::default(); c.min(n)];
-        let chain = self.prefix_chains();
+        let mut scratch = SmallVec::new();
+        let how = (self.prefix_chains(), inclusive);
         for at in (0..n).step_by(c) {
             let m = c.min(n - at);
             self.bulk_pieces(board, call, b, 0..r, values, at, &mut all[..r * m])?;
-            let below = if r == 1 {
-                // Pid 0's piece is all there is below.
-                &all[..m]
-            } else {
-                prefix_below(&mut all[..r * m], m, (p, r), chain, op, &mut below[..m]);
-                &below[..m]
-            };
-            let mine = &mut values[at..at + m];
-            if inclusive {
-                combine_into(mine, below, true, op);
-            } else {
-                mine.copy_from_slice(below);
-            }
+            let (all, mine) = (&mut all[..r * m], &mut values[at..at + m]);
+            end_prefix(all, (p, r), how, op, mine, &mut scratch);
         }
         Ok(true)
     }
@@ -1091,21 +1108,10 @@ impl Bsp {
         for (j, &addr) in addrs.iter().enumerate() {
             self.pull_append(board, (j, b), addr, n, &mut all)?;
         }
-        let mut combined = Vec::new();
-        let below = if r == 1 {
-            &all[..n]
-        } else {
-            combined.resize(n, T::default());
-            prefix_below(&mut all, n, (p, r), self.prefix_chains(), op, &mut combined);
-            &combined[..]
-        };
         // The pids above read this process's values as they were.
         self.wait_acks(board, call, b, readers)?;
-        if inclusive {
-            combine_into(values, below, true, op);
-        } else {
-            values.copy_from_slice(below);
-        }
+        let how = (self.prefix_chains(), inclusive);
+        end_prefix(&mut all, (p, r), how, op, values, &mut SmallVec::new());
         Ok(true)
     }
 
@@ -1143,19 +1149,14 @@ impl Bsp {
         inclusive: bool,
         op: &Op<T>,
     ) -> Result<bool> {
-        let (p, r, n) = (self.nprocs, self.pid, values.len());
+        let (p, r) = (self.nprocs, self.pid);
         let mut all: SmallVec<[T; 64]> = SmallVec::new();
         self.gather_on_board_rows(board, call, values, 0..r, |v| all.extend_from_slice(v))?;
         if r == 0 {
             return Ok(inclusive);
         }
-        let mut below: SmallVec<[T; 64]> = SmallVec::from_elem(T::default(), n);
-        prefix_below(&mut all, n, (p, r), self.prefix_chains(), op, &mut below);
-        if inclusive {
-            combine_into(values, &below, true, op);
-        } else {
-            values.copy_from_slice(&below);
-        }
+        let how = (self.prefix_chains(), inclusive);
+        end_prefix(&mut all, (p, r), how, op, values, &mut SmallVec::new());
         Ok(true)
     }
 

@@ -570,11 +570,13 @@ impl Board {
 
     /// Starts this process's next operation, which exposes memory for others to read: none
     /// has read it yet. Before the operation is published. Every reader of the one before
-    /// with the same parity has said so before that one ended.
-    pub(crate) fn begin_acks(&self) {
+    /// with the same parity has said so before that one ended. Returns the operation's
+    /// number.
+    pub(crate) fn begin_acks(&self) -> u64 {
         let b = self.next_op();
         self.word(self.row(self.me) + ACKED + (b % 2) as usize)
             .store(0, Ordering::Relaxed);
+        b
     }
 
     /// Tells `pid` that this process has read what it exposed for operation `b`, waking it if

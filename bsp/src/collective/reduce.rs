@@ -789,8 +789,7 @@ impl Bsp {
         let len = data.len() as u64;
         let row = [len, data.as_ptr() as u64];
         // The number `on_board_rows` publishes under; the count of readers starts at none.
-        let b = board.next_op();
-        board.begin_acks();
+        let b = board.begin_acks();
         let mut addrs = SmallVec::new();
         self.on_board_rows(board, call, &row, rows, |_, r| match r {
             [l, a] if *l == len => {

@@ -417,8 +417,7 @@ impl Bsp {
                 if self.single_copy() {
                     // Every process reads its part straight from the root's memory.
                     let head = [(bytes.len() / p) as u64 | IN_PEER, bytes.as_ptr() as u64];
-                    let b = board.next_op();
-                    board.begin_acks();
+                    let b = board.begin_acks();
                     self.on_board_rows(board, call, &head, root..root, |_, _| Ok(()))?;
                     self.wait_acks(board, call, b, p as u64 - 1)?;
                     return Ok(Some(v[me * k..me * k + k].to_vec()));

@@ -4,10 +4,13 @@
 //! or this node's connection to it breaks and the pool does not explain why) is recovered from
 //! (see `results`), unless it is the master, which runs the root: then the run fails on every
 //! node with an error naming the master. A member that leaves is treated the same way; one that
-//! left properly (see `lifecycle`) has nothing outstanding, so nothing runs again.
+//! left properly (see `lifecycle`) has nothing outstanding, so nothing runs again. Its last
+//! results and hand-backs travel on its connections, which the pool's news of its leave may
+//! overtake, so a member that announced its leave counts as gone only once its `LEFT` came
+//! after them (or [`GOODBYE_PATIENCE`] passed without it).
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 use ipl::{NodeId, PoolEvent};
@@ -18,6 +21,10 @@ use crate::Error;
 
 /// How often the watcher looks at the pool, at jobs given away and at recoveries.
 const SCAN_EVERY: Duration = Duration::from_millis(20);
+/// How long a member that announced its leave and is reported gone may take to send its last
+/// message (`LEFT`) before its stolen jobs run again: it sent that before leaving the pool, so
+/// only a lost connection keeps it this long.
+const GOODBYE_PATIENCE: Duration = Duration::from_secs(2);
 
 impl Node {
     /// The watcher thread's loop, until `stop` closes.
@@ -34,6 +41,7 @@ impl Node {
             }
             self.check_suspects();
             self.check_pool();
+            self.check_departing();
             self.cancel_unwanted();
             self.recovery_tick();
         }
@@ -69,6 +77,9 @@ impl Node {
 
     /// Member `rank` is gone.
     pub(crate) fn member_gone(&self, rank: u32, died: bool) {
+        if !died && self.awaits_goodbye(rank) {
+            return;
+        }
         let Some(n) = self.members.write().remove(rank, died, &self.me) else {
             return;
         };
@@ -120,12 +131,63 @@ impl Node {
         }
     }
 
+    /// Whether member `rank`, reported gone, announced its leave and may still send its last
+    /// results: then it stays a member, though nobody's victim, until its `LEFT` comes or
+    /// [`GOODBYE_PATIENCE`] passes (see `check_departing`).
+    fn awaits_goodbye(&self, rank: u32) -> bool {
+        let mut members = self.members.write();
+        if !members.leaving.contains(&rank)
+            || members.goodbyes.contains(&rank)
+            || !members.live.contains_key(&rank)
+        {
+            return false;
+        }
+        if let Some(&until) = members.departing.get(&rank) {
+            return Instant::now() < until;
+        }
+        members
+            .departing
+            .insert(rank, Instant::now() + GOODBYE_PATIENCE);
+        members.refresh_victims(&self.me);
+        drop(members);
+        tracing::debug!(node = %self.me, rank, "a leaving member is gone; waiting for its last results");
+        self.victim_gone(rank);
+        true
+    }
+
+    /// Leaving members reported gone whose `LEFT` came, or whose wait for it is over.
+    fn check_departing(&self) {
+        let ready: Vec<u32> = {
+            let members = self.members.read();
+            let now = Instant::now();
+            members
+                .departing
+                .iter()
+                .filter(|&(rank, &until)| members.goodbyes.contains(rank) || now >= until)
+                .map(|(&rank, _)| rank)
+                .collect()
+        };
+        for rank in ready {
+            self.member_gone(rank, false);
+        }
+    }
+
     /// Members this node could not reach although the pool says they are there: the
-    /// connection broke, so their work is as lost as if they had died.
+    /// connection broke, so their work is as lost as if they had died. A member that
+    /// announced its leave may simply have gone: it counts as having left.
     fn check_suspects(&self) {
         let ranks = std::mem::take(&mut self.suspects.lock().ranks);
         for rank in ranks {
-            if self.members.read().live.contains_key(&rank) {
+            let (live, leaving) = {
+                let members = self.members.read();
+                (
+                    members.live.contains_key(&rank) && !members.departing.contains_key(&rank),
+                    members.leaving.contains(&rank),
+                )
+            };
+            if live && leaving {
+                self.member_gone(rank, false);
+            } else if live {
                 tracing::warn!(node = %self.me, rank, "the connection to a member broke; it counts as dead");
                 self.member_gone(rank, true);
             }

@@ -10,7 +10,7 @@ use ipl::Lane;
 
 use super::node::{died, left, Node};
 use super::proto;
-use super::stealing::WAIT_SLICE;
+use super::stealing::{REPLY_PATIENCE, WAIT_SLICE};
 use crate::remote::{Event, LocalRoot};
 use crate::{Error, Task};
 
@@ -299,11 +299,13 @@ impl Node {
     /// connection attempt that waits out the connect timeout for a port that will not come
     /// back. At most `CLOSE_PATIENCE`.
     ///
-    /// A node that leaves the pool waits only for its own messages (`for_others` false): it
-    /// told every member that it leaves, and the runs go on without it.
+    /// A node that leaves the pool waits only for its own messages (`for_others` false, and
+    /// whenever it has left): it told every member that it leaves, the runs go on without it,
+    /// and the master sends it no `ALL_DONE`.
     pub(crate) fn wait_before_closing(&self, for_others: bool) {
         let deadline = Instant::now() + CLOSE_PATIENCE;
         let master = self.master.rank();
+        let for_others = for_others && !self.left.load(Ordering::Acquire);
         let mut st = self.run.lock();
         loop {
             let others_running = for_others
@@ -447,7 +449,8 @@ impl Node {
                 self.me
             )));
         }
-        if self.leaving.swap(true, Ordering::AcqRel) {
+        // Sequentially consistent, as are the steals' looks at it (see `wait_for_steals`).
+        if self.leaving.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
         *self.leave_requested_at.lock() = Some(Instant::now());
@@ -466,8 +469,13 @@ impl Node {
 
     /// True once nothing runs here for other nodes (or the leave patience is over).
     fn may_leave(&self) -> bool {
-        if self.running.lock().is_empty() {
-            return true;
+        {
+            // A result leaves `running` under this lock before it is sent, and counts in
+            // `results_sending` until it is out.
+            let running = self.running.lock();
+            if running.is_empty() && self.results_sending.load(Ordering::Acquire) == 0 {
+                return true;
+            }
         }
         let patience = std::env::var("SATIN_LEAVE_PATIENCE")
             .ok()
@@ -487,6 +495,14 @@ impl Node {
             return;
         }
         self.remote.clear_idle_hook();
+        // Jobs that answers to this node's last steals bring go back first; then every
+        // member learns that nothing more comes from here, on the lane its results and
+        // hand-backs took, so it takes this node for gone only once it has them all.
+        self.wait_for_steals(Instant::now() + REPLY_PATIENCE);
+        let epoch = self.epoch.load(Ordering::Acquire);
+        self.broadcast(Lane::Data, "announcing the last message", |l| {
+            proto::left(l, epoch)
+        });
         self.wait_before_closing(false);
         self.close_mesh();
         if let Err(e) = self.ibis.clone().end() {

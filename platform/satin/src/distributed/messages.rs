@@ -1,7 +1,7 @@
 //! Handling incoming messages: steal requests and replies, jobs and their results,
 //! cancellations, and the messages of joins, recoveries and leaves.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -48,6 +48,7 @@ impl Node {
             Msg::Returned { job } => self.on_returned(from, job),
             Msg::Leaving => self.on_leaving(from),
             Msg::AllDone => self.on_all_done(from, epoch),
+            Msg::Left => self.on_left(from),
         }
     }
 
@@ -216,7 +217,8 @@ impl Node {
             Some(s) if self.leaving.load(Ordering::Acquire) => {
                 // This node is leaving: the job goes back unstarted.
                 tracing::debug!(node = %self.me, id = s.id, "job handed back: this node is leaving");
-                let _ = self.send(victim, Lane::Control, "handing a job back", |l| {
+                // On the data lane, so that it comes before this node's `LEFT`.
+                let _ = self.send(victim, Lane::Data, "handing a job back", |l| {
                     proto::returned(l, epoch, s.id)
                 });
                 false
@@ -301,9 +303,19 @@ impl Node {
     /// The root of a stolen job finished: send its output (or error) to the owner, or, if
     /// the owner is gone, keep it for whoever runs the owner's work again.
     fn stolen_done(&self, key: (u32, u64), epoch: u64, result: Result<Vec<u8>, Error>) {
-        let Some(entry) = self.running.lock().remove(&key) else {
+        let Some(entry) = ({
+            let mut running = self.running.lock();
+            let entry = running.remove(&key);
+            // Counted under the lock, so that a leaving node that finds nothing running
+            // also finds this result sent (see `may_leave`).
+            if entry.is_some() {
+                self.results_sending.fetch_add(1, Ordering::AcqRel);
+            }
+            entry
+        }) else {
             return;
         };
+        let _sent = Sending(&self.results_sending);
         if matches!(result, Err(Error::Aborted)) || entry.cancelled {
             return;
         }
@@ -431,6 +443,13 @@ impl Node {
         self.members.write().leaving.insert(from);
     }
 
+    /// Member `from`, which is leaving, sent its last result: the watcher may now take it
+    /// for gone (see `Node::member_gone`).
+    fn on_left(&self, from: u32) {
+        tracing::debug!(node = %self.me, from, "member sent its last message");
+        self.members.write().goodbyes.insert(from);
+    }
+
     /// Tells the thieves of jobs this node no longer needs (an ancestor aborted them, or the
     /// run is failing) to cancel them, and completes those jobs here at once. Runs on the
     /// watcher and, through the abort hook, on any thread that aborts; locks `given` and then
@@ -463,5 +482,14 @@ impl Node {
             // The job is aborted, so this finishes it as such whatever the bytes.
             let _ = g.job.complete(&[]);
         }
+    }
+}
+
+/// Counts a result being sent until it is out.
+struct Sending<'a>(&'a AtomicUsize);
+
+impl Drop for Sending<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }

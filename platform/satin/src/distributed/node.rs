@@ -80,6 +80,12 @@ pub(crate) struct Members {
     pub(crate) gone: HashMap<u32, bool>,
     /// Members that announced that they are leaving.
     pub(crate) leaving: HashSet<u32>,
+    /// Leaving members whose last message (`LEFT`) came.
+    pub(crate) goodbyes: HashSet<u32>,
+    /// Leaving members the pool reports gone before their `LEFT` came, with how long this
+    /// node waits for it: their results may still be on the way. They stay live (their
+    /// messages are read) but are nobody's victims.
+    pub(crate) departing: HashMap<u32, Instant>,
     /// Victims of random stealing: every other live member.
     pub(crate) others: Vec<u32>,
     /// Other live members of this node's location, and live members of other locations.
@@ -95,7 +101,7 @@ impl Members {
             return false;
         }
         self.live.insert(rank, n);
-        self.victims(me);
+        self.refresh_victims(me);
         true
     }
 
@@ -104,16 +110,19 @@ impl Members {
         let n = self.live.remove(&rank)?;
         self.gone.insert(rank, died);
         self.leaving.remove(&rank);
-        self.victims(me);
+        self.goodbyes.remove(&rank);
+        self.departing.remove(&rank);
+        self.refresh_victims(me);
         Some(n)
     }
 
-    fn victims(&mut self, me: &NodeId) {
+    /// Recomputes the victims of stealing from the live members.
+    pub(crate) fn refresh_victims(&mut self, me: &NodeId) {
         self.others.clear();
         self.near.clear();
         self.far.clear();
         for (&rank, n) in &self.live {
-            if rank == me.rank() {
+            if rank == me.rank() || self.departing.contains_key(&rank) {
                 continue;
             }
             self.others.push(rank);
@@ -190,6 +199,8 @@ pub(crate) struct Node {
     pub(crate) stealing: Stealing,
     pub(crate) recovery: Mutex<Recovery>,
     pub(crate) suspects: Mutex<Suspects>,
+    /// Results of stolen jobs no longer in `running` and not yet sent.
+    pub(crate) results_sending: AtomicUsize,
     /// Set once this node has been asked to leave the pool.
     pub(crate) leaving: AtomicBool,
     /// Set once this node has left: it takes part in no further run.
@@ -226,6 +237,7 @@ impl Node {
             stealing: Stealing::default(),
             recovery: Mutex::new(Recovery::default()),
             suspects: Mutex::new(Suspects::default()),
+            results_sending: AtomicUsize::new(0),
             leaving: AtomicBool::new(false),
             left: AtomicBool::new(false),
             leave_requested_at: Mutex::new(None),

@@ -20,9 +20,10 @@
 //! | `WELCOME`       | master to joiner   | run active `bool` (the epoch is the master's)        |
 //! | `ORPHANS`       | any to all         | dead node's rank `u32`, count `u32`, then per job: type name bytes, task bytes |
 //! | `ORPHAN_RESULT` | any to all         | type name bytes, task bytes, output bytes            |
-//! | `RETURNED`      | leaver to owner    | job id                                               |
+//! | `RETURNED`      | leaver to owner    | job id (on the data lane, like results)              |
 //! | `LEAVING`       | leaver to all      | (nothing)                                            |
 //! | `ALL_DONE`      | master to all      | (nothing): every node confirmed the end of the run   |
+//! | `LEFT`          | leaver to all      | (nothing), on the data lane after its last result: nothing more comes from it |
 
 use ipl::{Link, ReadMessage};
 
@@ -47,6 +48,7 @@ const ORPHAN_RESULT: u8 = 11;
 const RETURNED: u8 = 12;
 const LEAVING: u8 = 13;
 const ALL_DONE: u8 = 14;
+const LEFT: u8 = 15;
 
 /// A job travelling from victim to thief.
 pub(crate) struct Shipped {
@@ -108,6 +110,7 @@ pub(crate) enum Msg {
     },
     Leaving,
     AllDone,
+    Left,
 }
 
 fn text(m: &mut ReadMessage) -> ipl::Result<String> {
@@ -185,6 +188,7 @@ pub(crate) fn decode(m: &mut ReadMessage) -> ipl::Result<(u64, Msg)> {
         RETURNED => Msg::Returned { job: m.read_u64()? },
         LEAVING => Msg::Leaving,
         ALL_DONE => Msg::AllDone,
+        LEFT => Msg::Left,
         other => {
             return Err(ipl::Error::Decode {
                 origin: m.origin().to_string(),
@@ -333,4 +337,8 @@ pub(crate) fn orphan_result(l: &Link, epoch: u64, job: &JobKey, output: &[u8]) -
 
 pub(crate) fn leaving(l: &Link, epoch: u64) -> ipl::Result<u64> {
     bare(l, LEAVING, epoch)
+}
+
+pub(crate) fn left(l: &Link, epoch: u64) -> ipl::Result<u64> {
+    bare(l, LEFT, epoch)
 }

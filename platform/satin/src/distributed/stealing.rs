@@ -130,7 +130,9 @@ impl Node {
         let _busy = ClearOnDrop(&s.sync_busy);
         let req = {
             let mut st = s.sync.lock();
-            if !st.backoff.ready(Instant::now()) {
+            // Under the lock a leaving node looks at before it sends its `LEFT`
+            // (`wait_for_steals`): either it sees this request, or this sees it leaving.
+            if !st.backoff.ready(Instant::now()) || self.leaving.load(Ordering::SeqCst) {
                 return;
             }
             st.req = s.next_req.fetch_add(1, Ordering::Relaxed) + 1;
@@ -146,7 +148,9 @@ impl Node {
             proto::steal(l, epoch, req, false)
         });
         if sent.is_err() {
-            s.sync.lock().backoff.failed(Instant::now());
+            let mut st = s.sync.lock();
+            st.req = 0;
+            st.backoff.failed(Instant::now());
             return;
         }
         let deadline = Instant::now() + REPLY_PATIENCE;
@@ -157,10 +161,11 @@ impl Node {
                     break got;
                 }
             }
-            if !self.serving(epoch)
-                || Instant::now() >= deadline
-                || !self.members.read().live.contains_key(&victim)
-            {
+            let gone = {
+                let members = self.members.read();
+                !members.live.contains_key(&victim) || members.departing.contains_key(&victim)
+            };
+            if !self.serving(epoch) || Instant::now() >= deadline || gone {
                 break false;
             }
             s.sync_ready.wait_for(&mut st, WAIT_SLICE);
@@ -185,6 +190,9 @@ impl Node {
         let req = {
             let mut w = s.wide.lock();
             let now = Instant::now();
+            if self.leaving.load(Ordering::SeqCst) {
+                return;
+            }
             if let Some((_, _, sent)) = w.in_flight {
                 if now.duration_since(sent) < REPLY_PATIENCE {
                     return;
@@ -238,6 +246,22 @@ impl Node {
                 st.outcome = Some(got);
                 s.sync_ready.notify_all();
             }
+        }
+    }
+
+    /// On a leaving node: waits until no steal request of this node awaits its answer (which
+    /// hands back any job it brings, see `on_reply`), or until `deadline`. `leaving` is set,
+    /// so no new request starts.
+    pub(crate) fn wait_for_steals(&self, deadline: Instant) {
+        let s = &self.stealing;
+        loop {
+            let wide = s.wide.lock().in_flight.is_some();
+            let mut st = s.sync.lock();
+            let sync = st.req != 0 && st.outcome.is_none();
+            if !(wide || sync) || Instant::now() >= deadline {
+                return;
+            }
+            s.sync_ready.wait_for(&mut st, WAIT_SLICE);
         }
     }
 

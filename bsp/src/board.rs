@@ -506,7 +506,10 @@ impl Board {
         for piece in bytes.chunks(BULK_PIECE) {
             // SAFETY: `done + piece.len() <= cap`: within this process's half, which only this
             // process writes, and no process reads before `filled` says the bytes are there.
-            unsafe { ipl::shared_memory::copy_to_shared(half.add(done), piece) };
+            // Streaming: the readers hold the half's lines from the operation that last
+            // used it, and ordinary stores would take them back one by one (see
+            // `copy_to_shared_streaming`). Its fence orders the bytes before `filled`.
+            unsafe { ipl::shared_memory::copy_to_shared_streaming(half.add(done), piece) };
             done += piece.len();
             // Sequentially consistent, as in `publish`: a reader about to sleep either sees
             // the count or is seen among the sleepers.

@@ -134,16 +134,22 @@
 //! error, never a hang.
 //!
 //! Larger reductions, scans, all-gathers, scatters and all-to-alls of numbers go on the board
-//! too: each process writes the length of its data and
-//! where it lies in its memory to its row, and the processes that need the data read it from
-//! there directly (`process_vm_readv`, one copy, as MPI's shared-memory transport does) and
-//! tell the writer, which keeps its data until all have. Where the host has fewer processors
-//! than processes, or reading another process's memory is not allowed, or
-//! [`Options::single_copy`] says so, the writer copies its data to its row's bulk area
-//! (up to 1 MiB up to 16 processes) piece by piece and the readers copy it out as it comes:
-//! two copies, but no writer waits for a reader (not for all-to-alls, which then take
-//! messages when their vectors do not fit the rows). Groups, the local form, values of serde
-//! types and the broadcasts and gathers use messages.
+//! too, in one of two ways:
+//! - **Through the bulk areas.** The writer copies its data to its row's bulk area (up to 1 MiB
+//!   up to 16 processes) piece by piece, with stores that go to memory without first taking
+//!   the lines back from the readers' caches, and the readers copy it out as it comes: two
+//!   copies that overlap, and no writer waits for a reader. Reductions, scans and scatters
+//!   whose data fits an area take this way.
+//! - **From each other's memory.** Each process writes the length of its data and where it
+//!   lies in its memory to its row, and the processes that need the data read it from there
+//!   directly (`process_vm_readv`, one copy, as MPI's shared-memory transport does) and tell
+//!   the writer, which keeps its data until all have. All-gathers and all-to-alls, and data
+//!   beyond a bulk area, take this way where the host has a processor for every process and
+//!   reading another process's memory is allowed (see [`Options::single_copy`]).
+//!
+//! Otherwise all-gathers take the bulk areas, and all-to-alls and data beyond an area take
+//! messages. Groups, the local form, values of serde types and the broadcasts and gathers use
+//! messages.
 //! `BSP_HOST_BOARD=0` in the environment of every process turns the board off (to measure the
 //! messages' cost on one host, say); [`Stats::board_operations`] counts what it carried.
 //!

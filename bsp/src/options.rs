@@ -29,14 +29,15 @@ pub struct Options {
     /// (the default: a slow peer is not an error).
     pub sync_timeout: Option<Duration>,
     /// Whether the large collectives of numbers on the host board (see the crate's front
-    /// page) read each process's data straight from its memory, one copy where the system
+    /// page) may read each process's data straight from its memory, one copy where the system
     /// allows it, rather than through the board's bulk areas, two copies. A process whose
     /// data others read must keep it until all have, so it waits for them; through the bulk
-    /// areas it goes on once its data is there. `None` (the default): straight from memory
-    /// where the host has a processor for every process, through the bulk areas where it
-    /// has fewer (a reader waiting for a processor would hold the others up). Every process
-    /// must give the same; where one says `Some(false)`, or cannot read another's memory,
-    /// all take the bulk areas.
+    /// areas it goes on once its data is there. Where it may, all-gathers, all-to-alls and
+    /// data beyond a bulk area read from memory; reductions, scans and scatters whose data
+    /// fits an area take it all the same, which was faster. `None` (the default): where the
+    /// host has a processor for every process, not where it has fewer (a reader waiting for a
+    /// processor would hold the others up). Every process must give the same; where one says
+    /// `Some(false)`, or cannot read another's memory, all take the bulk areas.
     pub single_copy: Option<bool>,
 }
 

@@ -347,6 +347,61 @@ fn processes_that_need_not_wait_run_ahead_on_the_board_without_overwriting_a_row
 }
 
 #[test]
+fn large_collectives_beyond_a_bulk_area_give_the_bits_messages_give() {
+    // 140 000 numbers per process (1.12 MB): more than a bulk area (1 MiB) holds, so the
+    // reductions, scans and the scatter read each other's memory (shm) or take messages
+    // (the single copy off). Local (threads, messages) against both.
+    type Bits = (Vec<Option<u64>>, u64);
+    fn program(bsp: &mut bsp::Bsp) -> bsp::Result<Bits> {
+        let (me, p) = (bsp.pid(), bsp.nprocs());
+        let n = 140_000;
+        let x: Vec<f64> = (0..n)
+            .map(|i| [1e16, 1.0, -1e16, 3.0, -2.5, 1e-3][(me + i) % 6] * (i as f64 + 1.0))
+            .collect();
+        // A digest of the bits, so that the comparison stays small.
+        let digest = |v: &[f64]| {
+            v.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, x| {
+                (h ^ x.to_bits()).wrapping_mul(0x0100_0000_01b3)
+            })
+        };
+        let before = bsp.stats().board_operations;
+        let mut got = Vec::new();
+        for root in [0, p - 1] {
+            let r = bsp.reduce_slice(root, &x, Op::Sum)?;
+            got.push(r.as_deref().map(digest));
+        }
+        let mut v = x.clone();
+        bsp.scan_slice(&mut v, Op::Sum)?;
+        got.push(Some(digest(&v)));
+        let mut v = x.clone();
+        let below = bsp.exscan_slice(&mut v, Op::Sum)?;
+        got.push(below.then(|| digest(&v)));
+        let whole: Vec<f64> = (0..n * p).map(|i| i as f64).collect();
+        let part = bsp.scatter_slice(0, (me == 0).then_some(&whole[..]))?;
+        got.push(Some(digest(&part)));
+        Ok((got, bsp.stats().board_operations - before))
+    }
+    let single = single_copy_here();
+    for p in [2, 3] {
+        let messages = run(Net::Local, p, program);
+        for net in [Net::Shm, Net::ShmTwoCopies] {
+            let board = run(net, p, program);
+            for (pid, (m, b)) in messages.iter().zip(&board).enumerate() {
+                assert_eq!(m.0, b.0, "pid {pid} of {p} over {net:?}");
+                // Without the single copy, the scatter's root still writes its row, empty,
+                // to say that the parts come as messages.
+                let on_board = if single && net == Net::Shm { 5 } else { 1 };
+                assert_eq!(
+                    (m.1, b.1),
+                    (0, on_board),
+                    "pid {pid} of {p} over {net:?}: operations on the board"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn a_scatter_takes_the_roots_row_its_bulk_or_the_messages_by_size() {
     fn program(bsp: &mut bsp::Bsp, n: usize) -> bsp::Result<(Vec<u32>, u64, u64)> {
         let (me, p) = (bsp.pid(), bsp.nprocs());

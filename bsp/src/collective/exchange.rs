@@ -371,7 +371,7 @@ impl Bsp {
         }
         if let Some(board) = bulk {
             // Up to a bulk half each: every process's bulk, straight into its place.
-            let b = self.numbers_on_bulk(&board, &call, values, 0..p)?;
+            let b = self.numbers_on_bulk(&board, &call, (values, true), 0..p)?;
             let mut out = vec![T::default(); n * p];
             for (j, block) in out.chunks_exact_mut(n).enumerate() {
                 if j == me {

@@ -39,6 +39,22 @@ pub unsafe fn copy_to_shared(dst: *mut u8, src: &[u8]) {
     unsafe { crate::transport::shm::memory::copy_out(dst, src) }
 }
 
+/// Copies `src` into shared memory at `dst` as [`copy_to_shared`] does, writing its whole
+/// 64-byte lines with non-temporal stores (on x86-64; elsewhere it is [`copy_to_shared`]):
+/// for large copies into memory that another process reads and has read before, whose lines
+/// an ordinary store must first take back from the reader's cache one by one. The bytes go
+/// to memory rather than to this processor's cache, so a reader that wants them at once in a
+/// cache is better served by [`copy_to_shared`]. Ends with a store fence: a release store
+/// after it is seen after the bytes.
+///
+/// # Safety
+/// As [`copy_to_shared`].
+pub unsafe fn copy_to_shared_streaming(dst: *mut u8, src: &[u8]) {
+    // SAFETY: the caller vouches for the words around the range, as `copy_out_streaming`
+    // needs.
+    unsafe { crate::transport::shm::memory::copy_out_streaming(dst, src) }
+}
+
 /// Another process of this host whose memory this process reads directly
 /// (`process_vm_readv`, "cross-memory attach"), as the shared-memory driver reads large parts
 /// of a message: one copy from the other process's buffer into ours, where a copy through

@@ -288,6 +288,62 @@ pub(crate) unsafe fn copy_out(dst: *mut u8, src: &[u8]) {
     }
 }
 
+/// Copies `src` into shared memory at `dst` as [`copy_out`] does, but writes the whole
+/// 64-byte lines of the range with non-temporal stores, which go to memory without first
+/// taking the lines into this processor's cache. For large copies into memory that another
+/// processor reads, and has read before: an ordinary store must first take each line back
+/// from that processor's cache, one round trip between them per line, which made a copy of
+/// 64 KiB into lines a reader held take five times as long as the same copy by non-temporal
+/// stores (and the reader then takes the lines from memory). Ends with a store fence, so that
+/// a release store after it (the count a reader waits for) is seen after the bytes. Small
+/// copies, whose reader wants them in a cache, should use [`copy_out`].
+///
+/// # Safety
+/// As [`copy_out`]: every aligned 8-byte word that overlaps `dst..dst + src.len()` must lie
+/// inside a live mapping that only this side writes.
+pub(crate) unsafe fn copy_out_streaming(dst: *mut u8, src: &[u8]) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+        const LINE: usize = 64;
+        let n = src.len();
+        let head = (LINE - dst as usize % LINE) % LINE;
+        if n < head + LINE {
+            // SAFETY: the caller's promise, passed on.
+            unsafe { copy_out(dst, src) };
+            return;
+        }
+        let lines = (n - head) / LINE;
+        let body = head + lines * LINE;
+        // SAFETY: the head and the tail are parts of the caller's range, which it vouches for;
+        // every line of the body is a whole, 64-byte aligned part of that range, which only
+        // this side writes; `_mm_loadu_si128` reads within `src` (`i + LINE <= body <= n`).
+        // SSE2, which these intrinsics need, is part of every x86-64 processor.
+        unsafe {
+            copy_out(dst, &src[..head]);
+            let s = src.as_ptr();
+            let mut i = head;
+            while i < body {
+                let d = dst.add(i).cast::<__m128i>();
+                let at = |k: usize| _mm_loadu_si128(s.add(i + 16 * k).cast::<__m128i>());
+                let (a, b, c, e) = (at(0), at(1), at(2), at(3));
+                _mm_stream_si128(d, a);
+                _mm_stream_si128(d.add(1), b);
+                _mm_stream_si128(d.add(2), c);
+                _mm_stream_si128(d.add(3), e);
+                i += LINE;
+            }
+            _mm_sfence();
+            copy_out(dst.add(body), &src[body..]);
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    // SAFETY: the caller's promise, passed on.
+    unsafe {
+        copy_out(dst, src)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -326,6 +382,46 @@ mod tests {
                 // SAFETY: the whole mapping, read back.
                 unsafe { copy_in(&mut back, shared) };
                 assert_eq!(&back[off..off + len], &src[..], "out at {off}, {len}");
+                assert_eq!(&back[..off], &pattern[..off], "before {off}, {len}");
+                assert_eq!(
+                    &back[off + len..],
+                    &pattern[off + len..],
+                    "after {off}, {len}"
+                );
+            }
+        }
+    }
+
+    /// The streaming copy at every start offset within a line and lengths around the lines
+    /// it streams: the bytes land as a plain copy puts them, and the bytes around the range
+    /// stay as they were.
+    #[test]
+    fn streaming_copies_at_every_alignment_and_length_match_a_plain_copy() {
+        #[cfg(not(miri))]
+        let (map, _fd) = Mapping::create(4096).expect("shared memory");
+        #[cfg(miri)]
+        let (map, _other) = Mapping::private_pair(4096);
+        let shared = map.ptr();
+        let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 13 + 5) as u8).collect();
+        let lens: Vec<usize> = if cfg!(miri) {
+            vec![0, 1, 63, 64, 65, 130]
+        } else {
+            (0..260)
+                .chain([511, 512, 513, 1000, 2048 + 3, 3000])
+                .collect()
+        };
+        for off in 0..64 + 2 * BLOCK {
+            for &len in &lens {
+                // SAFETY: `shared` is a live mapping of 4096 bytes, written by this side only;
+                // `off + len` stays inside it.
+                unsafe { copy_out(shared, &pattern) };
+                let src: Vec<u8> = (0..len).map(|i| (i as u8) ^ 0xa5).collect();
+                // SAFETY: as above.
+                unsafe { copy_out_streaming(shared.add(off), &src) };
+                let mut back = vec![0u8; 4096];
+                // SAFETY: the whole mapping, read back.
+                unsafe { copy_in(&mut back, shared) };
+                assert_eq!(&back[off..off + len], &src[..], "at {off}, {len}");
                 assert_eq!(&back[..off], &pattern[..off], "before {off}, {len}");
                 assert_eq!(
                     &back[off + len..],

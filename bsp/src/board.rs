@@ -494,16 +494,17 @@ impl Board {
         (unsafe { self.base.as_ptr().cast::<u8>().add(at) }, n)
     }
 
-    /// Writes `bytes` as the bulk of this process's operation `b` (just published), piece by
-    /// piece, telling readers after each piece how much is there and waking those asleep.
-    /// The caller has made sure that every process finished reading the operation that last
-    /// used the half (see [`Board::known_reached`]).
-    pub(crate) fn fill(&self, b: u64, bytes: &[u8]) {
+    /// Writes `parts`, one after another, as the bulk of this process's operation `b` (just
+    /// published), piece by piece, telling readers after each piece how much is there and
+    /// waking those asleep. The caller has made sure that every process finished reading the
+    /// operation that last used the half (see [`Board::known_reached`]).
+    pub(crate) fn fill(&self, b: u64, parts: &[&[u8]]) {
         let (half, cap) = self.bulk_half(self.me, b);
-        assert!(bytes.len() <= cap, "a bulk of {} bytes", bytes.len());
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        assert!(total <= cap, "a bulk of {total} bytes");
         let filled = self.word(self.row(self.me) + FILLED + (b % 2) as usize);
         let mut done = 0;
-        for piece in bytes.chunks(BULK_PIECE) {
+        for piece in parts.iter().flat_map(|p| p.chunks(BULK_PIECE)) {
             // SAFETY: `done + piece.len() <= cap`: within this process's half, which only this
             // process writes, and no process reads before `filled` says the bytes are there.
             // Streaming: the readers hold the half's lines from the operation that last

@@ -550,15 +550,15 @@ impl Bsp {
     }
 
     /// [`on_board_rows`](Bsp::on_board_rows) for an operation with a bulk: writes `payload`
-    /// to this process's row and `bulk` to its bulk half (see [`Board::fill`]), which readers
-    /// copy out as it comes ([`bulk_from`](Bsp::bulk_from)), then reads the rows of `rows`.
-    /// Returns the operation's number on the board.
+    /// to this process's row and `bulk`, its parts one after another, to its bulk half (see
+    /// [`Board::fill`]), which readers copy out as it comes ([`bulk_from`](Bsp::bulk_from)),
+    /// then reads the rows of `rows`. Returns the operation's number on the board.
     pub(crate) fn on_board_bulk(
         &mut self,
         board: &Board,
         call: &crate::collective::Call,
         payload: &[u64],
-        bulk: &[u8],
+        bulk: &[&[u8]],
         rows: std::ops::Range<usize>,
         each: impl FnMut(usize, &[u64]) -> std::result::Result<(), String>,
     ) -> Result<u64> {

@@ -487,9 +487,10 @@ fn a_scatter_of_numbers_against_one_of_serde_values_is_a_mismatch() {
 
 #[test]
 fn all_to_all_takes_the_board_when_every_row_fits_and_messages_otherwise() {
-    // Vectors of varied lengths (some empty); `big` gives pid `big` a vector too long for its
-    // row, so that every process takes the messages.
-    fn program(bsp: &mut bsp::Bsp, big: Option<usize>) -> bsp::Result<(Vec<Vec<u32>>, u64, u64)> {
+    // Vectors of varied lengths (some empty); the pids of `big` send a vector of `len`
+    // numbers, too long for a row, to the next pid.
+    type Big = (&'static [usize], usize);
+    fn program(bsp: &mut bsp::Bsp, (big, len): Big) -> bsp::Result<(Vec<Vec<u32>>, u64, u64)> {
         let (me, p) = (bsp.pid(), bsp.nprocs());
         let mut send: Vec<Vec<u32>> = (0..p)
             .map(|d| {
@@ -498,14 +499,14 @@ fn all_to_all_takes_the_board_when_every_row_fits_and_messages_otherwise() {
                     .collect()
             })
             .collect();
-        if big == Some(me) {
-            send[(me + 1) % p] = vec![7; 1000];
+        if big.iter().any(|&b| b % p == me) {
+            send[(me + 1) % p] = (0..len as u32).map(|i| i ^ me as u32).collect();
         }
         // The board is set up at the first sync.
         bsp.sync()?;
         let (before, messages) = (bsp.stats().board_operations, bsp.stats().round_messages);
         let mut recv = Vec::new();
-        // Twice, so that rows are written again after being read.
+        // Twice, so that rows (and bulk areas) are written again after being read.
         for _ in 0..2 {
             bsp.all_to_all_into(&send, &mut recv)?;
         }
@@ -517,33 +518,42 @@ fn all_to_all_takes_the_board_when_every_row_fits_and_messages_otherwise() {
         ))
     }
     // A vector too long for its row is read from its sender's memory where the system
-    // allows that (shm), and sends everyone to the messages otherwise (the single copy off).
+    // allows that (shm); otherwise (the single copy off) it goes through the sender's bulk
+    // area, next to rows that carry their vectors, and only vectors too long for a bulk area
+    // (1 MiB) send everyone to the messages.
     let single = single_copy_here();
+    let cases: [Big; 5] = [
+        (&[], 0),
+        (&[0], 1000),
+        (&[usize::MAX], 1000),
+        (&[0, 1, 2, 3], 5000),
+        (&[1], 300_000),
+    ];
     for (p, net) in [2, 3, 4]
         .into_iter()
         .flat_map(|p| [(p, Net::Shm), (p, Net::ShmTwoCopies)])
     {
-        for big in [None, Some(0), Some(p - 1)] {
-            let out = run(net, p, move |bsp| program(bsp, big));
+        for (big, len) in cases {
+            let out = run(net, p, move |bsp| program(bsp, (big, len)));
             for (me, (recv, used, messages)) in out.iter().enumerate() {
                 for (s, v) in recv.iter().enumerate() {
                     let mut want: Vec<u32> = (0..(s + me) % 3)
                         .map(|i| (s * 100 + me * 10 + i) as u32)
                         .collect();
-                    if big == Some(s) && me == (s + 1) % p {
-                        want = vec![7; 1000];
+                    if big.iter().any(|&b| b % p == s) && me == (s + 1) % p {
+                        want = (0..len as u32).map(|i| i ^ s as u32).collect();
                     }
                     assert_eq!(v, &want, "P = {p}, big {big:?}: pid {me} from {s}");
                 }
                 // Every call goes through the board: carried there, or agreed there to take
                 // the messages.
                 assert_eq!(*used, 2, "P = {p}, big {big:?}");
-                // Messages to every other process only when some vectors did not fit.
-                let by_messages = big.is_some() && !(single && net == Net::Shm);
+                // Messages to every other process only when some vectors fit neither way.
+                let by_messages = len > (1 << 20) / 4 && !(single && net == Net::Shm);
                 let want = if by_messages { 2 * (p as u64 - 1) } else { 0 };
                 assert_eq!(
                     *messages, want,
-                    "P = {p} over {net:?}, big {big:?}: round messages"
+                    "P = {p} over {net:?}, big {big:?} of {len}: round messages"
                 );
             }
         }

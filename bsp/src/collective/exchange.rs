@@ -29,6 +29,9 @@ use smallvec::SmallVec;
 /// the process's memory: the lengths and the addresses follow (no row of lengths starts with
 /// it, which would be a vector of 2^64 - 1 numbers).
 const IN_MEMORY: u64 = u64::MAX;
+/// The first word of an all-to-all's row whose vectors are in the process's bulk area, one
+/// after another in the order of their destinations, its own left out: the lengths follow.
+const IN_BULK: u64 = u64::MAX - 1;
 
 impl Bsp {
     /// Every process sends `send[d]` to process `d` and gets back, at index `s`, what process
@@ -144,13 +147,20 @@ impl Bsp {
         })
     }
 
-    /// [`all_to_all_into`](Bsp::all_to_all_into) on the host board, when every process's
-    /// vectors fit its row: the lengths, then the numbers of every destination one after
-    /// another. No process knows the others' sizes, so each writes its row or, when its
-    /// vectors do not fit, an empty row, which tells every process to take the messages
-    /// instead; a process that wrote an empty row goes to the messages at once, whose
-    /// exchange waits for every process anyway (so that every row has been read before
-    /// it is written again). Returns whether the board carried it.
+    /// [`all_to_all_into`](Bsp::all_to_all_into) on the host board. Each process writes to
+    /// its row, by size:
+    /// - the lengths, then the numbers of every destination one after another, when they fit
+    ///   the row;
+    /// - otherwise, where every process can read every other's memory, where its vectors lie,
+    ///   for the others to read them from there ([`IN_MEMORY`]);
+    /// - otherwise the lengths, with the vectors for the others in its bulk area when they fit
+    ///   it ([`IN_BULK`]).
+    ///
+    /// No process knows the others' sizes, so a process whose vectors fit none of these
+    /// writes an empty row, which tells every process to take the messages instead; a
+    /// process that wrote an empty row goes to the messages at once, whose exchange waits for
+    /// every process anyway (so that every row has been read before it is written again).
+    /// Returns whether the board carried it.
     fn all_to_all_on_board<T: Number>(
         &mut self,
         board: &crate::board::Board,
@@ -162,12 +172,20 @@ impl Bsp {
         let data: usize = send.iter().map(|v| v.len() * size).sum();
         let in_row = p + data.div_ceil(8) <= board.capacity();
         let in_memory = !in_row && self.single_copy() && 2 * p < board.capacity();
-        if !in_row && !in_memory {
+        let for_others = data - send[me].len() * size;
+        let in_bulk =
+            !in_row && !in_memory && p < board.capacity() && for_others <= board.bulk_capacity();
+        if !in_row && !in_memory && !in_bulk {
             self.post_on_board(board, call, &[])?;
             return Ok(false);
         }
         let mut words: SmallVec<[u64; 16]>;
-        if in_memory {
+        if in_bulk {
+            words = SmallVec::from_elem(IN_BULK, 1 + p);
+            for (w, v) in words[1..].iter_mut().zip(send) {
+                *w = v.len() as u64;
+            }
+        } else if in_memory {
             // Where each vector lies, for the others to read (see `Bsp::pull_append`).
             words = SmallVec::from_elem(IN_MEMORY, 1 + 2 * p);
             for (d, v) in send.iter().enumerate() {
@@ -188,16 +206,37 @@ impl Bsp {
                 at += b.len();
             }
         }
-        let b = board.next_op();
         let mut everyone = true;
-        // The vectors this process reads from the others' memory: (pid, length, address).
+        // The vectors this process reads from the others' memory: (pid, length, address);
+        // and from their bulk areas: (pid, length, offset in bytes).
         let mut to_read: SmallVec<[(usize, usize, u64); 8]> = SmallVec::new();
-        self.on_board(board, call, &words, |j, row| {
+        let mut to_copy: SmallVec<[(usize, usize, usize); 8]> = SmallVec::new();
+        let each = |j: usize, row: &[u64]| -> std::result::Result<(), String> {
             if row.is_empty() {
                 // Process j's vectors did not fit: messages for everyone.
                 everyone = false;
             }
             if !everyone || j == me {
+                return Ok(());
+            }
+            if row.first() == Some(&IN_BULK) {
+                let lens = row
+                    .get(1..)
+                    .filter(|l| l.len() == p)
+                    .ok_or_else(|| format!("a row of {} words for {p} vectors", row.len()))?;
+                // The vectors for the pids below this one come first, the writer's own left out.
+                let mut at = 0usize;
+                for (d, &n) in lens[..me].iter().enumerate() {
+                    if d != j {
+                        at = at.saturating_add((n as usize).saturating_mul(size));
+                    }
+                }
+                let n = usize::try_from(lens[me]).unwrap_or(usize::MAX);
+                let end = n.saturating_mul(size).saturating_add(at);
+                if end > board.bulk_capacity() {
+                    return Err(format!("{n} {} at byte {at} of its bulk area", T::NAME));
+                }
+                to_copy.push((j, n, at));
                 return Ok(());
             }
             if row.first() == Some(&IN_MEMORY) {
@@ -226,13 +265,32 @@ impl Bsp {
             recv[j].clear();
             recv[j].extend_from_slice(mine);
             Ok(())
-        })?;
+        };
+        let b = if in_bulk {
+            let parts: SmallVec<[&[u8]; 8]> = super::small_vec(
+                send.iter()
+                    .enumerate()
+                    .filter(|&(d, _)| d != me)
+                    .map(|(_, v)| bytemuck::cast_slice(&v[..])),
+            );
+            self.on_board_bulk(board, call, &words, &parts, 0..p, each)?
+        } else {
+            let b = board.next_op();
+            self.on_board(board, call, &words, each)?;
+            b
+        };
         if !everyone {
             return Ok(false);
         }
         for (j, n, addr) in to_read {
             recv[j].clear();
             self.pull_append(board, (j, b), addr, n, &mut recv[j])?;
+        }
+        for (j, n, at) in to_copy {
+            recv[j].clear();
+            recv[j].resize(n, T::default());
+            let dst = bytemuck::cast_slice_mut(&mut recv[j][..]);
+            self.bulk_from(board, call, (j, b), at, dst)?;
         }
         if in_memory {
             // Every other process reads its vector from this one's memory.

@@ -830,7 +830,7 @@ impl Bsp {
     ) -> Result<u64> {
         let bytes: &[u8] = bytemuck::cast_slice(values);
         let len = bytes.len() as u64;
-        let bulk = if read { bytes } else { &[] };
+        let bulk: &[&[u8]] = if read { &[bytes] } else { &[] };
         self.on_board_bulk(board, call, &[len], bulk, rows, |_, row| {
             if row != [len] {
                 return Err(format!("a row of {row:?} where this process has [{len}]"));

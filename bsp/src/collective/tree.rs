@@ -426,8 +426,11 @@ impl Bsp {
                     self.post_on_board(board, call, &[])?;
                     return Ok(None);
                 }
-                let head = [(bytes.len() / p) as u64 | IN_BULK];
-                self.on_board_bulk(board, call, &head, bytes, root..root, |_, _| Ok(()))?;
+                // Every part but the root's own, which stays here.
+                let each = bytes.len() / p;
+                let parts = [&bytes[..root * each], &bytes[(root + 1) * each..]];
+                let head = [each as u64 | IN_BULK];
+                self.on_board_bulk(board, call, &head, &parts, root..root, |_, _| Ok(()))?;
                 return Ok(Some(v[me * k..me * k + k].to_vec()));
             }
             let mut words: SmallVec<[u64; 16]> =
@@ -488,7 +491,7 @@ impl Bsp {
         }
         if let Some(each) = in_bulk {
             let each = usize::try_from(each).unwrap_or(usize::MAX);
-            if each % size != 0 || p.saturating_mul(each) > board.bulk_capacity() {
+            if each % size != 0 || (p - 1).saturating_mul(each) > board.bulk_capacity() {
                 return Err(self.payload_error(
                     call,
                     root,
@@ -498,7 +501,9 @@ impl Bsp {
             let mut mine = vec![T::default(); each / size];
             let b = board.next_op() - 1;
             let dst = bytemuck::cast_slice_mut(&mut mine[..]);
-            self.bulk_from(board, call, (root, b), me * each, dst)?;
+            // The root's bulk holds every part but its own.
+            let at = (me - usize::from(me > root)) * each;
+            self.bulk_from(board, call, (root, b), at, dst)?;
             part = Some(mine);
         }
         Ok(part)

@@ -441,7 +441,8 @@ impl Node {
 
     /// Asks this node to leave the pool: it stops asking for work, hands back jobs that
     /// reach it from now on, finishes the jobs it runs for others (which may steal from it
-    /// meanwhile) and sends their results home; then its `run` returns and it leaves.
+    /// meanwhile) and sends their results home; then its `run` returns and it leaves, its last
+    /// message (`LEFT`, see `complete_leave`) telling every member that nothing more comes.
     pub(crate) fn leave(&self) -> Result<(), Error> {
         if self.is_master() {
             return Err(Error::Config(format!(

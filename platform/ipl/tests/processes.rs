@@ -138,6 +138,10 @@ fn child_process_entry() {
             }
             let until = Instant::now() + Duration::from_secs(30);
             loop {
+                // The events come from the subscription on, and rank 2 may have died before.
+                if ibis.pool().dead().iter().any(|n| n.rank() == 2) {
+                    break;
+                }
                 match events.recv_deadline(until) {
                     Ok(PoolEvent::Died(n)) if n.rank() == 2 => break,
                     Ok(_) => continue,

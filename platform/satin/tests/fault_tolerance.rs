@@ -288,12 +288,18 @@ fn start_pool(what: &str, size: u32, task: &str, deadline: Instant) -> Processes
         p.start("member", Some(size), Some(rank), &env(task));
     }
     let mut ready = 0;
-    p.until(deadline, "every member to be ready", |_, line| {
+    // A short run can end on the members that were ready first before the last is: their
+    // results and statistics stay for `collect`.
+    let mut early = Vec::new();
+    p.until(deadline, "every member to be ready", |slot, line| {
         if line.starts_with("ready ") {
             ready += 1;
+        } else {
+            early.push((slot, line.to_string()));
         }
         (ready == size).then_some(())
     });
+    p.put_back(early);
     p
 }
 

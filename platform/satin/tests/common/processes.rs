@@ -2,6 +2,7 @@
 //! joining a tcp pool whose registry runs in the test process. Every child is killed when its
 //! test ends, however it ends, and every wait is bounded.
 
+use std::collections::VecDeque;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -82,6 +83,8 @@ pub struct Processes {
     pub children: Vec<Reaped>,
     lines_tx: Sender<(usize, String)>,
     pub lines: Receiver<(usize, String)>,
+    /// Lines read and handed back ([`Processes::put_back`]), read again before new ones.
+    again: VecDeque<(usize, String)>,
     /// Every line seen so far, for failure messages.
     pub seen: Vec<(usize, String)>,
 }
@@ -97,6 +100,7 @@ impl Processes {
             children: Vec::new(),
             lines_tx,
             lines,
+            again: VecDeque::new(),
             seen: Vec::new(),
         }
     }
@@ -145,6 +149,9 @@ impl Processes {
 
     /// The next line of any child, before `deadline`; fails the test otherwise.
     pub fn next_line(&mut self, deadline: Instant, waiting_for: &str) -> (usize, String) {
+        if let Some(l) = self.again.pop_front() {
+            return l;
+        }
         let left = deadline.saturating_duration_since(Instant::now());
         match self.lines.recv_timeout(left) {
             Ok(l) => {
@@ -156,6 +163,12 @@ impl Processes {
                 self.seen
             ),
         }
+    }
+
+    /// Hands `lines`, read earlier, back: [`Processes::next_line`] gives them again, in this
+    /// order, before any new line.
+    pub fn put_back(&mut self, lines: Vec<(usize, String)>) {
+        self.again.extend(lines);
     }
 
     /// Reads lines until `pick` returns something for one, before `deadline`.

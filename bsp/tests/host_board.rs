@@ -284,17 +284,38 @@ fn large_collectives_on_the_board_give_the_bits_messages_give() {
         Ok((got, bsp.stats().board_operations - before))
     }
     single_copy_here();
-    for p in [2, 3, 5, 8] {
+    same_as_messages(&[2, 3, 5, 8], program, |_| 46);
+}
+
+/// What a program of [`same_as_messages`] returns: its calls' results, and how many
+/// operations went on the board.
+type Calls<X> = (Vec<X>, u64);
+
+/// Runs `program` on each number of processes of `ps` as threads with messages, and over shm
+/// with the single copy on and off; checks that each of its calls gives on the board what it
+/// gives with messages, and that each process did `on_board(net)` operations on the board
+/// (none with messages). `program` returns its calls' results and its board operations.
+fn same_as_messages<X: PartialEq + Send + 'static>(
+    ps: &[usize],
+    program: fn(&mut bsp::Bsp) -> bsp::Result<Calls<X>>,
+    on_board: impl Fn(Net) -> u64,
+) {
+    for &p in ps {
         let messages = run(Net::Local, p, program);
         for net in [Net::Shm, Net::ShmTwoCopies] {
             let board = run(net, p, program);
             for (pid, (m, b)) in messages.iter().zip(&board).enumerate() {
+                assert_eq!(
+                    m.0.len(),
+                    b.0.len(),
+                    "calls at pid {pid} of {p} over {net:?}"
+                );
                 for (k, (m, b)) in m.0.iter().zip(&b.0).enumerate() {
                     assert!(m == b, "call {k} at pid {pid} of {p} over {net:?}");
                 }
                 assert_eq!(
                     (m.1, b.1),
-                    (0, 46),
+                    (0, on_board(net)),
                     "pid {pid} of {p} over {net:?}: operations on the board"
                 );
             }
@@ -382,23 +403,15 @@ fn large_collectives_beyond_a_bulk_area_give_the_bits_messages_give() {
         Ok((got, bsp.stats().board_operations - before))
     }
     let single = single_copy_here();
-    for p in [2, 3] {
-        let messages = run(Net::Local, p, program);
-        for net in [Net::Shm, Net::ShmTwoCopies] {
-            let board = run(net, p, program);
-            for (pid, (m, b)) in messages.iter().zip(&board).enumerate() {
-                assert_eq!(m.0, b.0, "pid {pid} of {p} over {net:?}");
-                // Without the single copy, the scatter's root still writes its row, empty,
-                // to say that the parts come as messages.
-                let on_board = if single && net == Net::Shm { 5 } else { 1 };
-                assert_eq!(
-                    (m.1, b.1),
-                    (0, on_board),
-                    "pid {pid} of {p} over {net:?}: operations on the board"
-                );
-            }
+    // Without the single copy, the scatter's root still writes its row, empty, to say that
+    // the parts come as messages.
+    same_as_messages(&[2, 3], program, |net| {
+        if single && net == Net::Shm {
+            5
+        } else {
+            1
         }
-    }
+    });
 }
 
 #[test]

@@ -222,9 +222,10 @@ impl PoolRuntime {
     /// again; then the run in progress returns `Ok(None)` on this node and the node leaves the
     /// pool. Its last message tells every member that its results are all sent: a member
     /// takes it for gone only once that has come (or 2 s after the pool reported the leave),
-    /// so a result still on its way is never taken for lost. Callable from any thread, during a run or between runs. Past 60 s (or
-    /// `SATIN_LEAVE_PATIENCE`) it leaves with its jobs unfinished, which their owners then run
-    /// again. The master cannot leave: for it this returns an error.
+    /// so a result still on its way is never taken for lost. Callable from any thread, during
+    /// a run or between runs. Past 60 s (or `SATIN_LEAVE_PATIENCE`) it leaves with its jobs
+    /// unfinished, which their owners then run again. The master cannot leave: for it this
+    /// returns an error.
     pub fn leave(&self) -> Result<(), Error> {
         self.node_started()?.leave()
     }

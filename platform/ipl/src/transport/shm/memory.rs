@@ -348,15 +348,53 @@ pub(crate) unsafe fn copy_out_streaming(dst: *mut u8, src: &[u8]) {
 mod tests {
     use super::*;
 
+    /// A shared mapping of 4096 bytes, and what keeps it valid.
+    fn mapping() -> (Mapping, Box<dyn std::any::Any>) {
+        #[cfg(not(miri))]
+        {
+            let (map, fd) = Mapping::create(4096).expect("shared memory");
+            (map, Box::new(fd))
+        }
+        // Miri cannot map a memfd: a heap page, whose accesses Miri checks one by one.
+        #[cfg(miri)]
+        {
+            let (map, other) = Mapping::private_pair(4096);
+            (map, Box::new(other))
+        }
+    }
+
+    /// Puts `pattern` in the 4096 bytes at `shared`, writes `len` fresh bytes at `off` with
+    /// `copy`, and checks that they land there and that the bytes around them keep `pattern`.
+    fn check_out(
+        shared: *mut u8,
+        pattern: &[u8],
+        (off, len): (usize, usize),
+        copy: unsafe fn(*mut u8, &[u8]),
+    ) {
+        let src: Vec<u8> = (0..len).map(|i| (i as u8) ^ 0x5a).collect();
+        // SAFETY: `shared` is a live mapping of 4096 bytes, written by this side only, and
+        // `off + len` stays inside it.
+        unsafe {
+            copy_out(shared, pattern);
+            copy(shared.add(off), &src);
+        }
+        let mut back = vec![0u8; 4096];
+        // SAFETY: the whole mapping, read back.
+        unsafe { copy_in(&mut back, shared) };
+        assert_eq!(&back[off..off + len], &src[..], "out at {off}, {len}");
+        assert_eq!(&back[..off], &pattern[..off], "before {off}, {len}");
+        assert_eq!(
+            &back[off + len..],
+            &pattern[off + len..],
+            "after {off}, {len}"
+        );
+    }
+
     /// Every start offset within a block and every length up to a few loop turns, both ways,
     /// against a plain copy; the bytes around the range stay as they were.
     #[test]
     fn copies_at_every_alignment_and_length_match_a_plain_copy() {
-        #[cfg(not(miri))]
-        let (map, _fd) = Mapping::create(4096).expect("shared memory");
-        // Miri cannot map a memfd: a heap page, whose accesses Miri checks one by one.
-        #[cfg(miri)]
-        let (map, _other) = Mapping::private_pair(4096);
+        let (map, _keep) = mapping();
         let shared = map.ptr();
         let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 31 + 7) as u8).collect();
         let short = if cfg!(miri) { 0..40 } else { 0..200 };
@@ -375,19 +413,7 @@ mod tests {
                 );
                 assert!(dst[..8].iter().chain(&dst[8 + len..]).all(|&b| b == 0xee));
                 // Out: a fresh pattern into shared memory at `off`; the rest keeps `pattern`.
-                let src: Vec<u8> = (0..len).map(|i| (i as u8) ^ 0x5a).collect();
-                // SAFETY: as above.
-                unsafe { copy_out(shared.add(off), &src) };
-                let mut back = vec![0u8; 4096];
-                // SAFETY: the whole mapping, read back.
-                unsafe { copy_in(&mut back, shared) };
-                assert_eq!(&back[off..off + len], &src[..], "out at {off}, {len}");
-                assert_eq!(&back[..off], &pattern[..off], "before {off}, {len}");
-                assert_eq!(
-                    &back[off + len..],
-                    &pattern[off + len..],
-                    "after {off}, {len}"
-                );
+                check_out(shared, &pattern, (off, len), copy_out);
             }
         }
     }
@@ -397,10 +423,7 @@ mod tests {
     /// stay as they were.
     #[test]
     fn streaming_copies_at_every_alignment_and_length_match_a_plain_copy() {
-        #[cfg(not(miri))]
-        let (map, _fd) = Mapping::create(4096).expect("shared memory");
-        #[cfg(miri)]
-        let (map, _other) = Mapping::private_pair(4096);
+        let (map, _keep) = mapping();
         let shared = map.ptr();
         let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 13 + 5) as u8).collect();
         let lens: Vec<usize> = if cfg!(miri) {
@@ -412,22 +435,7 @@ mod tests {
         };
         for off in 0..64 + 2 * BLOCK {
             for &len in &lens {
-                // SAFETY: `shared` is a live mapping of 4096 bytes, written by this side only;
-                // `off + len` stays inside it.
-                unsafe { copy_out(shared, &pattern) };
-                let src: Vec<u8> = (0..len).map(|i| (i as u8) ^ 0xa5).collect();
-                // SAFETY: as above.
-                unsafe { copy_out_streaming(shared.add(off), &src) };
-                let mut back = vec![0u8; 4096];
-                // SAFETY: the whole mapping, read back.
-                unsafe { copy_in(&mut back, shared) };
-                assert_eq!(&back[off..off + len], &src[..], "at {off}, {len}");
-                assert_eq!(&back[..off], &pattern[..off], "before {off}, {len}");
-                assert_eq!(
-                    &back[off + len..],
-                    &pattern[off + len..],
-                    "after {off}, {len}"
-                );
+                check_out(shared, &pattern, (off, len), copy_out_streaming);
             }
         }
     }

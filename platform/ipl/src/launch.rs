@@ -17,6 +17,7 @@ use std::net::{ToSocketAddrs, UdpSocket};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -332,6 +333,16 @@ fn running() -> &'static Mutex<Vec<Groups>> {
     RUNNING.get_or_init(Default::default)
 }
 
+/// The signal that is ending this process's launches (0: none), set before their processes
+/// are killed: a launch that sees its processes die then reports the signal, as the signal
+/// watcher's own exit does, rather than the SIGKILL that ended them.
+static ENDED_BY: AtomicI32 = AtomicI32::new(0);
+
+/// The signal ending this process's launches, if one is.
+fn ended_by() -> Option<i32> {
+    Some(ENDED_BY.load(Ordering::SeqCst)).filter(|&sig| sig != 0)
+}
+
 /// Starts, once per process, a thread that turns SIGINT, SIGTERM and SIGHUP into killing the
 /// process groups of every running launch and exiting with 128 + the signal. With no launch
 /// running the signal does what it does by default (ends the process).
@@ -351,6 +362,7 @@ fn watch_signals() -> Result<()> {
                         if launches.is_empty() {
                             let _ = signal_hook::low_level::emulate_default_handler(sig);
                         }
+                        ENDED_BY.store(sig, Ordering::SeqCst);
                         for g in &launches {
                             kill_all(g);
                         }
@@ -376,7 +388,8 @@ fn watch_signals() -> Result<()> {
 }
 
 /// Starts the registry and local processes, forwards their output, and returns the exit status:
-/// the first non-zero status of any process (the others are then killed), or 0.
+/// the first non-zero status of any process (the others are then killed), or 0; 128 + N when
+/// signal N (SIGINT, SIGTERM or SIGHUP) to this process ended the launch.
 pub fn run(l: &Launch) -> Result<i32> {
     run_with(l, &RunOptions::default())
 }
@@ -652,6 +665,10 @@ pub fn run_with(l: &Launch, o: &RunOptions) -> Result<i32> {
             succeeded += 1;
             continue;
         }
+        if ended_by().is_some() {
+            // Killed by the launcher's signal watcher, which says so itself.
+            continue;
+        }
         let host = hosts
             .as_ref()
             .map(|h| format!(" on {}", h[rank as usize]))
@@ -683,9 +700,11 @@ pub fn run_with(l: &Launch, o: &RunOptions) -> Result<i32> {
             kill_at = Some(Instant::now() + o.grace);
         }
     }
-    let result = match (first_failure, first_death) {
-        (Some(code), _) => code,
-        (None, Some(code)) if succeeded == 0 => code,
+    let result = match (ended_by(), first_failure, first_death) {
+        // Killed because a signal ends the launcher (which exits with the same status).
+        (Some(sig), _, _) => 128 + sig,
+        (None, Some(code), _) => code,
+        (None, None, Some(code)) if succeeded == 0 => code,
         _ => 0,
     };
     // Remote ranks whose shell has gone end when they lose the registry.

@@ -13,7 +13,11 @@ use crate::worker::Worker;
 ///
 /// Take the output with [`take`](Handle::take), normally after
 /// [`Context::sync`](crate::Context::sync). Dropping a handle without taking the output is
-/// allowed; the child still runs (unless aborted) and its output is dropped.
+/// allowed; the child still runs (unless aborted) and its output is dropped: right there, in
+/// the spawning task, if the child has finished (or ran within its spawn), and otherwise by the
+/// runtime when the child finishes. Should the output's `Drop` panic, the run fails with
+/// [`Error::TaskPanicked`](crate::Error::TaskPanicked), naming the spawning task in the first
+/// case and the child in the second.
 ///
 /// A handle cannot outlive the task that spawned its child: it carries the lifetime of that
 /// task's [`Context`](crate::Context), it is neither `Send` nor `Sync`, and it is not

@@ -231,45 +231,76 @@ impl Task for Lob {
 }
 satin::register!(Lob);
 
-/// Drops the handles of its children unread, so the runtime drops their outputs, on whichever
-/// thread finishes each child.
+/// Drops the handles of its children unread: right after spawning each (`after_sync` false),
+/// so that the runtime drops the outputs of children still pending when they finish, or after
+/// its sync, when every child has finished and each output drops with its handle.
 #[derive(Serialize, Deserialize)]
-struct IgnoreLobs(u32);
+struct IgnoreLobs {
+    lobs: u32,
+    after_sync: bool,
+}
 
 impl Task for IgnoreLobs {
     type Output = ();
     fn run(self, cx: &mut Context) {
-        for _ in 0..self.0 {
-            drop(cx.spawn(Lob));
+        let mut kept = Vec::new();
+        for _ in 0..self.lobs {
+            let h = cx.spawn(Lob);
+            if self.after_sync {
+                kept.push(h);
+            } else {
+                drop(h);
+            }
         }
         cx.sync();
+        drop(kept);
     }
 }
 satin::register!(IgnoreLobs);
 
 #[test]
 fn an_unread_output_whose_drop_panics_fails_the_run() {
-    for threads in THREADS {
-        let result = bounded("unread output", move || {
-            let rt = Runtime::local().threads(threads);
-            (
-                rt.run(IgnoreLobs(64)),
-                rt.run(Faulty {
-                    depth: 4,
-                    path: u32::MAX,
-                    here: 0,
-                }),
-            )
-        });
-        match result.0 {
-            Err(Error::TaskPanicked { task, message }) => {
-                assert!(task.ends_with("::Lob"), "task {task}");
-                assert!(message.contains("a Grenade went off in Drop"), "{message}");
+    for after_sync in [false, true] {
+        for threads in THREADS {
+            let result = bounded("unread output", move || {
+                let rt = Runtime::local().threads(threads);
+                (
+                    rt.run(IgnoreLobs {
+                        lobs: 64,
+                        after_sync,
+                    }),
+                    rt.run(Faulty {
+                        depth: 4,
+                        path: u32::MAX,
+                        here: 0,
+                    }),
+                )
+            });
+            let case = format!("{threads} threads, handles dropped after sync: {after_sync}");
+            match result.0 {
+                Err(Error::TaskPanicked { task, message }) => {
+                    // A child that has finished when its handle is dropped has its output
+                    // dropped there, in the spawning task, which the error then names. One
+                    // still pending has it dropped by the runtime when it finishes, and the
+                    // error names the child. Alone, a worker runs no child before its sync;
+                    // with more, a thief may finish a child before its handle is dropped.
+                    let by_parent = task.ends_with("::IgnoreLobs");
+                    let by_runtime = task.ends_with("::Lob");
+                    match (after_sync, threads) {
+                        (true, _) => assert!(by_parent, "{case}: task {task}"),
+                        (false, 1) => assert!(by_runtime, "{case}: task {task}"),
+                        (false, _) => assert!(by_parent || by_runtime, "{case}: task {task}"),
+                    }
+                    assert!(
+                        message.contains("a Grenade went off in Drop"),
+                        "{case}: {message}"
+                    );
+                }
+                other => panic!("{case}: expected a panic error, got {other:?}"),
             }
-            other => panic!("{threads} threads: expected a panic error, got {other:?}"),
+            // Every worker survived.
+            assert_eq!(result.1.unwrap(), 16, "{case}");
         }
-        // Every worker survived.
-        assert_eq!(result.1.unwrap(), 16, "{threads} threads");
     }
 }
 

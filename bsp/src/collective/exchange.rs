@@ -416,7 +416,9 @@ impl Bsp {
             // Every process's values read straight from its memory into their place.
             let data = bytemuck::cast_slice(values);
             let (b, addrs) = self.expose_on_board(board, &call, data, 0..p)?;
-            let mut out = Vec::new();
+            // All the room at once: grown block by block, the vector would be moved (copied)
+            // as it grows.
+            let mut out = Vec::with_capacity(n * p);
             for (j, &addr) in addrs.iter().enumerate() {
                 if j == me {
                     out.extend_from_slice(values);

@@ -1032,7 +1032,7 @@ impl Bsp {
             }
             // The others' values one after another, then the binomial tree over every
             // process's block, the root's read where it lies.
-            let mut others: Vec<T> = Vec::new();
+            let mut others: Vec<T> = Vec::with_capacity((p - 1) * n);
             for j in (0..p).filter(|&j| j != root) {
                 self.pull_append(board, (j, b), addrs[j], n, &mut others)?;
             }
@@ -1118,7 +1118,8 @@ impl Bsp {
             self.pull(board, (0, b), addrs[0], bytemuck::cast_slice_mut(values))?;
             return Ok(true);
         }
-        let mut all: Vec<T> = Vec::new();
+        // All the room at once, as for `all_gather_slice`.
+        let mut all: Vec<T> = Vec::with_capacity(addrs.len() * n);
         for (j, &addr) in addrs.iter().enumerate() {
             self.pull_append(board, (j, b), addr, n, &mut all)?;
         }

@@ -126,11 +126,11 @@ fn collectives(bsp: &mut Bsp, args: &Args) -> bsp::Result<Vec<Timing>> {
         } else {
             args.big_iters
         };
-        let all = vec![0.0f64; n * p];
-        let mine = vec![0.0f64; n];
-        let mut v = vec![0.0f64; n];
+        let all = filled(n * p);
+        let mine = filled(n);
+        let mut v = filled(n);
         let counts = vec![n; p];
-        let send: Vec<Vec<f64>> = (0..p).map(|_| vec![0.0; n]).collect();
+        let send: Vec<Vec<f64>> = (0..p).map(|_| filled(n)).collect();
         let mut recv: Vec<Vec<f64>> = Vec::new();
         for (name, _) in COLLECTIVES {
             bsp.sync()?;
@@ -157,6 +157,13 @@ fn collectives(bsp: &mut Bsp, args: &Args) -> bsp::Result<Vec<Timing>> {
     }
     bsp.sync()?;
     Ok(out)
+}
+
+/// `n` values to send, written as the C reference writes its buffers. A zeroed vector never
+/// written (`vec![0.0; n]`) can be backed by the kernel's one shared zero page: a single copy
+/// out of it reads the same cached 4 KiB over and over, which no program's data allows.
+fn filled(n: usize) -> Vec<f64> {
+    (0..n).map(|i| (i % 1000) as f64 + 1.0).collect()
 }
 
 /// Message combining at P = 2: packets per second per process, combined and as one ipl

@@ -1241,19 +1241,26 @@ mod over_mpi {
         first.then(|| Rtt::of(&h))
     }
 
-    /// Raw MPI: `first` sends `messages` 100 KB messages and waits for a 1-byte
-    /// acknowledgement; returns MB/s. With `refill`, the sender copies the message into its send
-    /// buffer before each send, as ipl's sender copies a message into a buffer of its own: the
-    /// difference between the two raw figures is what that copy costs MPI's transfer.
+    /// Raw MPI: `first` sends `messages` 100 KB messages of `payload` (the bytes ipl's sender
+    /// sends) and waits for a 1-byte acknowledgement; returns MB/s. With `refill`, the sender
+    /// copies the message into its send buffer before each send, as ipl's sender copies a
+    /// message into a buffer of its own: the difference between the two raw figures is what
+    /// that copy costs MPI's transfer.
+    ///
+    /// The buffers are written before the first send. A zeroed allocation that was never
+    /// written (`vec![0; n]`) is backed by the kernel's one shared zero page until written, so
+    /// the receiver's single copy out of the sender's memory would read one 4 KiB page over
+    /// and over, from its cache: a payload no program sends.
     fn raw_tp(
         comm: &mpi::topology::SimpleCommunicator,
         first: bool,
         messages: u32,
         refill: bool,
+        payload: &[u8],
     ) -> Option<f64> {
         let peer = comm.process_at_rank(i32::from(first));
-        let mut data = vec![0u8; KB100];
-        let source = vec![0u8; KB100];
+        let mut data = payload.to_vec();
+        let source = payload.to_vec();
         let mut ack = [1u8];
         let t = Instant::now();
         for _ in 0..messages {
@@ -1356,6 +1363,7 @@ mod over_mpi {
         let rounds = args.repeat as usize;
         let n = (args.round_trips / args.repeat).max(1);
         let data: Vec<f64> = (0..KB100 / 8).map(|i| i as f64).collect();
+        let payload: &[u8] = bytemuck::cast_slice(&data);
         let mut buf = vec![0f64; KB100 / 8];
         let (mut raw_l, mut ipl_l, mut raw_t, mut ipl_t) = (vec![], vec![], vec![], vec![]);
         let mut refill_t = vec![];
@@ -1380,11 +1388,11 @@ mod over_mpi {
             }
             if throughput {
                 comm.barrier();
-                if let Some(x) = raw_tp(&comm, first, args.messages, false) {
+                if let Some(x) = raw_tp(&comm, first, args.messages, false, payload) {
                     raw_t.push(x);
                 }
                 comm.barrier();
-                if let Some(x) = raw_tp(&comm, first, args.messages, true) {
+                if let Some(x) = raw_tp(&comm, first, args.messages, true, payload) {
                     refill_t.push(x);
                 }
                 comm.barrier();

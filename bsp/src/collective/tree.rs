@@ -419,8 +419,10 @@ impl Bsp {
                     let head = [(bytes.len() / p) as u64 | IN_PEER, bytes.as_ptr() as u64];
                     let b = board.begin_acks();
                     self.on_board_rows(board, call, &head, root..root, |_, _| Ok(()))?;
+                    // The root's own part is copied while the others read theirs.
+                    let mine = v[me * k..me * k + k].to_vec();
                     self.wait_acks(board, call, b, p as u64 - 1)?;
-                    return Ok(Some(v[me * k..me * k + k].to_vec()));
+                    return Ok(Some(mine));
                 }
                 if bytes.len() > board.bulk_capacity() {
                     self.post_on_board(board, call, &[])?;

@@ -16,6 +16,9 @@
 //! over tcp, so that bsp and MPI see the machine in the same state; a ratio is the median over
 //! the rounds of each round's bsp figure over its MPI figure, printed with their range (a
 //! round in which the machine changed speed between the two shows as an outlier there).
+//! Both sides send the same values, written before the first call: a buffer that was zeroed
+//! and never written is the kernel's one shared zero page, which a single copy out of it
+//! reads from cache, faster than any real data.
 //!
 //! Over shm the processes of a run share this host, so their syncs and small all-reduces go
 //! through bsp's host board (shared memory, see the crate's documentation) rather than

@@ -476,7 +476,14 @@ fn ipl_run_join_adds_processes_to_a_running_pool() {
     // The first pool is up once its registry answers; --join waits for it as any node does.
     let joined = launch(&["--join", &addr, "-n", "2"]);
     let (status, out, err) = joined.output(deadline);
-    assert!(status.success(), "{out}\n{err}");
+    if !status.success() {
+        // What the first launch's registry said about the failed join: its launcher is
+        // stopped (SIGTERM, which it forwards) and its output shown with the joiners'.
+        // SAFETY: a plain system call on a child of this process, not yet waited for.
+        unsafe { libc::kill(first.0.id() as i32, libc::SIGTERM) };
+        let (_, first_out, first_err) = first.output(deadline);
+        panic!("the joiners failed:\n{out}\n{err}\nthe first launch:\n{first_out}\n{first_err}");
+    }
     let mut ranks: Vec<u32> = out
         .lines()
         .filter_map(|l| l.split("joined as rank ").nth(1))

@@ -171,6 +171,18 @@ impl Ibis {
         Ok(SendPort::new(self.inner.clone(), *ty, id))
     }
 
+    /// The process's [`WordChannel`](crate::WordChannel): small messages to the pool's other
+    /// ranks straight over MPI, beside the ports, for a layer that synchronises the whole pool
+    /// often. `None` unless the node runs on the mpi driver, or while another user of the
+    /// process holds the channel (there is one per process).
+    #[cfg(feature = "mpi")]
+    pub fn word_channel(&self) -> Option<crate::WordChannel> {
+        if self.inner.cfg.driver != Driver::Mpi {
+            return None;
+        }
+        crate::transport::mpi::WordChannel::take()
+    }
+
     /// Leaves the pool now. Other clones and ports stay usable for local work, but peers see
     /// this node as gone.
     pub fn end(self) -> Result<()> {

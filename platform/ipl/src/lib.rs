@@ -92,3 +92,5 @@ pub use primitive::{primitive_by_tag, Primitive};
 pub use receive_port::{ConnectUpcall, DisconnectUpcall, ReceivePort, ReceivePortBuilder};
 pub use registry::{PoolEvent, RegistryServer};
 pub use send_port::SendPort;
+#[cfg(feature = "mpi")]
+pub use transport::mpi::WordChannel;

@@ -58,7 +58,7 @@ const CLOSE_WAIT: Duration = Duration::from_secs(10);
 /// reads).
 const MAX_IN_FLIGHT: usize = 1024;
 
-fn closed() -> io::Error {
+pub(super) fn closed() -> io::Error {
     io::Error::new(io::ErrorKind::BrokenPipe, "MPI has been finalised")
 }
 

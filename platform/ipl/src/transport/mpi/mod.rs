@@ -29,6 +29,9 @@
 
 mod conn;
 mod raw;
+mod words;
+
+pub use words::WordChannel;
 
 use self::conn::{Backoff, MpiSink, MpiStream, Outbox, SinkShared};
 use super::{Acceptor, Dialed, Driver, Waker};
@@ -48,6 +51,8 @@ use std::time::{Duration, Instant};
 const TAG_CONNECT: c_int = 1;
 /// A receiver that stopped reading tells the sender: the connection's number.
 const TAG_RECEIVER_GONE: c_int = 2;
+/// Word messages between ranks, beside the connections (see [`WordChannel`]).
+const TAG_WORDS: c_int = 3;
 /// Tags from here on belong to connections, two each.
 const FIRST_CONNECTION_TAG: c_int = 16;
 /// Longest a progress thread with nothing to watch sleeps before it looks for connect requests.

@@ -1,0 +1,270 @@
+//! A channel of small word messages between the ranks of a pool on the mpi driver, beside its
+//! ports, for a layer above that synchronises the whole pool often (bsp's superstep): a message
+//! of a few words goes straight to MPI point-to-point, on a tag of its own, without a port's
+//! framing, connection or receiving thread. On one host a superstep's exchange of counts then
+//! costs what an `MPI_Barrier` does, where through a port it costs a round trip and more.
+//!
+//! A process has at most one channel at a time ([`WordChannel::take`]); messages between two
+//! ranks arrive in the order they were sent (MPI does not let messages of one sender on one tag
+//! overtake each other). Receives are posted ahead of their message, into the channel's own
+//! buffer, and tested: nothing here blocks, so the caller's wait can look at failures between
+//! tests.
+
+use super::{raw, World, TAG_WORDS};
+use crate::error::{Error, Result};
+use crate::node::NodeId;
+use std::collections::VecDeque;
+use std::os::raw::c_int;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Whether this process's channel is taken.
+static TAKEN: AtomicBool = AtomicBool::new(false);
+
+/// Small messages of `u64` words between the ranks of a pool on the mpi driver (see the
+/// module's documentation). Obtained from [`Ibis::word_channel`](crate::Ibis::word_channel).
+pub struct WordChannel {
+    world: Arc<World>,
+    /// The posted receive's buffer: a heap block that stays where it is while MPI may write it.
+    buf: Box<[u64]>,
+    /// The posted receive and the rank it takes from.
+    posted: Option<(raw::Recv, c_int)>,
+    /// Messages [`peek`](WordChannel::peek) took before a receive was posted for them, oldest
+    /// first.
+    early: VecDeque<(c_int, Vec<u64>)>,
+    /// The message `test` hands out when it came early, and its rank, while it is the posted
+    /// one.
+    given: Vec<u64>,
+    early_posted: Option<c_int>,
+}
+
+impl std::fmt::Debug for WordChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WordChannel")
+            .field("size", &self.world.size)
+            .field("posted_from", &self.posted.as_ref().map(|p| p.1))
+            .field("early", &self.early.len())
+            .finish()
+    }
+}
+
+impl WordChannel {
+    /// The most words a message may have: 4 KiB, within the eager limit of MPI's transports,
+    /// so that a send returns once MPI has copied it, whatever the receiver does.
+    pub const MAX_WORDS: usize = 512;
+
+    /// The process's channel, unless it is taken or MPI is not running.
+    pub(crate) fn take() -> Option<WordChannel> {
+        let world = super::world()?;
+        if TAKEN.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        Some(WordChannel {
+            world,
+            buf: vec![0; Self::MAX_WORDS].into_boxed_slice(),
+            posted: None,
+            early: VecDeque::new(),
+            given: Vec::new(),
+            early_posted: None,
+        })
+    }
+
+    /// The MPI rank of `node`, a member of this pool.
+    pub fn rank_of(&self, node: &NodeId) -> Option<usize> {
+        node.address()
+            .strip_prefix("mpi:")
+            .and_then(|r| r.parse::<c_int>().ok())
+            .filter(|r| (0..self.world.size).contains(r))
+            .map(|r| r as usize)
+    }
+
+    fn rank(&self, rank: usize) -> Result<c_int> {
+        c_int::try_from(rank)
+            .ok()
+            .filter(|r| *r < self.world.size)
+            .ok_or_else(|| {
+                Error::io(
+                    "mpi word channel",
+                    std::io::Error::other(format!(
+                        "rank {rank} is not one of the {} MPI ranks",
+                        self.world.size
+                    )),
+                )
+            })
+    }
+
+    fn finalised() -> Error {
+        Error::io("mpi word channel", super::conn::closed())
+    }
+
+    /// Sends `words` to `rank`; returns once MPI has taken them.
+    pub fn send(&self, rank: usize, words: &[u64]) -> Result<()> {
+        let dest = self.rank(rank)?;
+        if words.len() > Self::MAX_WORDS {
+            return Err(Error::io(
+                "mpi word channel",
+                std::io::Error::other(format!(
+                    "a message of {} words, more than the {} a channel carries",
+                    words.len(),
+                    Self::MAX_WORDS
+                )),
+            ));
+        }
+        let live = self.world.live.read_recursive();
+        if !*live {
+            return Err(Self::finalised());
+        }
+        raw::send(dest, TAG_WORDS, bytemuck::cast_slice(words))
+            .map_err(|e| Error::io(format!("mpi word channel: sending to rank {rank}"), e))
+    }
+
+    /// Posts the receive of the next message from `rank`, which [`test`](WordChannel::test)
+    /// then completes. One receive at a time.
+    pub fn post(&mut self, rank: usize) -> Result<()> {
+        let source = self.rank(rank)?;
+        if self.posted.is_some() || self.early_posted.is_some() {
+            return Err(Error::io(
+                "mpi word channel",
+                std::io::Error::other("a receive is posted already"),
+            ));
+        }
+        if self.early.iter().any(|(s, _)| *s == source) {
+            // Its next message is here already: `test` hands it out.
+            self.take_early(source);
+            return Ok(());
+        }
+        let live = self.world.live.read_recursive();
+        if !*live {
+            return Err(Self::finalised());
+        }
+        // SAFETY: `buf` is a heap block of this channel that nothing else uses while the
+        // receive is pending; the receive completes (`test`) or is cancelled and waited for
+        // (`cancel`) before the channel lets go of the block, which is leaked should MPI be
+        // finalised with the receive pending.
+        let r = unsafe {
+            raw::irecv(
+                source,
+                TAG_WORDS,
+                bytemuck::cast_slice_mut(&mut self.buf[..]),
+            )
+        }
+        .map_err(|e| Error::io(format!("mpi word channel: receiving from rank {rank}"), e))?;
+        self.posted = Some((r, source));
+        Ok(())
+    }
+
+    /// Moves the oldest early message of `source` to `given`, marked as the posted one.
+    fn take_early(&mut self, source: c_int) {
+        let i = self
+            .early
+            .iter()
+            .position(|(s, _)| *s == source)
+            .expect("checked by the caller");
+        let (_, words) = self.early.remove(i).expect("an index just found");
+        self.given = words;
+        self.early_posted = Some(source);
+    }
+
+    /// The message the posted receive took, once it has come; `None` while it has not. The
+    /// receive is then used up.
+    pub fn test(&mut self) -> Result<Option<&[u64]>> {
+        if self.early_posted.take().is_some() {
+            return Ok(Some(&self.given));
+        }
+        let Some((req, source)) = self.posted.as_mut() else {
+            return Err(Error::io(
+                "mpi word channel",
+                std::io::Error::other("no receive is posted"),
+            ));
+        };
+        let source = *source;
+        let got = {
+            let live = self.world.live.read_recursive();
+            if !*live {
+                return Err(Self::finalised());
+            }
+            raw::test_recv(req)
+        };
+        match got {
+            Ok(None) => Ok(None),
+            Ok(Some(len)) => {
+                self.posted = None;
+                if len % 8 != 0 {
+                    return Err(Error::Decode {
+                        origin: format!("mpi:{source}"),
+                        reason: format!("a word message of {len} bytes"),
+                    });
+                }
+                Ok(Some(&self.buf[..len / 8]))
+            }
+            Err(e) => {
+                self.posted = None;
+                Err(Error::io(
+                    format!("mpi word channel: receiving from rank {source}"),
+                    e,
+                ))
+            }
+        }
+    }
+
+    /// The next message from `rank` if it has come, while no receive is posted for it: for a
+    /// caller that waits for something else and wants to know whether `rank` is already on the
+    /// channel. The message stays the next one [`post`](WordChannel::post) and
+    /// [`test`](WordChannel::test) take from `rank`.
+    pub fn peek(&mut self, rank: usize) -> Result<Option<&[u64]>> {
+        let source = self.rank(rank)?;
+        if let Some(i) = self.early.iter().position(|(s, _)| *s == source) {
+            return Ok(Some(&self.early[i].1));
+        }
+        if self.posted.as_ref().is_some_and(|(_, s)| *s == source) {
+            return Ok(None);
+        }
+        let live = self.world.live.read_recursive();
+        if !*live {
+            return Err(Self::finalised());
+        }
+        let ctx = || format!("mpi word channel: looking for a message from rank {rank}");
+        let Some(m) = raw::improbe(source, TAG_WORDS).map_err(|e| Error::io(ctx(), e))? else {
+            return Ok(None);
+        };
+        if m.len % 8 != 0 || m.len > Self::MAX_WORDS * 8 {
+            let len = m.len;
+            let _ = m.receive_vec();
+            return Err(Error::Decode {
+                origin: format!("mpi:{source}"),
+                reason: format!("a word message of {len} bytes"),
+            });
+        }
+        let mut words = vec![0u64; m.len / 8];
+        m.receive(bytemuck::cast_slice_mut(&mut words))
+            .map_err(|e| Error::io(ctx(), e))?;
+        self.early.push_back((source, words));
+        Ok(self.early.back().map(|(_, w)| &w[..]))
+    }
+
+    /// Cancels the posted receive, if any: MPI no longer writes the channel's buffer. A message
+    /// that completed it first is lost.
+    pub fn cancel(&mut self) {
+        self.early_posted = None;
+        let Some((req, source)) = self.posted.take() else {
+            return;
+        };
+        let live = self.world.live.read_recursive();
+        if !*live {
+            // MPI may still own the block: it is never freed.
+            std::mem::forget(std::mem::take(&mut self.buf));
+            return;
+        }
+        if let Err(e) = raw::cancel_recv(req) {
+            tracing::warn!(source, "mpi word channel: cancelling a receive: {e}");
+            std::mem::forget(std::mem::take(&mut self.buf));
+        }
+    }
+}
+
+impl Drop for WordChannel {
+    fn drop(&mut self) {
+        self.cancel();
+        TAKEN.store(false, Ordering::Release);
+    }
+}

@@ -196,18 +196,18 @@ impl Drop for Bsp {
 
 /// A wait on the host board polls the control port and looks at failures once every this many
 /// looks at the board.
-const BOARD_STEP: u32 = 64;
+pub(crate) const BOARD_STEP: u32 = 64;
 /// Where every process has a processor, a wait on the host board first only looks this many
 /// times (some tens of microseconds), which is all most waits take: polling the control port
 /// is a system call, and one under way when the row comes delays the process that waits.
 /// What the polls look for (a peer in another operation, a failure, the time limit) is
 /// found as well a little later.
-const BOARD_LOOKS_FIRST: u32 = 2048;
+pub(crate) const BOARD_LOOKS_FIRST: u32 = 2048;
 /// Up to this many processes, each reads the others' memory directly where the system
 /// allows it (a descriptor for each other process).
 const PEERS_MAX: usize = 64;
 /// How long a wait on the host board looks before it sleeps between looks.
-const BOARD_SPIN: std::time::Duration = std::time::Duration::from_millis(1);
+pub(crate) const BOARD_SPIN: std::time::Duration = std::time::Duration::from_millis(1);
 
 impl Bsp {
     /// Makes this node of a closed pool a process of a bulk-synchronous program: its pid is its
@@ -258,9 +258,21 @@ impl Bsp {
         let want = self.ibis.config().driver == ipl::Driver::Shm
             && std::env::var("BSP_HOST_BOARD").map_or(true, |v| v != "0")
             && p <= board::MAX_PROCS;
+        // The sync over MPI (see `mpi_sync`) is agreed in the same rounds.
+        #[cfg(feature = "mpi")]
+        let words = if self.ibis.config().driver == ipl::Driver::Mpi {
+            let nodes = self.net().nodes.clone();
+            crate::mpi_sync::MpiSync::new(&self.ibis, &nodes)
+        } else {
+            None
+        };
+        #[cfg(not(feature = "mpi"))]
+        let words: Option<()> = None;
+        let has_words = words.is_some();
         let call = self.begin(op::HOST_BOARD, p as u64);
         let flags = crate::wire::native_flag();
         let not_wanted = |e: std::io::Error| tracing::debug!(pid, "no host board: {e}");
+        let mut words_everywhere = false;
         let mine = if pid == 0 {
             let created = if want {
                 Board::create(p).map_err(not_wanted).ok()
@@ -275,10 +287,14 @@ impl Bsp {
                 self.send_bytes(&call, d, 0, name.as_bytes(), flags)?;
             }
             let mut all = created.is_some();
+            let mut all_words = has_words;
             for d in 1..p {
                 let msg = self.recv_msg(&call, d, 1)?;
-                all &= msg.payload() == [1];
+                let said = msg.payload().first().copied().unwrap_or(0);
+                all &= said & 1 != 0;
+                all_words &= said & 2 != 0;
             }
+            words_everywhere = all_words;
             created.map(|c| c.0).filter(|_| all)
         } else {
             let msg = self.recv_msg(&call, 0, 0)?;
@@ -288,18 +304,30 @@ impl Bsp {
             } else {
                 None
             };
-            self.send_bytes(&call, 0, 1, &[u8::from(opened.is_some())], flags)?;
+            let said = u8::from(opened.is_some()) | u8::from(has_words) << 1;
+            self.send_bytes(&call, 0, 1, &[said], flags)?;
             opened
         };
         let everyone = if pid == 0 {
             let all = mine.is_some();
+            let said = u8::from(all) | u8::from(words_everywhere) << 1;
             for d in 1..p {
-                self.send_bytes(&call, d, 2, &[u8::from(all)], flags)?;
+                self.send_bytes(&call, d, 2, &[said], flags)?;
             }
             all
         } else {
-            self.recv_msg(&call, 0, 2)?.payload() == [1]
+            let said = self.recv_msg(&call, 0, 2)?.payload().first().copied();
+            let said = said.unwrap_or(0);
+            words_everywhere = said & 2 != 0;
+            said & 1 != 0
         };
+        #[cfg(feature = "mpi")]
+        if words_everywhere {
+            tracing::debug!(pid, nprocs = p, "sync over MPI");
+            self.net().words = words;
+        }
+        #[cfg(not(feature = "mpi"))]
+        let _ = (words, words_everywhere);
         if let (true, Some(b)) = (everyone, mine) {
             tracing::debug!(pid, nprocs = p, "host board in use");
             let b = Arc::new(b);
@@ -751,7 +779,7 @@ impl Bsp {
     /// The connections, locked for a step of the operation in progress: tells them first of
     /// the operation's start, if it was not told yet (see [`begin_op`](Bsp::begin_op)).
     #[inline(always)]
-    fn net_for_op(&self) -> QuickMutexGuard<'_, Net> {
+    pub(crate) fn net_for_op(&self) -> QuickMutexGuard<'_, Net> {
         let mut net = self.net();
         if let Some(seq) = self.unstarted.take() {
             net.started(self.comm, seq);
@@ -1114,6 +1142,13 @@ impl Bsp {
             })?;
             self.counts = counts;
             mine
+        } else if self.mpi_sync_here(&guard) {
+            drop(guard);
+            #[cfg(feature = "mpi")]
+            self.sum_over_channel(&call, &mut counts)?;
+            let mine = counts[self.pid];
+            self.counts = counts;
+            mine
         } else {
             let sent_first = self.butterfly_send_first(&mut guard, &call, &counts, &counts_sum)?;
             drop(guard);
@@ -1185,6 +1220,19 @@ impl Bsp {
         }
         self.begin_compute();
         drma
+    }
+
+    /// Whether this handle's sync goes over MPI (see [`mpi_sync`](crate::mpi_sync)): the
+    /// whole machine's, where it was set up.
+    #[inline(always)]
+    fn mpi_sync_here(&self, net: &Net) -> bool {
+        #[cfg(feature = "mpi")]
+        return self.comm == 0 && net.words.is_some();
+        #[cfg(not(feature = "mpi"))]
+        {
+            let _ = net;
+            false
+        }
     }
 
     /// What a traced `sync` records, from its start: ends the compute phase and counts what

@@ -582,6 +582,10 @@ pub(crate) struct Net {
     comms: HashMap<u64, CommInfo>,
     /// The host board of the whole machine, when all its processes share this host.
     pub board: Option<Arc<Board>>,
+    /// The whole machine's sync over MPI, when it runs on ipl's mpi driver (see
+    /// [`mpi_sync`](crate::mpi_sync)).
+    #[cfg(feature = "mpi")]
+    pub words: Option<crate::mpi_sync::MpiSync>,
 }
 
 impl Net {
@@ -642,6 +646,8 @@ impl Net {
                 },
             )]),
             board: None,
+            #[cfg(feature = "mpi")]
+            words: None,
         })
     }
 
@@ -933,6 +939,10 @@ impl Net {
             if let Some(e) = self.on_board_instead(ctx) {
                 return Err(e);
             }
+            #[cfg(feature = "mpi")]
+            if let Some(e) = self.on_channel_instead(ctx) {
+                return Err(e);
+            }
         }
         if let Some(limit) = self.opts.sync_timeout {
             if now.duration_since(started) > limit {
@@ -1001,6 +1011,39 @@ impl Net {
             Err(ipl::Error::Timeout { .. }) => self.check(w, ctx).map(|()| None),
             Err(e) => Err(self.ipl_error(ctx, "receiving on the control port".into(), e)),
         }
+    }
+
+    /// While this process waits for messages of operation `ctx.seq` of the whole machine: a
+    /// peer that is in a sync of that number over MPI instead (see
+    /// [`mpi_sync`](crate::mpi_sync)), which no message of this operation reaches.
+    #[cfg(feature = "mpi")]
+    fn on_channel_instead(&mut self, ctx: &Ctx) -> Option<Error> {
+        if ctx.comm != 0 {
+            return None;
+        }
+        let (me, m) = (self.pid, self.words.as_mut()?);
+        for j in (0..m.ranks.len()).filter(|&j| j != me) {
+            let Ok(Some(msg)) = m.chan.peek(m.ranks[j]) else {
+                continue;
+            };
+            // A whole message names its operation; a word alone is a sync of two processes,
+            // stamped with the low bits of its number (see `mpi_sync`).
+            let theirs = match *msg {
+                [seq, op_round, sig, ..] if seq == ctx.seq => {
+                    crate::collective::describe_call(op_round as u8, sig)
+                }
+                [word] if word >> 48 == ctx.seq & 0xffff => op::name(op::SYNC).to_string(),
+                _ => continue,
+            };
+            return Some(Error::CollectiveMismatch {
+                pid: me,
+                seq: ctx.seq,
+                mine: ctx.op.to_string(),
+                peer: j,
+                theirs: format!("called {theirs}"),
+            });
+        }
+        None
     }
 
     /// While this process waits for messages of operation `ctx.seq` of the whole machine: a

@@ -37,15 +37,42 @@ fn child_process_entry() {
             common::checks::collectives(&mut bsp, 1 << 17).expect("1 MB collectives");
             common::checks::groups(&mut bsp).expect("groups");
         }
+        "mismatch" => {
+            // Pid 0 ends a superstep (over MPI) where pid 1 all-reduces (with messages): each
+            // must report the other's operation, and neither may hang.
+            let got = if bsp.pid() == 0 {
+                bsp.sync().map(|()| 0)
+            } else {
+                bsp.all_reduce(1u64, bsp::Op::Sum)
+            };
+            match got {
+                Err(e @ bsp::Error::CollectiveMismatch { .. }) => {
+                    let text = e.to_string();
+                    assert!(
+                        text.contains("sync") && text.contains("all_reduce"),
+                        "a mismatch that does not name both operations: {text}"
+                    );
+                }
+                other => panic!("pid {}: no mismatch but {other:?}", bsp.pid()),
+            }
+        }
         r => panic!("unknown role {r}"),
     }
     println!("\nprogram-ok {}", bsp.pid());
 }
 
 fn run(test: &str, role: &str, n: u32) {
-    let Some((mut cmd, _ranks)) = testkit::mpirun(test, n, &["BSP_TEST_ROLE", "IPL_DRIVER"]) else {
+    run_with(test, role, n, &[]);
+}
+
+/// [`run`] with more environment for the ranks.
+fn run_with(test: &str, role: &str, n: u32, env: &[(&str, &str)]) {
+    let mut pass = vec!["BSP_TEST_ROLE", "IPL_DRIVER"];
+    pass.extend(env.iter().map(|(k, _)| *k));
+    let Some((mut cmd, _ranks)) = testkit::mpirun(test, n, &pass) else {
         return;
     };
+    cmd.envs(env.iter().copied());
     cmd.arg(std::env::current_exe().expect("test executable"))
         .args([
             "child_process_entry",
@@ -85,4 +112,25 @@ fn collectives_and_groups_on_2_and_4_ranks() {
     for n in [2, 4] {
         run("collectives_and_groups_on_2_and_4_ranks", "checks", n);
     }
+}
+
+#[test]
+fn supersteps_with_messages_only_on_3_ranks() {
+    // The whole machine's sync goes over MPI by default (bsp's `mpi_sync`); this keeps the
+    // round messages' sync tested on this driver too.
+    run_with(
+        "supersteps_with_messages_only_on_3_ranks",
+        "program",
+        3,
+        &[("BSP_MPI_SYNC", "0")],
+    );
+}
+
+#[test]
+fn a_sync_over_mpi_against_an_all_reduce_is_a_mismatch_on_both_sides() {
+    run(
+        "a_sync_over_mpi_against_an_all_reduce_is_a_mismatch_on_both_sides",
+        "mismatch",
+        2,
+    );
 }

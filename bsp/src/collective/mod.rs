@@ -16,6 +16,8 @@ mod exchange;
 mod reduce;
 mod tree;
 
+#[cfg(feature = "mpi")]
+pub(crate) use reduce::Folded;
 pub(crate) use reduce::Numbers;
 
 use crate::core::{op, Bsp};

@@ -448,13 +448,13 @@ fn tree_beside<T: Number>(
 
 /// The processes of recursive doubling and halving when P is not a power of two: the first
 /// 2 * `rem` pair up and the odd one of each pair takes part for both.
-struct Folded {
-    pof2: usize,
-    rem: usize,
+pub(crate) struct Folded {
+    pub(crate) pof2: usize,
+    pub(crate) rem: usize,
 }
 
 impl Folded {
-    fn new(p: usize) -> Folded {
+    pub(crate) fn new(p: usize) -> Folded {
         let pof2 = 1usize << (usize::BITS - 1 - p.leading_zeros());
         Folded {
             pof2,
@@ -463,7 +463,7 @@ impl Folded {
     }
 
     /// The participant number of `pid`, if it takes part.
-    fn rank(&self, pid: usize) -> Option<usize> {
+    pub(crate) fn rank(&self, pid: usize) -> Option<usize> {
         if pid < 2 * self.rem {
             (pid % 2 == 1).then_some(pid / 2)
         } else {
@@ -472,7 +472,7 @@ impl Folded {
     }
 
     /// The pid of participant `rank`.
-    fn pid(&self, rank: usize) -> usize {
+    pub(crate) fn pid(&self, rank: usize) -> usize {
         if rank < self.rem {
             2 * rank + 1
         } else {

@@ -79,6 +79,8 @@ pub mod trace;
 mod transport;
 mod wire;
 
+/// The shared, immutable byte buffers of [`WriteMessage::write_shared_bytes`].
+pub use bytes::Bytes;
 pub use config::{ByteOrder, Config, Driver, WanLink};
 pub use error::{Error, Result};
 pub use ibis::Ibis;

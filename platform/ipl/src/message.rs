@@ -13,6 +13,7 @@ use crate::primitive::{slice_tag, tag_name, Primitive, TAG_BOOL, TAG_BYTES, TAG_
 use crate::quick_lock::RawQuickLock;
 use crate::receive_port::PortRx;
 use crate::send_port::SendGuard;
+use bytes::Bytes;
 use parking_lot::ArcMutexGuard;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -28,6 +29,8 @@ const GROW_FIRST: usize = 64 * 1024;
 enum Seg<'a> {
     Own(Range<usize>),
     Borrowed(&'a [u8]),
+    /// A buffer the message holds a reference to (see [`WriteMessage::write_shared_bytes`]).
+    Shared(Bytes),
 }
 
 enum Sink<'a> {
@@ -183,6 +186,26 @@ impl<'a> WriteMessage<'a> {
         self.borrow_or_copy(b);
     }
 
+    /// Writes a byte buffer (with its length) that the message keeps a reference to rather
+    /// than borrows or copies: what [`write_bytes`](WriteMessage::write_bytes) of the same
+    /// bytes writes, read back the same way. A driver that sends from memory of its own, and
+    /// so copies a borrowed buffer before `finish` returns (the mpi driver: MPI reads a large
+    /// message while the receiver takes it in, after `finish`), sends a shared buffer of 4 KiB
+    /// or more straight from it instead, and keeps its reference until the transfer is over
+    /// (for ever, should the transfer never end); the others treat it as a borrowed one.
+    pub fn write_shared_bytes(&mut self, b: Bytes) {
+        self.len_prefix(TAG_BYTES, b.len() as u64);
+        if b.len() >= ZERO_COPY_MIN {
+            if self.run_start < self.buf.len() {
+                self.segs.push(Seg::Own(self.run_start..self.buf.len()));
+            }
+            self.segs.push(Seg::Shared(b));
+            self.run_start = self.buf.len();
+        } else {
+            self.buf.extend_from_slice(&b);
+        }
+    }
+
     /// Writes a byte buffer of `n` bytes that `fill` appends to the vector it is given, straight
     /// into the message: what `write_bytes` of those bytes writes (a reader reads them with
     /// `read_bytes` or `read_bytes_to`), without putting them together somewhere else first.
@@ -235,6 +258,7 @@ impl<'a> WriteMessage<'a> {
             .iter()
             .map(|s| match s {
                 Seg::Borrowed(b) => b.len(),
+                Seg::Shared(b) => b.len(),
                 Seg::Own(_) => 0,
             })
             .sum();
@@ -252,12 +276,33 @@ impl<'a> WriteMessage<'a> {
             parts.push(match s {
                 Seg::Own(r) => &self.buf[r.clone()],
                 Seg::Borrowed(b) => b,
+                Seg::Shared(b) => &b[..],
             });
         }
         if self.run_start < self.buf.len() {
             parts.push(&self.buf[self.run_start..]);
         }
         parts
+    }
+
+    /// The shared buffers among the parts, one entry per part of [`parts`](Self::parts);
+    /// empty when there are none.
+    fn owners(&self) -> smallvec::SmallVec<[Option<Bytes>; 8]> {
+        if !self.segs.iter().any(|s| matches!(s, Seg::Shared(_))) {
+            return smallvec::SmallVec::new();
+        }
+        let mut owners: smallvec::SmallVec<[Option<Bytes>; 8]> = self
+            .segs
+            .iter()
+            .map(|s| match s {
+                Seg::Shared(b) => Some(b.clone()),
+                _ => None,
+            })
+            .collect();
+        if self.run_start < self.buf.len() {
+            owners.push(None);
+        }
+        owners
     }
 
     /// Sends the message to every connection of the port; returns the payload size in bytes.
@@ -272,10 +317,10 @@ impl<'a> WriteMessage<'a> {
             Sink::Port(mut guard) => {
                 let r = if self.segs.is_empty() {
                     // Nothing borrowed: the message is the buffer.
-                    guard.send(&[&self.buf[..]], len, big)
+                    guard.send(&[&self.buf[..]], &[], len, big)
                 } else {
                     let parts = self.parts();
-                    guard.send(&parts, len, big)
+                    guard.send(&parts, &self.owners(), len, big)
                 };
                 guard.recycle(std::mem::take(&mut self.buf));
                 crate::trace::message_sent(len);
@@ -852,6 +897,25 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn a_shared_buffer_is_written_as_its_bytes_would_be() {
+        let big = Bytes::from((0..10_000u32).map(|i| i as u8).collect::<Vec<u8>>());
+        let mut a = WriteMessage::detached();
+        a.write_u8(7);
+        a.write_shared_bytes(big.clone());
+        a.write_shared_bytes(Bytes::from_static(b"small"));
+        a.write_u8(9);
+        let mut b = WriteMessage::detached();
+        b.write_u8(7);
+        b.write_bytes(&big);
+        b.write_bytes(b"small");
+        b.write_u8(9);
+        assert_eq!(a.len(), b.len());
+        assert_eq!(a.owners().iter().filter(|o| o.is_some()).count(), 1);
+        assert_eq!(a.owners().len(), a.parts().len());
+        assert!(a.into_bytes().unwrap() == b.into_bytes().unwrap());
     }
 
     #[test]

@@ -56,7 +56,13 @@ pub(crate) struct SendGuard<'a> {
 }
 
 impl SendGuard<'_> {
-    pub(crate) fn send(&mut self, parts: &[&[u8]], len: u64, big_endian: bool) -> Result<()> {
+    pub(crate) fn send(
+        &mut self,
+        parts: &[&[u8]],
+        owned: &[Option<bytes::Bytes>],
+        len: u64,
+        big_endian: bool,
+    ) -> Result<()> {
         if self.guard.conns.is_empty() {
             return Err(Error::NotConnected(self.port.id));
         }
@@ -81,7 +87,7 @@ impl SendGuard<'_> {
         let conns = &mut self.guard.conns;
         let sent = if let [c] = &mut conns[..] {
             let rank = c.target.rank();
-            writer::send(&mut [&mut *c.sink], parts, len, big_endian, &|_| {
+            writer::send(&mut [&mut *c.sink], parts, owned, len, big_endian, &|_| {
                 pool.inner.is_gone_rank(rank)
             })
         } else {
@@ -89,7 +95,7 @@ impl SendGuard<'_> {
                 conns.iter().map(|c| c.target.rank()).collect();
             let mut sinks: smallvec::SmallVec<[&mut (dyn Sink + 'static); 4]> =
                 conns.iter_mut().map(|c| &mut *c.sink).collect();
-            writer::send(&mut sinks, parts, len, big_endian, &|i| {
+            writer::send(&mut sinks, parts, owned, len, big_endian, &|i| {
                 pool.inner.is_gone_rank(ranks[i])
             })
         };

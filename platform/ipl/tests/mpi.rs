@@ -140,12 +140,15 @@ fn ports(ibis: &Ibis, all: &[NodeId]) {
     assert_eq!(sp.connection_drivers()[0].2, "mpi");
     let big: Vec<f64> = (0..100_000).map(|i| (i + me) as f64 / 3.0).collect();
     let odd = pattern(me as u64, 17_001);
+    // Sent from where it is, in pieces (one not whole), without a copy.
+    let shared = ipl::Bytes::from(pattern(me as u64 + 100, 600_001));
     for round in 0..3u32 {
         let mut w = sp.message();
         w.write_u32(round);
         w.write_u64(me as u64);
         w.write_slice(&big[..]);
         w.write_bytes(&odd);
+        w.write_shared_bytes(shared.clone());
         w.write(&format!("from {me}")).expect("serialize");
         w.finish().expect("send ring");
         let from = (me + n - 1) % n;
@@ -159,6 +162,7 @@ fn ports(ibis: &Ibis, all: &[NodeId]) {
             .enumerate()
             .all(|(i, v)| *v == (i + from) as f64 / 3.0));
         assert_eq!(r.read_bytes().unwrap(), pattern(from as u64, 17_001));
+        assert!(r.read_bytes().unwrap() == pattern(from as u64 + 100, 600_001));
         assert_eq!(r.read::<String>().unwrap(), format!("from {from}"));
         r.finish();
     }

@@ -132,6 +132,49 @@ fn byte_strings_and_slices_arrive_whole_small_or_large() {
 }
 
 #[test]
+fn shared_buffers_arrive_as_byte_strings_and_stay_the_senders() {
+    // A shared buffer is sent from where it is by the drivers that can (the inproc pipe's
+    // chunks are slices of it); it reads as write_bytes of the same bytes would, and the
+    // sender's buffer is unchanged and still its own afterwards.
+    for d in DRIVERS {
+        run_pool(d, 2, move |ibis, all| {
+            let t = ty(Connection::OneToOne);
+            let rp = ibis.receive_port(&t, "in")?;
+            let big: Vec<u8> = (0..700_001u32).map(|i| (i % 253) as u8).collect();
+            let shared = ipl::Bytes::from(big.clone());
+            if ibis.id().rank() == 0 {
+                let sp = ibis.send_port(&t)?;
+                sp.connect(&all[1], "in")?;
+                for round in 0..3u32 {
+                    let mut w = sp.message();
+                    w.write_u32(round);
+                    w.write_shared_bytes(shared.slice(1..));
+                    w.write_shared_bytes(ipl::Bytes::from_static(b"tiny"));
+                    w.write_bytes(b"after");
+                    w.write_shared_bytes(shared.clone());
+                    w.finish()?;
+                }
+                assert!(shared[..] == big[..], "the sender's buffer changed");
+            } else {
+                for round in 0..3u32 {
+                    let mut r = rp.receive()?;
+                    assert_eq!(r.read_u32()?, round);
+                    assert!(r.read_bytes()? == big[1..], "a shared slice differs");
+                    assert_eq!(r.read_bytes()?, b"tiny");
+                    assert_eq!(r.read_bytes()?, b"after");
+                    let mut buf = vec![0u8; big.len()];
+                    r.read_bytes_into(&mut buf)?;
+                    assert!(buf == big, "a shared buffer differs");
+                    assert_eq!(r.remaining(), 0);
+                    r.finish();
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+#[test]
 fn multicast_reaches_three_receivers() {
     for d in DRIVERS {
         let got = run_pool(d, 4, |ibis, all| {

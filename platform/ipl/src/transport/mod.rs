@@ -132,6 +132,9 @@ pub(crate) struct Frame<'a> {
     pub header: [u8; HEADER_LEN],
     /// The message, in parts borrowed from the caller until the send returns.
     pub parts: &'a [&'a [u8]],
+    /// Empty, or for each part whether it is a shared buffer, which a sink may keep a
+    /// reference to rather than copy (see `WriteMessage::write_shared_bytes`).
+    pub owned: &'a [Option<Bytes>],
     /// Header and parts together, in bytes.
     pub len: u64,
     /// The parts as shared chunks, made once for all connections that need owned bytes (a

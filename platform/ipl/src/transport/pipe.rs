@@ -139,11 +139,24 @@ pub(crate) struct PipeWriter {
     at: (u64, usize),
 }
 
-/// A message's parts as chunks of at most [`PIPE_CHUNK`] bytes.
-fn to_chunks(parts: &[&[u8]]) -> Vec<Bytes> {
+/// A message's parts as chunks of at most [`PIPE_CHUNK`] bytes. A shared buffer among them
+/// (`owned`, see `WriteMessage::write_shared_bytes`) is not copied: its chunks are slices of it.
+fn to_chunks(parts: &[&[u8]], owned: &[Option<Bytes>]) -> Vec<Bytes> {
     let mut out = Vec::new();
     let mut cur: Vec<u8> = Vec::new();
-    for p in parts {
+    for (i, p) in parts.iter().enumerate() {
+        if let Some(Some(shared)) = owned.get(i) {
+            if !cur.is_empty() {
+                out.push(Bytes::from(std::mem::take(&mut cur)));
+            }
+            let mut at = 0;
+            while at < shared.len() {
+                let end = (at + PIPE_CHUNK).min(shared.len());
+                out.push(shared.slice(at..end));
+                at = end;
+            }
+            continue;
+        }
         for piece in p.chunks(PIPE_CHUNK) {
             if cur.len() + piece.len() > PIPE_CHUNK && !cur.is_empty() {
                 out.push(Bytes::from(std::mem::take(&mut cur)));
@@ -159,7 +172,9 @@ fn to_chunks(parts: &[&[u8]]) -> Vec<Bytes> {
 
 impl Sink for PipeWriter {
     fn write(&mut self, frame: &Frame<'_>, offset: u64) -> io::Result<u64> {
-        let chunks = frame.chunks.get_or_init(|| to_chunks(frame.parts));
+        let chunks = frame
+            .chunks
+            .get_or_init(|| to_chunks(frame.parts, frame.owned));
         let mut at = offset;
         let mut next = if offset == self.at.0 { self.at.1 } else { 0 };
         if at == 0 {

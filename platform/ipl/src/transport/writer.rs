@@ -24,12 +24,13 @@ pub(crate) type Failures = SmallVec<[(usize, String); 1]>;
 pub(crate) fn send(
     sinks: &mut [&mut (dyn Sink + 'static)],
     parts: &[&[u8]],
+    owned: &[Option<bytes::Bytes>],
     len: u64,
     big_endian: bool,
     dead: &dyn Fn(usize) -> bool,
 ) -> Result<(), Failures> {
     let chunks = std::cell::OnceCell::new();
-    let sent = send_frames(sinks, parts, len, big_endian, dead, &chunks);
+    let sent = send_frames(sinks, parts, owned, len, big_endian, dead, &chunks);
     // Only sinks that need owned bytes make the chunks, and most frames never do: the check
     // stays here and the freeing out of line, whatever the compiler makes of the rest.
     if let Some(made) = chunks.into_inner() {
@@ -49,6 +50,7 @@ fn release_chunks(chunks: Vec<bytes::Bytes>) {
 fn send_frames(
     sinks: &mut [&mut (dyn Sink + 'static)],
     parts: &[&[u8]],
+    owned: &[Option<bytes::Bytes>],
     len: u64,
     big_endian: bool,
     dead: &dyn Fn(usize) -> bool,
@@ -64,6 +66,7 @@ fn send_frames(
         }
         .encode(),
         parts,
+        owned,
         len: total,
         chunks,
     };

@@ -336,6 +336,14 @@ impl MpiSink {
         Ok(())
     }
 
+    /// The next piece, of `len` bytes, as a slice of a shared buffer, when it lies within one
+    /// (see `WriteMessage::write_shared_bytes`).
+    fn shared_piece(&self, frame: &Frame<'_>, len: usize) -> Option<Bytes> {
+        let shared = frame.owned.get(self.frame.part)?.as_ref()?;
+        let at = self.frame.part_at;
+        (at + len <= shared.len()).then(|| shared.slice(at..at + len))
+    }
+
     fn write_frame(&mut self, frame: &Frame<'_>, offset: u64) -> io::Result<u64> {
         self.check_receiver()?;
         self.outbox.reap(&self.world)?;
@@ -392,6 +400,20 @@ impl MpiSink {
             }
             if !self.room(len)? {
                 break;
+            }
+            if let Some(piece) = self.shared_piece(frame, len as usize) {
+                // A piece of a shared buffer: MPI reads it where it is, and the outbox keeps
+                // a reference to it until the send completes.
+                self.frame.part_at += piece.len();
+                if self.frame.part_at == frame.parts[self.frame.part].len() {
+                    self.frame.part += 1;
+                    self.frame.part_at = 0;
+                }
+                self.sent += len;
+                self.outbox
+                    .start(&self.world, self.dest, self.bulk_tag, Buf::Shared(piece))?;
+                self.frame.posted += len;
+                continue;
             }
             let mut buf = self.outbox.buffer();
             buf.reserve(len as usize);

@@ -439,6 +439,7 @@ impl Sink for ShmOut {
         let frame = Frame {
             header,
             parts: &parts,
+            owned: &[],
             len: close.len() as u64,
             chunks: &chunks,
         };

@@ -1062,6 +1062,7 @@ mod tests {
         Frame {
             header: [h; 24],
             parts,
+            owned: &[],
             len: 24 + parts.iter().map(|x| x.len() as u64).sum::<u64>(),
             chunks,
         }
@@ -1145,6 +1146,7 @@ mod tests {
             let frame = Frame {
                 header: [k as u8; 24],
                 parts: &parts,
+                owned: &[],
                 len: 24 + data.len() as u64,
                 chunks: &chunks,
             };
@@ -1178,6 +1180,7 @@ mod tests {
             let frame = Frame {
                 header: [k as u8; 24],
                 parts: &parts,
+                owned: &[],
                 len: 24 + data.len() as u64,
                 chunks: &chunks,
             };
@@ -1344,6 +1347,7 @@ mod tests {
         let frame = Frame {
             header: [0; 24],
             parts: &parts,
+            owned: &[],
             len: 5024,
             chunks: &chunks,
         };
@@ -1390,6 +1394,7 @@ mod tests {
         let frame = Frame {
             header: [0; 24],
             parts: &[],
+            owned: &[],
             len: 24,
             chunks: &chunks,
         };
@@ -1407,6 +1412,7 @@ mod tests {
         let frame = Frame {
             header: [0; 24],
             parts: &parts,
+            owned: &[],
             len: 5024,
             chunks: &chunks,
         };
@@ -1435,6 +1441,7 @@ mod tests {
         let frame = Frame {
             header: [9; 24],
             parts: &parts,
+            owned: &[],
             len: 40,
             chunks: &chunks,
         };

@@ -196,18 +196,18 @@ impl Drop for Bsp {
 
 /// A wait on the host board polls the control port and looks at failures once every this many
 /// looks at the board.
-pub(crate) const BOARD_STEP: u32 = 64;
+const BOARD_STEP: u32 = 64;
 /// Where every process has a processor, a wait on the host board first only looks this many
 /// times (some tens of microseconds), which is all most waits take: polling the control port
 /// is a system call, and one under way when the row comes delays the process that waits.
 /// What the polls look for (a peer in another operation, a failure, the time limit) is
 /// found as well a little later.
-pub(crate) const BOARD_LOOKS_FIRST: u32 = 2048;
+const BOARD_LOOKS_FIRST: u32 = 2048;
 /// Up to this many processes, each reads the others' memory directly where the system
 /// allows it (a descriptor for each other process).
 const PEERS_MAX: usize = 64;
 /// How long a wait on the host board looks before it sleeps between looks.
-pub(crate) const BOARD_SPIN: std::time::Duration = std::time::Duration::from_millis(1);
+const BOARD_SPIN: std::time::Duration = std::time::Duration::from_millis(1);
 
 impl Bsp {
     /// Makes this node of a closed pool a process of a bulk-synchronous program: its pid is its
@@ -455,13 +455,34 @@ impl Bsp {
         call: &crate::collective::Call,
         wait: &mut crate::net::BoardWait,
     ) -> Result<()> {
+        let look = |this: &Self| match ready(board) {
+            Ok(true) => Ok(Some(())),
+            Ok(false) => Ok(None),
+            Err(reason) => Err(this.board_error(pid, reason)),
+        };
+        let nap = || board.sleep_on(pid, self.opts.wait_slice, &ready);
+        self.wait_looking(call, wait, look, nap)
+    }
+
+    /// Waits until `look` finds what this process waits for (in operation `call`, outside the
+    /// messages: on the host board, or on the mpi driver's word channel): looks again and
+    /// again, polling the control port and looking at failures every [`BOARD_STEP`] looks
+    /// (see [`Net::board_step`](crate::net::Net::board_step)), and calls `nap` between looks
+    /// once the wait has lasted [`BOARD_SPIN`]. Where the host's processes outnumber its
+    /// processors, it yields between looks instead of spinning.
+    #[inline(always)]
+    pub(crate) fn wait_looking<R>(
+        &self,
+        call: &crate::collective::Call,
+        wait: &mut crate::net::BoardWait,
+        mut look: impl FnMut(&Self) -> Result<Option<R>>,
+        nap: impl Fn(),
+    ) -> Result<R> {
         let crowded = self.ibis.pool().crowded();
         let mut looks = 0u32;
         loop {
-            match ready(board) {
-                Ok(true) => return Ok(()),
-                Ok(false) => {}
-                Err(reason) => return Err(self.board_error(pid, reason)),
+            if let Some(found) = look(self)? {
+                return Ok(found);
             }
             looks = looks.wrapping_add(1);
             if looks % BOARD_STEP != 0 || (!crowded && looks < BOARD_LOOKS_FIRST) {
@@ -476,7 +497,7 @@ impl Bsp {
                 .net_for_op()
                 .board_step(wait, call.op, call.sig, &call.ctx)?;
             if waited >= BOARD_SPIN {
-                board.sleep_on(pid, self.opts.wait_slice, &ready);
+                nap();
             }
         }
     }
@@ -779,7 +800,7 @@ impl Bsp {
     /// The connections, locked for a step of the operation in progress: tells them first of
     /// the operation's start, if it was not told yet (see [`begin_op`](Bsp::begin_op)).
     #[inline(always)]
-    pub(crate) fn net_for_op(&self) -> QuickMutexGuard<'_, Net> {
+    fn net_for_op(&self) -> QuickMutexGuard<'_, Net> {
         let mut net = self.net();
         if let Some(seq) = self.unstarted.take() {
             net.started(self.comm, seq);

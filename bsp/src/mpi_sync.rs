@@ -199,54 +199,27 @@ impl Bsp {
     /// and, as a wait on the host board does, polls the control port and looks at failures
     /// between looks; MPI gives nothing to sleep on, so a long wait naps between looks.
     fn channel_wait(&mut self, call: &Call, pid: usize) -> Result<Words> {
-        let crowded = self.ibis().pool().crowded();
         let mut wait = crate::net::BoardWait::new();
-        let mut looks = 0u32;
-        loop {
-            {
-                let mut net = self.net();
-                let Some(m) = net.words.as_mut() else {
-                    return Err(no_channel(self.pid));
-                };
-                match m.chan.test() {
-                    Ok(None) => {}
-                    Ok(Some(msg)) => return Ok(Words::from_slice(msg)),
-                    Err(e) => {
-                        return Err(net.ipl_error(
-                            &call.ctx,
-                            format!("receiving counts from pid {pid}"),
-                            e,
-                        ))
-                    }
-                }
-            }
-            looks = looks.wrapping_add(1);
-            if looks % crate::core::BOARD_STEP != 0
-                || (!crowded && looks < crate::core::BOARD_LOOKS_FIRST)
-            {
-                if crowded {
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
-                continue;
-            }
-            let waited = self
-                .net_for_op()
-                .board_step(&mut wait, call.op, call.sig, &call.ctx);
-            match waited {
-                Ok(w) if w >= crate::core::BOARD_SPIN => {
-                    std::thread::sleep(std::time::Duration::from_micros(50))
-                }
-                Ok(_) => {}
+        let look = |this: &Self| {
+            let mut net = this.net();
+            let Some(m) = net.words.as_mut() else {
+                return Err(no_channel(this.pid));
+            };
+            match m.chan.test() {
+                Ok(got) => Ok(got.map(Words::from_slice)),
                 Err(e) => {
-                    if let Some(m) = self.net().words.as_mut() {
-                        m.chan.cancel();
-                    }
-                    return Err(e);
+                    Err(net.ipl_error(&call.ctx, format!("receiving counts from pid {pid}"), e))
                 }
+            }
+        };
+        let nap = || std::thread::sleep(std::time::Duration::from_micros(50));
+        let got = self.wait_looking(call, &mut wait, look, nap);
+        if got.is_err() {
+            if let Some(m) = self.net().words.as_mut() {
+                m.chan.cancel();
             }
         }
+        got
     }
 
     /// Waits for the message of round `round` from `pid`, whose receive is posted, and adds its

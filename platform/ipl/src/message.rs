@@ -152,14 +152,19 @@ impl<'a> WriteMessage<'a> {
     #[inline]
     fn borrow_or_copy(&mut self, bytes: &'a [u8]) {
         if bytes.len() >= ZERO_COPY_MIN {
-            if self.run_start < self.buf.len() {
-                self.segs.push(Seg::Own(self.run_start..self.buf.len()));
-            }
-            self.segs.push(Seg::Borrowed(bytes));
-            self.run_start = self.buf.len();
+            self.push_seg(Seg::Borrowed(bytes));
         } else {
             self.buf.extend_from_slice(bytes);
         }
+    }
+
+    /// Ends the run of bytes in the buffer and puts `seg` after it.
+    fn push_seg(&mut self, seg: Seg<'a>) {
+        if self.run_start < self.buf.len() {
+            self.segs.push(Seg::Own(self.run_start..self.buf.len()));
+        }
+        self.segs.push(seg);
+        self.run_start = self.buf.len();
     }
 
     /// Writes a slice of primitives (with its length). In native byte order, slices of 4 KiB or
@@ -196,11 +201,7 @@ impl<'a> WriteMessage<'a> {
     pub fn write_shared_bytes(&mut self, b: Bytes) {
         self.len_prefix(TAG_BYTES, b.len() as u64);
         if b.len() >= ZERO_COPY_MIN {
-            if self.run_start < self.buf.len() {
-                self.segs.push(Seg::Own(self.run_start..self.buf.len()));
-            }
-            self.segs.push(Seg::Shared(b));
-            self.run_start = self.buf.len();
+            self.push_seg(Seg::Shared(b));
         } else {
             self.buf.extend_from_slice(&b);
         }

@@ -1309,53 +1309,24 @@ mod over_mpi {
         Ok(first.then(|| Rtt::of(&h)))
     }
 
-    fn ipl_tp(
-        p: &Ports,
+    /// ipl: `first` sends `messages` 100 KB messages that `write` writes (and the other reads
+    /// with `read`), and waits for a 1-byte acknowledgement; returns MB/s.
+    fn ipl_tp<'d>(
+        p: &'d Ports,
         first: bool,
         messages: u32,
-        data: &[f64],
-        buf: &mut [f64],
+        mut write: impl FnMut(&mut ipl::WriteMessage<'d>),
+        mut read: impl FnMut(&mut ipl::ReadMessage) -> ipl::Result<()>,
     ) -> ipl::Result<Option<f64>> {
         let t = Instant::now();
         for _ in 0..messages {
             if first {
                 let mut w = p.sp.message();
-                w.write_slice(data);
+                write(&mut w);
                 w.finish()?;
             } else {
                 let mut m = p.rp.receive_timeout(PEER_WAIT)?;
-                m.read_slice_into(buf)?;
-            }
-        }
-        if first {
-            p.rp.receive_timeout(PEER_WAIT)?.finish();
-        } else {
-            let mut w = p.sp.message();
-            w.write_u8(1);
-            w.finish()?;
-        }
-        Ok(first.then(|| (messages as usize * KB100) as f64 / t.elapsed().as_secs_f64() / 1e6))
-    }
-
-    /// [`ipl_tp`] with the message written as a shared buffer
-    /// ([`WriteMessage::write_shared_bytes`](ipl::WriteMessage::write_shared_bytes)), which the
-    /// mpi driver sends from where it is instead of copying it first, and read into `buf`.
-    fn ipl_tp_shared(
-        p: &Ports,
-        first: bool,
-        messages: u32,
-        data: &bytes::Bytes,
-        buf: &mut [u8],
-    ) -> ipl::Result<Option<f64>> {
-        let t = Instant::now();
-        for _ in 0..messages {
-            if first {
-                let mut w = p.sp.message();
-                w.write_shared_bytes(data.clone());
-                w.finish()?;
-            } else {
-                let mut m = p.rp.receive_timeout(PEER_WAIT)?;
-                m.read_bytes_into(buf)?;
+                read(&mut m)?;
             }
         }
         if first {
@@ -1429,15 +1400,18 @@ mod over_mpi {
                     refill_t.push(x);
                 }
                 comm.barrier();
-                if let Some(x) =
-                    ipl_tp(&p, first, args.messages, &data, &mut buf).ctx("ipl throughput")?
-                {
+                let read = |m: &mut ipl::ReadMessage| m.read_slice_into(&mut buf);
+                let sent = ipl_tp(&p, first, args.messages, |w| w.write_slice(&data[..]), read);
+                if let Some(x) = sent.ctx("ipl throughput")? {
                     ipl_t.push(x);
                 }
                 comm.barrier();
-                if let Some(x) = ipl_tp_shared(&p, first, args.messages, &shared, &mut shared_buf)
-                    .ctx("ipl throughput of a shared buffer")?
-                {
+                // The same bytes as a shared buffer, which the mpi driver sends from where it
+                // is instead of copying it first (`WriteMessage::write_shared_bytes`).
+                let write = |w: &mut ipl::WriteMessage<'_>| w.write_shared_bytes(shared.clone());
+                let read = |m: &mut ipl::ReadMessage| m.read_bytes_into(&mut shared_buf);
+                let sent = ipl_tp(&p, first, args.messages, write, read);
+                if let Some(x) = sent.ctx("ipl throughput of a shared buffer")? {
                     shared_t.push(x);
                 }
             }

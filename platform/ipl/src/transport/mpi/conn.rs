@@ -251,6 +251,17 @@ pub(super) struct Progress {
     part_at: usize,
 }
 
+impl Progress {
+    /// Notes that `k` more bytes of the current part of `parts` were handed to MPI.
+    fn advance(&mut self, parts: &[&[u8]], k: usize) {
+        self.part_at += k;
+        if self.part_at == parts[self.part].len() {
+            self.part += 1;
+            self.part_at = 0;
+        }
+    }
+}
+
 impl MpiSink {
     /// Reads the receiver's confirmations; true when some arrived.
     fn read_confirmations(&mut self) -> io::Result<bool> {
@@ -404,11 +415,7 @@ impl MpiSink {
             if let Some(piece) = self.shared_piece(frame, len as usize) {
                 // A piece of a shared buffer: MPI reads it where it is, and the outbox keeps
                 // a reference to it until the send completes.
-                self.frame.part_at += piece.len();
-                if self.frame.part_at == frame.parts[self.frame.part].len() {
-                    self.frame.part += 1;
-                    self.frame.part_at = 0;
-                }
+                self.frame.advance(frame.parts, piece.len());
                 self.sent += len;
                 self.outbox
                     .start(&self.world, self.dest, self.bulk_tag, Buf::Shared(piece))?;
@@ -422,11 +429,7 @@ impl MpiSink {
                 let rest = &part[self.frame.part_at..];
                 let k = rest.len().min(len as usize - buf.len());
                 buf.extend_from_slice(&rest[..k]);
-                self.frame.part_at += k;
-                if self.frame.part_at == part.len() {
-                    self.frame.part += 1;
-                    self.frame.part_at = 0;
-                }
+                self.frame.advance(frame.parts, k);
             }
             self.sent += len;
             self.outbox

@@ -461,7 +461,7 @@ impl Bsp {
             Err(reason) => Err(this.board_error(pid, reason)),
         };
         let nap = || board.sleep_on(pid, self.opts.wait_slice, &ready);
-        self.wait_looking(call, wait, look, nap)
+        self.wait_looking(call, wait, None, look, nap)
     }
 
     /// Waits until `look` finds what this process waits for (in operation `call`, outside the
@@ -469,12 +469,14 @@ impl Bsp {
     /// again, polling the control port and looking at failures every [`BOARD_STEP`] looks
     /// (see [`Net::board_step`](crate::net::Net::board_step)), and calls `nap` between looks
     /// once the wait has lasted [`BOARD_SPIN`]. Where the host's processes outnumber its
-    /// processors, it yields between looks instead of spinning.
+    /// processors, it yields between looks instead of spinning. `waiting_for` as in
+    /// `board_step`.
     #[inline(always)]
     pub(crate) fn wait_looking<R>(
         &self,
         call: &crate::collective::Call,
         wait: &mut crate::net::BoardWait,
+        waiting_for: Option<usize>,
         mut look: impl FnMut(&Self) -> Result<Option<R>>,
         nap: impl Fn(),
     ) -> Result<R> {
@@ -493,9 +495,9 @@ impl Bsp {
                 }
                 continue;
             }
-            let waited = self
-                .net_for_op()
-                .board_step(wait, call.op, call.sig, &call.ctx)?;
+            let waited =
+                self.net_for_op()
+                    .board_step(wait, call.op, call.sig, &call.ctx, waiting_for)?;
             if waited >= BOARD_SPIN {
                 nap();
             }

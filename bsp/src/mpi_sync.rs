@@ -213,7 +213,9 @@ impl Bsp {
             }
         };
         let nap = || std::thread::sleep(std::time::Duration::from_micros(50));
-        let got = self.wait_looking(call, &mut wait, look, nap);
+        // Only `pid` tells whether this wait can end: a peer that is not this round's partner
+        // may have finished the sync and gone on to a group's operation with this process.
+        let got = self.wait_looking(call, &mut wait, Some(pid), look, nap);
         if got.is_err() {
             if let Some(m) = self.net().words.as_mut() {
                 m.chan.cancel();

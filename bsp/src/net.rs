@@ -1076,12 +1076,20 @@ impl Net {
     /// and fails when a message shows a peer in another operation with this sequence number,
     /// or waiting in a group for this process (see [`Net::crossed`]); after each wait slice it
     /// looks at failures as other waits do. Returns how long the wait has lasted.
+    ///
+    /// `waiting_for`: the peer whose part this process waits for, where only it can tell (the
+    /// mpi word channel's butterfly, in which a peer that is not a partner of this round may
+    /// have finished the operation and gone on to the next, in a group, while this process
+    /// still waits for its partner); `None` on the board, where a peer that has finished the
+    /// operation has seen every process's row, so that this process's next look finds what it
+    /// waits for and a peer in a group that waits for this one is a mismatch.
     pub(crate) fn board_step(
         &mut self,
         wait: &mut BoardWait,
         op: u8,
         sig: u64,
         ctx: &Ctx,
+        waiting_for: Option<usize>,
     ) -> Result<Duration> {
         if !self.stash.is_empty() {
             let seq = ctx.seq;
@@ -1104,7 +1112,10 @@ impl Net {
                     theirs: format!("called {}", op::name(m.hdr.op)),
                 });
             }
-            let srcs: Vec<usize> = self.stash.keys().map(|k| k.3 as usize).collect();
+            let srcs: Vec<usize> = match waiting_for {
+                Some(src) => vec![src],
+                None => self.stash.keys().map(|k| k.3 as usize).collect(),
+            };
             if let Some(e) = srcs
                 .into_iter()
                 .find_map(|src| self.crossed(src, 0, seq, op))

@@ -179,7 +179,7 @@ fn a_farm_under_ipl_run_tolerate_failures_survives_a_killed_worker() {
     let n = 20_000_000;
     let (k, v) = testkit::marker("mw-tolerate");
     let mark = format!("{k}={v}");
-    let _cleanup = testkit::KillMarked(vec![mark.clone()]);
+    let _cleanup = testkit::KillMarked::new(vec![mark.clone()]);
     let mut run = Reaped(
         Command::new(ipl_run())
             .args(["-n", "4", "--tolerate-failures", "-x", &mark, "--"])

@@ -25,7 +25,7 @@ fn ipl_run() -> PathBuf {
 fn run(victim: Option<(u32, Duration)>) -> (serde_json::Value, bool) {
     let (key, value) = testkit::marker("uts-crash");
     let mark = format!("{key}={value}");
-    let _cleanup = KillMarked(vec![mark.clone()]);
+    let _cleanup = KillMarked::new(vec![mark.clone()]);
     let mut child = Reaped::start(
         Command::new(ipl_run())
             .args(["-n", "4", "--tolerate-failures", "--"])

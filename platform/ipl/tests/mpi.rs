@@ -53,7 +53,7 @@ fn run_launched(
         .stdin(Stdio::null());
     let (status, out, err) = Reaped::start(&mut cmd).output(Instant::now() + LIMIT);
     // mpirun has ended: none of its ranks may be left.
-    let entries: Vec<&str> = ranks.0.iter().map(String::as_str).collect();
+    let entries = ranks.entries();
     let left = testkit::wait_unmarked(&entries, Instant::now() + Duration::from_secs(10));
     assert_eq!(
         left,
@@ -411,7 +411,7 @@ fn port_patterns_under_srun_with_pmix() {
         .env(&mark, &value);
     let (ok, out, err) = run_launched(
         cmd,
-        testkit::KillMarked(vec![format!("{mark}={value}")]),
+        testkit::KillMarked::new(vec![format!("{mark}={value}")]),
         "ports",
     );
     assert!(ok, "srun -n 2: failed\n{out}\n{err}");

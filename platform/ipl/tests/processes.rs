@@ -358,7 +358,7 @@ fn sigterm_sighup_and_sigint_to_ipl_run_leave_no_process_behind() {
     ] {
         let (k, v) = testkit::marker("signals");
         let mark = format!("{k}={v}");
-        let _cleanup = testkit::KillMarked(vec![mark.clone()]);
+        let _cleanup = testkit::KillMarked::new(vec![mark.clone()]);
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ipl-run"));
         cmd.args(["-n", "2", "-x", &mark, "--"])
             .arg(std::env::current_exe().unwrap())

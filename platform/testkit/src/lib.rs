@@ -213,13 +213,31 @@ pub fn wait_unmarked(entries: &[&str], deadline: Instant) -> Result<(), Vec<i32>
 }
 
 /// Kills every process whose environment holds all of its entries when dropped, so that a
-/// test that fails half-way leaves none of the processes it marked behind.
-pub struct KillMarked(pub Vec<String>);
+/// test that fails half-way leaves none of the processes it marked behind; and removes the
+/// directory it was given, if any, after them.
+pub struct KillMarked {
+    entries: Vec<String>,
+    dir: Option<std::path::PathBuf>,
+}
+
+impl KillMarked {
+    /// A guard of the processes whose environment holds all of `entries`.
+    pub fn new(entries: Vec<String>) -> Self {
+        KillMarked { entries, dir: None }
+    }
+
+    /// The entries that mark the guarded processes.
+    pub fn entries(&self) -> Vec<&str> {
+        self.entries.iter().map(String::as_str).collect()
+    }
+}
 
 impl Drop for KillMarked {
     fn drop(&mut self) {
-        let entries: Vec<&str> = self.0.iter().map(String::as_str).collect();
-        kill_marked(&entries);
+        kill_marked(&self.entries());
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
@@ -245,15 +263,33 @@ pub fn mpirun(test: &str, n: u32, pass: &[&str]) -> Option<(Command, KillMarked)
         return None;
     };
     let (mark, value) = marker("mpirun");
+    // A session directory of its own: OpenMPI 4's runs that start at the same moment (tests
+    // run in parallel) race to make the one they share, and the loser fails with "File
+    // exists" (orte/util/session_dir.c).
+    let dir = std::env::temp_dir().join(format!("testkit-{value}"));
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        panic!("{test}: making {}: {e}", dir.display());
+    }
     let mut cmd = Command::new(mpirun);
-    cmd.args(["--allow-run-as-root", "--oversubscribe", "-n"])
-        .arg(n.to_string())
-        .args(["-x", &mark])
-        .env(&mark, &value);
+    cmd.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "--mca",
+        "orte_tmpdir_base",
+    ])
+    .arg(&dir)
+    .arg("-n")
+    .arg(n.to_string())
+    .args(["-x", &mark])
+    .env(&mark, &value);
     for var in pass {
         cmd.args(["-x", var]);
     }
-    Some((cmd, KillMarked(vec![format!("{mark}={value}")])))
+    let guard = KillMarked {
+        entries: vec![format!("{mark}={value}")],
+        dir: Some(dir),
+    };
+    Some((cmd, guard))
 }
 
 pub mod netns {

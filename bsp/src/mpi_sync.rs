@@ -29,7 +29,30 @@ use smallvec::SmallVec;
 type Words = SmallVec<[u64; 16]>;
 
 /// Words in front of the counts in a message.
-pub(crate) const HEAD: usize = 3;
+const HEAD: usize = 3;
+
+/// Where a one-word message between two processes keeps the low 16 bits of its operation's
+/// number (see [`Bsp::pair_over_channel`]); the count takes the bits below.
+const STAMP_SHIFT: u32 = 48;
+const COUNT_BITS: u64 = (1 << STAMP_SHIFT) - 1;
+
+/// The stamp of operation `seq` in a one-word message.
+fn stamp(seq: u64) -> u64 {
+    (seq & 0xffff) << STAMP_SHIFT
+}
+
+/// What a message on the channel says its sender called, if that is operation `seq`: for a
+/// process that waits for messages of operation `seq` and finds a peer in a sync over MPI
+/// instead. A whole message names its operation; a word alone is a sync of two processes.
+pub(crate) fn called_at(msg: &[u64], seq: u64) -> Option<String> {
+    match *msg {
+        [s, op_round, sig, ..] if s == seq => {
+            Some(crate::collective::describe_call(op_round as u8, sig))
+        }
+        [word] if word & !COUNT_BITS == stamp(seq) => Some(op::name(op::SYNC).to_string()),
+        _ => None,
+    }
+}
 
 /// The process's word channel and the MPI rank of each pid of the whole machine.
 pub(crate) struct MpiSync {
@@ -95,7 +118,7 @@ impl Bsp {
         let rounds = f.pof2.trailing_zeros();
         if r < 2 * f.rem {
             if r % 2 == 0 {
-                self.channel_send(call, r + 1, 0, counts)?;
+                self.channel_send(call, r + 1, &head(call, 0), counts)?;
             } else {
                 self.channel_post(call, r - 1)?;
                 self.channel_receive(call, r - 1, 0, counts, true)?;
@@ -105,13 +128,13 @@ impl Bsp {
             for k in 0..rounds {
                 let peer = f.pid(nr ^ (1 << k));
                 self.channel_post(call, peer)?;
-                self.channel_send(call, peer, k + 1, counts)?;
+                self.channel_send(call, peer, &head(call, k + 1), counts)?;
                 self.channel_receive(call, peer, k + 1, counts, true)?;
             }
         }
         if r < 2 * f.rem {
             if r % 2 == 1 {
-                self.channel_send(call, r - 1, rounds + 1, counts)?;
+                self.channel_send(call, r - 1, &head(call, rounds + 1), counts)?;
             } else {
                 self.channel_post(call, r + 1)?;
                 self.channel_receive(call, r + 1, rounds + 1, counts, false)?;
@@ -131,16 +154,16 @@ impl Bsp {
     fn pair_over_channel(&mut self, call: &Call, counts: &mut [u64]) -> Result<()> {
         let (me, peer) = (self.pid, 1 - self.pid);
         let count = counts[peer];
-        let stamp = (call.seq & 0xffff) << 48;
+        let stamp = stamp(call.seq);
         self.channel_post(call, peer)?;
-        if count >> 48 == 0 {
-            self.channel_send_words(call, peer, &[stamp | count])?;
+        if count & !COUNT_BITS == 0 {
+            self.channel_send(call, peer, &[], &[stamp | count])?;
         } else {
-            self.channel_send(call, peer, 1, &[count])?;
+            self.channel_send(call, peer, &head(call, 1), &[count])?;
         }
         let msg = self.channel_wait(call, peer)?;
         let theirs = match msg[..] {
-            [word] if word & 0xffff << 48 == stamp => word & !(0xffff << 48),
+            [word] if word & !COUNT_BITS == stamp => word & COUNT_BITS,
             [word] => {
                 return Err(Error::CollectiveMismatch {
                     pid: me,
@@ -150,7 +173,7 @@ impl Bsp {
                     theirs: format!(
                         "called {} (an operation whose number ends in {:#06x})",
                         op::name(call.op),
-                        word >> 48
+                        word >> STAMP_SHIFT
                     ),
                 })
             }
@@ -160,39 +183,43 @@ impl Bsp {
         Ok(())
     }
 
+    /// Runs `f` on the process's channel and the rank of `pid`, under the connections' lock;
+    /// an error of the channel's becomes one of `what` with `pid`.
+    fn on_channel<R>(
+        &self,
+        call: &Call,
+        pid: usize,
+        what: &str,
+        f: impl FnOnce(&mut MpiSync, usize) -> ipl::Result<R>,
+    ) -> Result<R> {
+        let mut net = self.net();
+        let Some(m) = net.words.as_mut() else {
+            return Err(no_channel(self.pid));
+        };
+        let rank = m.ranks[pid];
+        f(m, rank).map_err(|e| net.ipl_error(&call.ctx, format!("{what} pid {pid}"), e))
+    }
+
     fn channel_post(&mut self, call: &Call, pid: usize) -> Result<()> {
-        let mut net = self.net();
-        let Some(m) = net.words.as_mut() else {
-            return Err(no_channel(self.pid));
-        };
-        let rank = m.ranks[pid];
-        m.chan
-            .post(rank)
-            .map_err(|e| net.ipl_error(&call.ctx, format!("posting a receive from pid {pid}"), e))
+        self.on_channel(call, pid, "posting a receive from", |m, rank| {
+            m.chan.post(rank)
+        })
     }
 
-    /// Sends `counts` to `pid` as the message of round `round`.
-    fn channel_send(&mut self, call: &Call, pid: usize, round: u32, counts: &[u64]) -> Result<()> {
-        let mut net = self.net();
-        let Some(m) = net.words.as_mut() else {
-            return Err(no_channel(self.pid));
-        };
-        m.out.clear();
-        m.out.extend_from_slice(&head(call, round));
-        m.out.extend_from_slice(counts);
-        let rank = m.ranks[pid];
-        let sent = m.chan.send(rank, &m.out);
-        sent.map_err(|e| net.ipl_error(&call.ctx, format!("sending counts to pid {pid}"), e))
-    }
-
-    /// Sends `words` to `pid` as they are.
-    fn channel_send_words(&mut self, call: &Call, pid: usize, words: &[u64]) -> Result<()> {
-        let mut net = self.net();
-        let Some(m) = net.words.as_mut() else {
-            return Err(no_channel(self.pid));
-        };
-        let sent = m.chan.send(m.ranks[pid], words);
-        sent.map_err(|e| net.ipl_error(&call.ctx, format!("sending counts to pid {pid}"), e))
+    /// Sends `head` (empty, or a header from [`head`]) and then `counts` to `pid`.
+    fn channel_send(
+        &mut self,
+        call: &Call,
+        pid: usize,
+        head: &[u64],
+        counts: &[u64],
+    ) -> Result<()> {
+        self.on_channel(call, pid, "sending counts to", |m, rank| {
+            m.out.clear();
+            m.out.extend_from_slice(head);
+            m.out.extend_from_slice(counts);
+            m.chan.send(rank, &m.out)
+        })
     }
 
     /// Waits for the next message from `pid`, whose receive is posted: looks at the channel,
@@ -201,16 +228,9 @@ impl Bsp {
     fn channel_wait(&mut self, call: &Call, pid: usize) -> Result<Words> {
         let mut wait = crate::net::BoardWait::new();
         let look = |this: &Self| {
-            let mut net = this.net();
-            let Some(m) = net.words.as_mut() else {
-                return Err(no_channel(this.pid));
-            };
-            match m.chan.test() {
-                Ok(got) => Ok(got.map(Words::from_slice)),
-                Err(e) => {
-                    Err(net.ipl_error(&call.ctx, format!("receiving counts from pid {pid}"), e))
-                }
-            }
+            this.on_channel(call, pid, "receiving counts from", |m, _| {
+                Ok(m.chan.test()?.map(Words::from_slice))
+            })
         };
         let nap = || std::thread::sleep(std::time::Duration::from_micros(50));
         // Only `pid` tells whether this wait can end: a peer that is not this round's partner

@@ -1026,14 +1026,8 @@ impl Net {
             let Ok(Some(msg)) = m.chan.peek(m.ranks[j]) else {
                 continue;
             };
-            // A whole message names its operation; a word alone is a sync of two processes,
-            // stamped with the low bits of its number (see `mpi_sync`).
-            let theirs = match *msg {
-                [seq, op_round, sig, ..] if seq == ctx.seq => {
-                    crate::collective::describe_call(op_round as u8, sig)
-                }
-                [word] if word >> 48 == ctx.seq & 0xffff => op::name(op::SYNC).to_string(),
-                _ => continue,
+            let Some(theirs) = crate::mpi_sync::called_at(msg, ctx.seq) else {
+                continue;
             };
             return Some(Error::CollectiveMismatch {
                 pid: me,

@@ -32,10 +32,10 @@ pub struct WordChannel {
     /// Messages [`peek`](WordChannel::peek) took before a receive was posted for them, oldest
     /// first.
     early: VecDeque<(c_int, Vec<u64>)>,
-    /// The message `test` hands out when it came early, and its rank, while it is the posted
-    /// one.
+    /// The early message that `post` made the posted one, which `test` hands out.
     given: Vec<u64>,
-    early_posted: Option<c_int>,
+    /// Whether `given` is the posted message (not yet handed out).
+    early_posted: bool,
 }
 
 impl std::fmt::Debug for WordChannel {
@@ -65,7 +65,7 @@ impl WordChannel {
             posted: None,
             early: VecDeque::new(),
             given: Vec::new(),
-            early_posted: None,
+            early_posted: false,
         })
     }
 
@@ -83,13 +83,10 @@ impl WordChannel {
             .ok()
             .filter(|r| *r < self.world.size)
             .ok_or_else(|| {
-                Error::io(
-                    "mpi word channel",
-                    std::io::Error::other(format!(
-                        "rank {rank} is not one of the {} MPI ranks",
-                        self.world.size
-                    )),
-                )
+                misuse(format!(
+                    "rank {rank} is not one of the {} MPI ranks",
+                    self.world.size
+                ))
             })
     }
 
@@ -101,14 +98,11 @@ impl WordChannel {
     pub fn send(&self, rank: usize, words: &[u64]) -> Result<()> {
         let dest = self.rank(rank)?;
         if words.len() > Self::MAX_WORDS {
-            return Err(Error::io(
-                "mpi word channel",
-                std::io::Error::other(format!(
-                    "a message of {} words, more than the {} a channel carries",
-                    words.len(),
-                    Self::MAX_WORDS
-                )),
-            ));
+            return Err(misuse(format!(
+                "a message of {} words, more than the {} a channel carries",
+                words.len(),
+                Self::MAX_WORDS
+            )));
         }
         let live = self.world.live.read_recursive();
         if !*live {
@@ -122,15 +116,14 @@ impl WordChannel {
     /// then completes. One receive at a time.
     pub fn post(&mut self, rank: usize) -> Result<()> {
         let source = self.rank(rank)?;
-        if self.posted.is_some() || self.early_posted.is_some() {
-            return Err(Error::io(
-                "mpi word channel",
-                std::io::Error::other("a receive is posted already"),
-            ));
+        if self.posted.is_some() || self.early_posted {
+            return Err(misuse("a receive is posted already".into()));
         }
-        if self.early.iter().any(|(s, _)| *s == source) {
+        if let Some(i) = self.early.iter().position(|(s, _)| *s == source) {
             // Its next message is here already: `test` hands it out.
-            self.take_early(source);
+            let (_, words) = self.early.remove(i).expect("an index just found");
+            self.given = words;
+            self.early_posted = true;
             return Ok(());
         }
         let live = self.world.live.read_recursive();
@@ -153,29 +146,14 @@ impl WordChannel {
         Ok(())
     }
 
-    /// Moves the oldest early message of `source` to `given`, marked as the posted one.
-    fn take_early(&mut self, source: c_int) {
-        let i = self
-            .early
-            .iter()
-            .position(|(s, _)| *s == source)
-            .expect("checked by the caller");
-        let (_, words) = self.early.remove(i).expect("an index just found");
-        self.given = words;
-        self.early_posted = Some(source);
-    }
-
     /// The message the posted receive took, once it has come; `None` while it has not. The
     /// receive is then used up.
     pub fn test(&mut self) -> Result<Option<&[u64]>> {
-        if self.early_posted.take().is_some() {
+        if std::mem::take(&mut self.early_posted) {
             return Ok(Some(&self.given));
         }
         let Some((req, source)) = self.posted.as_mut() else {
-            return Err(Error::io(
-                "mpi word channel",
-                std::io::Error::other("no receive is posted"),
-            ));
+            return Err(misuse("no receive is posted".into()));
         };
         let source = *source;
         let got = {
@@ -245,7 +223,7 @@ impl WordChannel {
     /// Cancels the posted receive, if any: MPI no longer writes the channel's buffer. A message
     /// that completed it first is lost.
     pub fn cancel(&mut self) {
-        self.early_posted = None;
+        self.early_posted = false;
         let Some((req, source)) = self.posted.take() else {
             return;
         };
@@ -260,6 +238,11 @@ impl WordChannel {
             std::mem::forget(std::mem::take(&mut self.buf));
         }
     }
+}
+
+/// The error of a call that the channel's state or the pool's ranks do not allow.
+fn misuse(what: String) -> Error {
+    Error::io("mpi word channel", std::io::Error::other(what))
 }
 
 impl Drop for WordChannel {

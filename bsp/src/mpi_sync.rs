@@ -14,7 +14,10 @@
 //! channel free, and `BSP_MPI_SYNC` not `0`.
 //!
 //! A message is the operation's sequence number, operation and round, and signature, then the
-//! counts. A process waiting for a peer's counts looks at failures and its control port as a
+//! counts. A round is one call to the channel ([`WordChannel::exchange`](ipl::WordChannel)):
+//! the receive of the partner's message posted, this process's sent, and the first looks at the
+//! receive, under one hold of MPI's state; the wait below takes over only if the partner's
+//! message has not come by then. A process waiting for a peer's counts looks at failures and its control port as a
 //! wait on the board does, so that a peer that called another operation is reported (it sends
 //! a round message that this process finds there); a process waiting for round messages looks
 //! at the channel after each wait slice, so that a peer waiting in `sync` is reported too
@@ -30,6 +33,9 @@ type Words = SmallVec<[u64; 16]>;
 
 /// Words in front of the counts in a message.
 const HEAD: usize = 3;
+/// Looks at the channel that an exchange of two processes makes before its wait, which polls
+/// the control port between looks, takes over.
+const EXCHANGE_LOOKS: u32 = 256;
 
 /// Where a one-word message between two processes keeps the low 16 bits of its operation's
 /// number (see [`Bsp::pair_over_channel`]); the count takes the bits below.
@@ -127,9 +133,8 @@ impl Bsp {
         if let Some(nr) = f.rank(r) {
             for k in 0..rounds {
                 let peer = f.pid(nr ^ (1 << k));
-                self.channel_post(call, peer)?;
-                self.channel_send(call, peer, &head(call, k + 1), counts)?;
-                self.channel_receive(call, peer, k + 1, counts, true)?;
+                let msg = self.channel_exchange(call, peer, &head(call, k + 1), counts)?;
+                add_counts(self.pid, call, peer, k + 1, &msg, counts, true)?;
             }
         }
         if r < 2 * f.rem {
@@ -155,13 +160,11 @@ impl Bsp {
         let (me, peer) = (self.pid, 1 - self.pid);
         let count = counts[peer];
         let stamp = stamp(call.seq);
-        self.channel_post(call, peer)?;
-        if count & !COUNT_BITS == 0 {
-            self.channel_send(call, peer, &[], &[stamp | count])?;
+        let msg = if count & !COUNT_BITS == 0 {
+            self.channel_exchange(call, peer, &[], &[stamp | count])?
         } else {
-            self.channel_send(call, peer, &head(call, 1), &[count])?;
-        }
-        let msg = self.channel_wait(call, peer)?;
+            self.channel_exchange(call, peer, &head(call, 1), &[count])?
+        };
         let theirs = match msg[..] {
             [word] if word & !COUNT_BITS == stamp => word & COUNT_BITS,
             [word] => {
@@ -255,16 +258,64 @@ impl Bsp {
         add: bool,
     ) -> Result<()> {
         let msg = self.channel_wait(call, pid)?;
-        let theirs = check_message(self.pid, call, pid, &head(call, round), &msg, counts.len())?;
-        if add {
-            for (c, t) in counts.iter_mut().zip(theirs) {
-                *c = c.wrapping_add(*t);
-            }
-        } else {
-            counts.copy_from_slice(theirs);
-        }
-        Ok(())
+        add_counts(self.pid, call, pid, round, &msg, counts, add)
     }
+
+    /// Sends `head` (empty, or a header from [`head`]) and then `counts` to `pid`, and waits for
+    /// `pid`'s message: the receive posted, the message sent and the first looks at the
+    /// channel in one call, which is all an exchange needs when the peer's message comes
+    /// meanwhile; the wait of [`channel_wait`](Bsp::channel_wait) takes over if it does not.
+    fn channel_exchange(
+        &mut self,
+        call: &Call,
+        pid: usize,
+        head: &[u64],
+        counts: &[u64],
+    ) -> Result<Words> {
+        let looks = if self.ibis().pool().crowded() {
+            1
+        } else {
+            EXCHANGE_LOOKS
+        };
+        let got = self.on_channel(call, pid, "exchanging counts with", |m, rank| {
+            m.out.clear();
+            m.out.extend_from_slice(head);
+            m.out.extend_from_slice(counts);
+            Ok(m.chan.exchange(rank, &m.out, looks)?.map(Words::from_slice))
+        });
+        match got {
+            Ok(Some(msg)) => Ok(msg),
+            Ok(None) => self.channel_wait(call, pid),
+            Err(e) => {
+                if let Some(m) = self.net().words.as_mut() {
+                    m.chan.cancel();
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Adds the counts of `msg`, the message of round `round` from `src` for this process's
+/// operation `call`, to `counts` (or, with `add` false, takes them).
+fn add_counts(
+    me: usize,
+    call: &Call,
+    src: usize,
+    round: u32,
+    msg: &[u64],
+    counts: &mut [u64],
+    add: bool,
+) -> Result<()> {
+    let theirs = check_message(me, call, src, &head(call, round), msg, counts.len())?;
+    if add {
+        for (c, t) in counts.iter_mut().zip(theirs) {
+            *c = c.wrapping_add(*t);
+        }
+    } else {
+        counts.copy_from_slice(theirs);
+    }
+    Ok(())
 }
 
 /// The counts of `msg`, which `src` sent for this process's operation `call` (whose header

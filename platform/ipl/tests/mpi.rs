@@ -77,6 +77,7 @@ fn child_process_entry() {
     match role.as_str() {
         "ports" => ports(&ibis, &all),
         "kill" => kill(&ibis, &all),
+        "words" => words(&ibis, &all),
         other => panic!("unknown role {other}"),
     }
     let end = Instant::now();
@@ -370,6 +371,121 @@ fn kill(ibis: &Ibis, all: &[NodeId]) {
         println!("rank 0: rank 1 did not say it saw the death");
     }
     std::process::exit(1);
+}
+
+/// The word channel between every pair of ranks, in rounds: an exchange that finds the peer's
+/// message within its looks or leaves the receive to `test`, a message taken early by `peek`
+/// and then exchanged for, the separate post, send and test, and the errors of misuse.
+fn words(ibis: &Ibis, all: &[NodeId]) {
+    let me = ibis.id().rank() as usize;
+    let n = all.len();
+    let mut chan = ibis.word_channel().expect("the process's channel");
+    assert!(ibis.word_channel().is_none(), "a second channel at once");
+    let rank = |node: &NodeId| chan.rank_of(node).expect("a rank of the pool");
+    assert_eq!(rank(&all[me]), me);
+    let wait_test = |chan: &mut ipl::WordChannel| -> Vec<u64> {
+        let until = Instant::now() + WAIT;
+        loop {
+            if let Some(m) = chan.test().expect("test") {
+                return m.to_vec();
+            }
+            assert!(
+                Instant::now() < until,
+                "rank {me}: no message within {WAIT:?}"
+            );
+            std::thread::yield_now();
+        }
+    };
+    // Rounds of a 1-factorisation of the ranks (a round-robin tournament): in each round every
+    // rank has one partner, or sits out when `n` is odd.
+    let slots = n + n % 2;
+    for round in 0..slots - 1 {
+        let partner = if me == slots - 1 {
+            round
+        } else if me == round {
+            slots - 1
+        } else {
+            (2 * round + slots - 1 - me) % (slots - 1)
+        };
+        if partner >= n {
+            continue;
+        }
+        let mine = |k: u64| vec![(me as u64) << 32 | round as u64, k, u64::MAX - k];
+        let theirs = |k: u64| vec![(partner as u64) << 32 | round as u64, k, u64::MAX - k];
+        // Looked at once (the peer may be late) and ten thousand times.
+        for (k, looks) in [(0u64, 1u32), (1, 10_000)] {
+            let got = chan
+                .exchange(partner, &mine(k), looks)
+                .expect("exchange")
+                .map(<[u64]>::to_vec);
+            let got = got.unwrap_or_else(|| wait_test(&mut chan));
+            assert_eq!(got, theirs(k), "rank {me}: exchange {k} with {partner}");
+        }
+        // The lower rank sends first and waits until the higher has its message early; the
+        // higher then exchanges, and the early message is the one it gets.
+        if me < partner {
+            chan.send(partner, &mine(2)).expect("send");
+            chan.post(partner).expect("post");
+            assert_eq!(
+                wait_test(&mut chan),
+                theirs(2),
+                "rank {me}: after the early one"
+            );
+        } else {
+            let until = Instant::now() + WAIT;
+            while chan.peek(partner).expect("peek").is_none() {
+                assert!(Instant::now() < until, "rank {me}: nothing to peek at");
+                std::thread::yield_now();
+            }
+            let got = chan.exchange(partner, &mine(2), 1).expect("exchange");
+            assert_eq!(
+                got.map(<[u64]>::to_vec),
+                Some(theirs(2)),
+                "rank {me}: early one"
+            );
+        }
+        // The largest message, and the errors of misuse, which leave the channel usable.
+        let big: Vec<u64> = (0..ipl::WordChannel::MAX_WORDS as u64).collect();
+        let got = chan
+            .exchange(partner, &big, 1000)
+            .expect("exchange")
+            .map(<[u64]>::to_vec);
+        assert_eq!(got.unwrap_or_else(|| wait_test(&mut chan)), big);
+        let too_long = vec![0u64; ipl::WordChannel::MAX_WORDS + 1];
+        let e = chan.exchange(partner, &too_long, 1).expect_err("too long");
+        assert!(e.to_string().contains("more than the"), "{e}");
+        let e = chan.exchange(n, &mine(3), 1).expect_err("no such rank");
+        assert!(e.to_string().contains("not one of the"), "{e}");
+        chan.post(partner).expect("post");
+        let e = chan
+            .exchange(partner, &mine(3), 1)
+            .expect_err("posted twice");
+        assert!(e.to_string().contains("posted already"), "{e}");
+        chan.cancel();
+    }
+    drop(chan);
+    assert!(
+        ibis.word_channel().is_some(),
+        "the channel again once dropped"
+    );
+    barrier(ibis, all, "words done");
+    println!("rank {me}: words ok");
+}
+
+#[test]
+fn the_word_channel_between_every_pair_of_2_3_and_4_ranks() {
+    for n in [2, 3, 4] {
+        let Some((ok, out, err)) = run_ranks("words", "words", n) else {
+            return;
+        };
+        assert!(ok, "mpirun -n {n}: failed\n{out}\n{err}");
+        for r in 0..n {
+            assert!(
+                out.contains(&format!("rank {r}: words ok")),
+                "rank {r} of {n}:\n{out}\n{err}"
+            );
+        }
+    }
 }
 
 #[test]

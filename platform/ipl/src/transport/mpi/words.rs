@@ -97,13 +97,7 @@ impl WordChannel {
     /// Sends `words` to `rank`; returns once MPI has taken them.
     pub fn send(&self, rank: usize, words: &[u64]) -> Result<()> {
         let dest = self.rank(rank)?;
-        if words.len() > Self::MAX_WORDS {
-            return Err(misuse(format!(
-                "a message of {} words, more than the {} a channel carries",
-                words.len(),
-                Self::MAX_WORDS
-            )));
-        }
+        fits(words)?;
         let live = self.world.live.read_recursive();
         if !*live {
             return Err(Self::finalised());
@@ -144,6 +138,71 @@ impl WordChannel {
         .map_err(|e| Error::io(format!("mpi word channel: receiving from rank {rank}"), e))?;
         self.posted = Some((r, source));
         Ok(())
+    }
+
+    /// Posts the receive of the next message from `rank`, sends `words` to `rank` and tests the
+    /// receive up to `looks` times, all under one hold of MPI's state: the message if it came
+    /// meanwhile (the receive is then used up), `None` while it has not (the receive stays
+    /// posted, for [`test`](WordChannel::test)). For an exchange with one peer, one call where
+    /// `post`, `send` and `test` make three. Should the send fail, the receive is cancelled.
+    pub fn exchange(&mut self, rank: usize, words: &[u64], looks: u32) -> Result<Option<&[u64]>> {
+        let source = self.rank(rank)?;
+        if self.posted.is_some()
+            || self.early_posted
+            || self.early.iter().any(|(s, _)| *s == source)
+        {
+            // A message taken early, or a misuse that `post` reports: the separate calls.
+            self.post(rank)?;
+            self.send(rank, words)?;
+            return self.test();
+        }
+        fits(words)?;
+        let WordChannel {
+            world, buf, posted, ..
+        } = self;
+        let live = world.live.read_recursive();
+        if !*live {
+            return Err(Self::finalised());
+        }
+        let failed = |what: &str, e| Error::io(format!("mpi word channel: {what} rank {rank}"), e);
+        // SAFETY: as in `post`: `buf` is this channel's own heap block, which nothing else uses
+        // while the receive is pending, and which outlives it.
+        let r = unsafe { raw::irecv(source, TAG_WORDS, bytemuck::cast_slice_mut(&mut buf[..])) }
+            .map_err(|e| failed("receiving from", e))?;
+        *posted = Some((r, source));
+        if let Err(e) = raw::send(source, TAG_WORDS, bytemuck::cast_slice(words)) {
+            if let Some((req, _)) = posted.take() {
+                if let Err(c) = raw::cancel_recv(req) {
+                    tracing::warn!(source, "mpi word channel: cancelling a receive: {c}");
+                    // MPI may still own the block: it is never freed.
+                    std::mem::forget(std::mem::take(buf));
+                }
+            }
+            return Err(failed("sending to", e));
+        }
+        for _ in 0..looks {
+            let Some((req, _)) = posted.as_mut() else {
+                break;
+            };
+            match raw::test_recv(req) {
+                Ok(None) => std::hint::spin_loop(),
+                Ok(Some(len)) => {
+                    *posted = None;
+                    if len % 8 != 0 {
+                        return Err(Error::Decode {
+                            origin: format!("mpi:{source}"),
+                            reason: format!("a word message of {len} bytes"),
+                        });
+                    }
+                    return Ok(Some(&buf[..len / 8]));
+                }
+                Err(e) => {
+                    *posted = None;
+                    return Err(failed("receiving from", e));
+                }
+            }
+        }
+        Ok(None)
     }
 
     /// The message the posted receive took, once it has come; `None` while it has not. The
@@ -238,6 +297,18 @@ impl WordChannel {
             std::mem::forget(std::mem::take(&mut self.buf));
         }
     }
+}
+
+/// Whether `words` fit a message of the channel.
+fn fits(words: &[u64]) -> Result<()> {
+    if words.len() > WordChannel::MAX_WORDS {
+        return Err(misuse(format!(
+            "a message of {} words, more than the {} a channel carries",
+            words.len(),
+            WordChannel::MAX_WORDS
+        )));
+    }
+    Ok(())
 }
 
 /// The error of a call that the channel's state or the pool's ranks do not allow.

@@ -472,16 +472,16 @@ fn words(ibis: &Ibis, all: &[NodeId]) {
     println!("rank {me}: words ok");
 }
 
-#[test]
-fn the_word_channel_between_every_pair_of_2_3_and_4_ranks() {
+/// Runs `role` on 2, 3 and 4 ranks; each rank must say "rank R: `role` ok".
+fn on_2_3_and_4_ranks(role: &str) {
     for n in [2, 3, 4] {
-        let Some((ok, out, err)) = run_ranks("words", "words", n) else {
+        let Some((ok, out, err)) = run_ranks(role, role, n) else {
             return;
         };
         assert!(ok, "mpirun -n {n}: failed\n{out}\n{err}");
         for r in 0..n {
             assert!(
-                out.contains(&format!("rank {r}: words ok")),
+                out.contains(&format!("rank {r}: {role} ok")),
                 "rank {r} of {n}:\n{out}\n{err}"
             );
         }
@@ -489,19 +489,13 @@ fn the_word_channel_between_every_pair_of_2_3_and_4_ranks() {
 }
 
 #[test]
+fn the_word_channel_between_every_pair_of_2_3_and_4_ranks() {
+    on_2_3_and_4_ranks("words");
+}
+
+#[test]
 fn port_patterns_messages_and_flow_control_on_2_3_and_4_ranks() {
-    for n in [2, 3, 4] {
-        let Some((ok, out, err)) = run_ranks("ports", "ports", n) else {
-            return;
-        };
-        assert!(ok, "mpirun -n {n}: failed\n{out}\n{err}");
-        for r in 0..n {
-            assert!(
-                out.contains(&format!("rank {r}: ports ok")),
-                "rank {r} of {n}:\n{out}\n{err}"
-            );
-        }
-    }
+    on_2_3_and_4_ranks("ports");
 }
 
 /// Slurm's srun starts the ranks itself (OpenMPI finds its peers through PMIx): the same port

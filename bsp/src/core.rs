@@ -135,7 +135,7 @@ pub struct Bsp {
     /// What a traced run records of this handle's supersteps.
     pub(crate) trace: Option<Box<StepTrace>>,
     /// The host board, on the whole machine's handle when every process runs on this host
-    /// (see [`board`](crate::board)).
+    /// (see [`board`]).
     pub(crate) board: Option<Arc<Board>>,
     /// Reused by the board's operations for the rows they read.
     board_row: Vec<u64>,
@@ -248,7 +248,7 @@ impl Bsp {
         Ok(self.board.clone())
     }
 
-    /// Sets up the host board (see [`board`](crate::board)) when every process runs on this
+    /// Sets up the host board (see [`board`]) when every process runs on this
     /// host over the shared-memory driver, and `BSP_HOST_BOARD` is not `0`: pid 0 creates it
     /// and sends its name to every process (round 0), each says whether it opened it (round
     /// 1), and pid 0 says whether all did (round 2). Every process takes part whatever it
@@ -1245,7 +1245,7 @@ impl Bsp {
         drma
     }
 
-    /// Whether this handle's sync goes over MPI (see [`mpi_sync`](crate::mpi_sync)): the
+    /// Whether this handle's sync goes over MPI (see the `mpi_sync` module): the
     /// whole machine's, where it was set up.
     #[inline(always)]
     fn mpi_sync_here(&self, net: &Net) -> bool {

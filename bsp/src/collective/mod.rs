@@ -97,7 +97,7 @@ pub(crate) fn bytes_hash(bytes: &[u8]) -> u64 {
 /// Where an FNV-1a hash starts.
 pub(crate) const FNV_START: u64 = 0xcbf2_9ce4_8422_2325;
 
-/// The items of `it` in a [`SmallVec`], pushed one at a time: collecting through
+/// The items of `it` in a [`SmallVec`](smallvec::SmallVec), pushed one at a time: collecting through
 /// `SmallVec`'s `Extend` costs several times as much for the few items of a small group, and
 /// the collectives do it at every call.
 pub(crate) fn small_vec<A: smallvec::Array>(

@@ -90,7 +90,7 @@ unsafe impl Send for Request {}
 ///
 /// # Safety
 ///
-/// `buf` must stay valid and unchanged until [`test`] reports the request complete, or for
+/// `buf` must stay valid and unchanged until [`test()`] reports the request complete, or for
 /// ever after [`release`].
 pub(super) unsafe fn isend(dest: c_int, tag: c_int, buf: &[u8]) -> io::Result<Request> {
     let len = c_int::try_from(buf.len())

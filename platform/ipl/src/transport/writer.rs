@@ -135,12 +135,20 @@ fn progress(
             std::thread::yield_now();
             continue;
         }
-        pending.retain(|(i, _)| {
-            let gone = dead(*i);
-            if gone {
-                failed.push((*i, "receiver died".into()));
+        pending.retain(|(i, written)| {
+            if !dead(*i) {
+                return true;
             }
-            !gone
+            // A receiver may take the rest of the frame and then go (read it, and leave the
+            // pool): one more write counts what it took before it went.
+            if let Ok(n) = sinks[*i].write(&frames[*i], *written) {
+                *written += n;
+                if *written == frames[*i].len {
+                    return false;
+                }
+            }
+            failed.push((*i, "receiver died".into()));
+            false
         });
         if since > WRITE_STALL {
             failed.extend(
@@ -199,5 +207,62 @@ fn park(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    /// A connection whose receiver takes the frame's header at once and the rest only once
+    /// `taken` is set, as a receiver that reads a large part from the sender's memory does.
+    struct Lending {
+        taken: Arc<AtomicBool>,
+    }
+
+    impl Sink for Lending {
+        fn write(&mut self, frame: &Frame<'_>, offset: u64) -> std::io::Result<u64> {
+            if offset == 0 {
+                return Ok(HEADER_LEN as u64);
+            }
+            Ok(if self.taken.load(Ordering::SeqCst) {
+                frame.len - offset
+            } else {
+                0
+            })
+        }
+        fn wait_fds(&self, _fds: &mut Vec<libc::pollfd>) -> bool {
+            false
+        }
+        fn wait(&mut self, _d: Duration) {}
+        fn close(self: Box<Self>, _close: &[u8]) {}
+    }
+
+    /// Sends 1,000 bytes to a `Lending` sink whose receiver is gone from the start; `took`
+    /// says whether it read the rest of the frame before it went (seen once the writer asks).
+    fn send_to_a_receiver_that_went(took: bool) -> Result<(), Failures> {
+        let taken = Arc::new(AtomicBool::new(false));
+        let mut sink = Lending {
+            taken: taken.clone(),
+        };
+        let payload = vec![7u8; 1000];
+        let dead = move |_: usize| {
+            taken.store(took, Ordering::SeqCst);
+            true
+        };
+        send(&mut [&mut sink], &[&payload[..]], &[], 1000, false, &dead)
+    }
+
+    #[test]
+    fn a_frame_the_receiver_took_before_it_went_is_sent() {
+        assert!(send_to_a_receiver_that_went(true).is_ok());
+    }
+
+    #[test]
+    fn a_frame_the_receiver_did_not_take_before_it_went_fails() {
+        let failed = send_to_a_receiver_that_went(false).expect_err("the receiver went");
+        assert_eq!(&failed[..], &[(0, "receiver died".to_string())]);
     }
 }

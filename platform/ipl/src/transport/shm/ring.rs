@@ -897,6 +897,38 @@ impl Producer {
         Ok(done - offset)
     }
 
+    /// How far the frame at `offset` has come, writing nothing: as [`write`](Producer::write)
+    /// counts it, where only a part that the consumer took from this process's memory, and
+    /// finished reading, moves it on. For a consumer that has closed its end: what it read
+    /// before it went still counts, and nothing more goes to it.
+    pub(crate) fn settled(&mut self, frame: &Frame<'_>, offset: u64) -> u64 {
+        let mut done = offset;
+        let mut at = 0u64;
+        for part in std::iter::once(&frame.header[..]).chain(frame.parts.iter().copied()) {
+            let len = part.len() as u64;
+            if done >= at + len {
+                at += len;
+                continue;
+            }
+            match self.offer {
+                Some(o)
+                    if o.at == at
+                        && self.ring.slot(o.seq, 0).load(Ordering::Acquire)
+                            == o.seq << 2 | DONE =>
+                {
+                    if o.patient {
+                        self.eager_next = FIRST_EAGER;
+                    }
+                    self.offer = None;
+                    done = at + o.len;
+                    at += len;
+                }
+                _ => break,
+            }
+        }
+        done
+    }
+
     /// Whether what the ring has no room for should go to a buffer now: at once when large
     /// parts are offered (a consumer that takes offers reads buffers as fast), and while parts
     /// stream through the ring only once the ring has stayed full for [`PATIENCE`]: a consumer
@@ -1384,6 +1416,29 @@ mod tests {
         assert!(c
             .read(&mut buf, Some(&me()), &mut Signal::default())
             .is_err());
+    }
+
+    #[test]
+    fn a_part_read_before_the_consumer_closed_settles_its_frame_and_nothing_more() {
+        let r = me();
+        let (mut p, mut c) = pair(4096, true);
+        let big: Vec<u8> = (0..100_000u32).map(|i| (i * 5) as u8).collect();
+        let parts: [&[u8]; 2] = [b"head", &big];
+        let chunks = OnceCell::new();
+        let frame = frame_of(3, &parts, &chunks);
+        let done = p.write(&frame, 0, &mut Wake::default()).unwrap();
+        assert!(done < frame.len, "the large part waits for the consumer");
+        assert_eq!(p.settled(&frame, done), done, "nothing read yet");
+        let (mut got, mut buf) = (Vec::new(), vec![0u8; 10_000]);
+        read_all(&mut c, Some(&r), &mut buf, &mut got);
+        assert_eq!(got, expected(3, &parts));
+        c.close();
+        assert_eq!(p.settled(&frame, done), frame.len);
+        // The next frame: none of it settles, and writing it fails.
+        let next = frame_of(4, &parts, &chunks);
+        assert_eq!(p.settled(&next, 0), 0);
+        let e = p.write(&next, 0, &mut Wake::default()).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::BrokenPipe);
     }
 
     #[test]

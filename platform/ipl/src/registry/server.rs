@@ -280,15 +280,27 @@ fn serve_client(mut stream: TcpStream, peer: SocketAddr, id: u64, shared: Arc<Sh
         return;
     };
     let _ = writer.set_write_timeout(Some(Duration::from_secs(30)));
-    let joined = shared.state.lock().join(req, tx);
-    let me = match joined {
-        Ok(me) => me,
+    let admitted = shared.state.lock().admit(req, tx);
+    let admitted = match admitted {
+        Ok(a) => a,
         Err(why) => {
             tracing::warn!(%peer, "registry: join refused: {why}");
             let _ = write_frame(&mut stream, &FromRegistry::Refused(why));
             return;
         }
     };
+    // The node's answer is written before the others hear of it: a member that sees the join
+    // may end at once, and with it the process this registry runs in, which must not leave
+    // the node without its answer. What the pool sends the node meanwhile waits in its queue,
+    // which the writer below starts on once the answer is out.
+    let answered = write_frame(&mut writer, &admitted.welcome).is_ok();
+    shared.state.lock().announce(&admitted);
+    if !answered {
+        // A node that cannot be answered is gone: its read below fails at once, and it is
+        // removed as a node that died.
+        let _ = stream.shutdown(std::net::Shutdown::Both);
+    }
+    let me = admitted.id;
     let rank = me.rank();
     if let Ok(s) = stream.try_clone() {
         shared.sockets.lock().insert((pool.clone(), rank), s);

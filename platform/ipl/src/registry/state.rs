@@ -63,10 +63,55 @@ pub struct RegistryState {
     pools: HashMap<String, PoolState>,
 }
 
+/// A node just admitted to a pool, which the others have not yet been told of (see
+/// [`RegistryState::admit`]).
+pub struct Admitted {
+    /// The node's id.
+    pub id: NodeId,
+    /// Its answer: its id and the pool's members, itself among them.
+    pub welcome: FromRegistry,
+    /// The pool's members, when this node's join filled it.
+    closed: Option<Vec<NodeId>>,
+}
+
 impl RegistryState {
-    /// Admits a node: assigns its rank, welcomes it, tells the others, and closes the pool when
-    /// it is full. Returns the new id, or why the join is refused.
+    /// Admits a node, welcomes it, tells the others, and closes the pool when it is full.
+    /// Returns the new id, or why the join is refused.
     pub fn join(&mut self, req: JoinRequest, tx: Sender<FromRegistry>) -> Result<NodeId, String> {
+        let admitted = self.admit(req, tx.clone())?;
+        let _ = tx.try_send(admitted.welcome.clone());
+        self.announce(&admitted);
+        Ok(admitted.id)
+    }
+
+    /// Tells a pool's other members that `admitted` joined it, and every member that the pool
+    /// is closed where its join filled it. The server calls this once the node has its answer,
+    /// so that nobody acts on a join whose node is still waiting for it.
+    pub fn announce(&mut self, admitted: &Admitted) {
+        let id = &admitted.id;
+        let Some(p) = self.pools.get(id.pool()) else {
+            return;
+        };
+        for m in p.members.values().filter(|m| m.id != *id) {
+            let _ =
+                m.tx.try_send(FromRegistry::Event(PoolEvent::Joined(id.clone())));
+        }
+        if let Some(members) = &admitted.closed {
+            for m in p.members.values() {
+                let _ =
+                    m.tx.try_send(FromRegistry::Event(PoolEvent::Closed(members.clone())));
+            }
+        }
+    }
+
+    /// Admits a node: assigns its rank and makes it a member (closing the pool when it is
+    /// full), without telling anyone; [`announce`](RegistryState::announce) then tells the
+    /// others. Returns the node's answer, or why the join is refused.
+    pub fn admit(
+        &mut self,
+        req: JoinRequest,
+        tx: Sender<FromRegistry>,
+    ) -> Result<Admitted, String> {
         if req.running
             && !self
                 .pools
@@ -154,14 +199,10 @@ impl RegistryState {
         let mut members: Vec<NodeId> = p.members.values().map(|m| m.id.clone()).collect();
         members.push(id.clone());
         members.sort();
-        let _ = tx.try_send(FromRegistry::Welcome {
+        let welcome = FromRegistry::Welcome {
             me: id.clone(),
             members: members.clone(),
-        });
-        for m in p.members.values() {
-            let _ =
-                m.tx.try_send(FromRegistry::Event(PoolEvent::Joined(id.clone())));
-        }
+        };
         p.members.insert(
             rank,
             Member {
@@ -171,15 +212,17 @@ impl RegistryState {
                 death_timeout: req.death_timeout,
             },
         );
+        let mut closed = None;
         if !p.closed && p.size == Some(p.members.len() as u32 + p.gone as u32) && p.gone == 0 {
             p.closed = true;
-            for m in p.members.values() {
-                let _ =
-                    m.tx.try_send(FromRegistry::Event(PoolEvent::Closed(members.clone())));
-            }
+            closed = Some(members);
         }
         tracing::debug!(node = %id, "joined");
-        Ok(id)
+        Ok(Admitted {
+            id,
+            welcome,
+            closed,
+        })
     }
 
     /// Runs election `name` for member `rank` of `pool` and answers it.
@@ -349,6 +392,56 @@ mod tests {
         assert!(after
             .iter()
             .any(|m| matches!(m, FromRegistry::Elected { winner, .. } if *winner == b)));
+    }
+}
+
+#[cfg(test)]
+mod announce_tests {
+    use super::*;
+
+    /// No member hears of a join, nor of the pool it fills closing, before it is announced;
+    /// then the others hear of the join, and everyone of the closing.
+    #[test]
+    fn nobody_hears_of_a_join_before_it_is_announced() {
+        let req = |rank| JoinRequest {
+            pool: "p".into(),
+            size: Some(2),
+            rank: Some(rank),
+            host: "h".into(),
+            location: "l".into(),
+            address: "a".into(),
+            local: Default::default(),
+            death_timeout: Duration::from_secs(1),
+            running: false,
+        };
+        let mut s = RegistryState::default();
+        let (t0, r0) = crossbeam_channel::bounded(100);
+        let (t1, r1) = crossbeam_channel::bounded(100);
+        let a = s.join(req(0), t0).unwrap();
+        assert!(matches!(r0.try_recv(), Ok(FromRegistry::Welcome { .. })));
+        let admitted = s.admit(req(1), t1).unwrap();
+        let b = admitted.id.clone();
+        let both = [a.clone(), b.clone()];
+        let FromRegistry::Welcome { me, members } = &admitted.welcome else {
+            panic!("not a welcome");
+        };
+        assert!(*me == b && *members == both);
+        assert!(r0.try_recv().is_err(), "rank 0 heard of the join early");
+        assert!(
+            r1.try_recv().is_err(),
+            "the welcome is for the server to write"
+        );
+        s.announce(&admitted);
+        let to_a: Vec<_> = r0.try_iter().collect();
+        assert!(matches!(&to_a[..], [
+            FromRegistry::Event(PoolEvent::Joined(j)),
+            FromRegistry::Event(PoolEvent::Closed(all)),
+        ] if *j == b && *all == both));
+        let to_b: Vec<_> = r1.try_iter().collect();
+        let [FromRegistry::Event(PoolEvent::Closed(all))] = &to_b[..] else {
+            panic!("rank 1 got {} messages, not the closing", to_b.len());
+        };
+        assert_eq!(*all, both);
     }
 }
 

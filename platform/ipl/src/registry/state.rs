@@ -393,33 +393,17 @@ mod tests {
             .iter()
             .any(|m| matches!(m, FromRegistry::Elected { winner, .. } if *winner == b)));
     }
-}
-
-#[cfg(test)]
-mod announce_tests {
-    use super::*;
 
     /// No member hears of a join, nor of the pool it fills closing, before it is announced;
     /// then the others hear of the join, and everyone of the closing.
     #[test]
     fn nobody_hears_of_a_join_before_it_is_announced() {
-        let req = |rank| JoinRequest {
-            pool: "p".into(),
-            size: Some(2),
-            rank: Some(rank),
-            host: "h".into(),
-            location: "l".into(),
-            address: "a".into(),
-            local: Default::default(),
-            death_timeout: Duration::from_secs(1),
-            running: false,
-        };
         let mut s = RegistryState::default();
         let (t0, r0) = crossbeam_channel::bounded(100);
         let (t1, r1) = crossbeam_channel::bounded(100);
-        let a = s.join(req(0), t0).unwrap();
+        let a = s.join(req(Some(0)), t0).unwrap();
         assert!(matches!(r0.try_recv(), Ok(FromRegistry::Welcome { .. })));
-        let admitted = s.admit(req(1), t1).unwrap();
+        let admitted = s.admit(req(Some(1)), t1).unwrap();
         let b = admitted.id.clone();
         let both = [a.clone(), b.clone()];
         let FromRegistry::Welcome { me, members } = &admitted.welcome else {

@@ -394,7 +394,7 @@ impl Sink for ShmOut {
         if self.peer_closed {
             // A receiver may read the rest of a frame from this process's memory and then go:
             // what it read counts. Nothing more is written.
-            let done = self.producer.settled(frame, offset);
+            let done = self.producer.settled(offset);
             if done == frame.len {
                 return Ok(done - offset);
             }

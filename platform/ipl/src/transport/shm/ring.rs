@@ -792,10 +792,7 @@ impl Producer {
                 let slot = self.ring.slot(o.seq, 0);
                 let s = slot.load(Ordering::Acquire);
                 if s == o.seq << 2 | DONE {
-                    if o.patient {
-                        self.eager_next = FIRST_EAGER;
-                    }
-                    self.offer = None;
+                    self.end_offer(o);
                     done = at + o.len;
                     at += len;
                     continue;
@@ -897,36 +894,30 @@ impl Producer {
         Ok(done - offset)
     }
 
-    /// How far the frame at `offset` has come, writing nothing: as [`write`](Producer::write)
-    /// counts it, where only a part that the consumer took from this process's memory, and
-    /// finished reading, moves it on. For a consumer that has closed its end: what it read
-    /// before it went still counts, and nothing more goes to it.
-    pub(crate) fn settled(&mut self, frame: &Frame<'_>, offset: u64) -> u64 {
-        let mut done = offset;
-        let mut at = 0u64;
-        for part in std::iter::once(&frame.header[..]).chain(frame.parts.iter().copied()) {
-            let len = part.len() as u64;
-            if done >= at + len {
-                at += len;
-                continue;
-            }
-            match self.offer {
-                Some(o)
-                    if o.at == at
-                        && self.ring.slot(o.seq, 0).load(Ordering::Acquire)
-                            == o.seq << 2 | DONE =>
-                {
-                    if o.patient {
-                        self.eager_next = FIRST_EAGER;
-                    }
-                    self.offer = None;
-                    done = at + o.len;
-                    at += len;
-                }
-                _ => break,
-            }
+    /// How far the frame written up to `offset` has come, writing nothing: as
+    /// [`write`](Producer::write) counts it, where only the part offered at `offset`, once the
+    /// consumer has finished reading it from this process's memory, moves it on. For a consumer
+    /// that has closed its end: what it read before it went still counts, and nothing more
+    /// goes to it.
+    pub(crate) fn settled(&mut self, offset: u64) -> u64 {
+        let Some(o) = self.offer.filter(|o| o.at == offset) else {
+            return offset;
+        };
+        let s = self.ring.slot(o.seq, 0).load(Ordering::Acquire);
+        if s != o.seq << 2 | DONE {
+            return offset;
         }
-        done
+        self.end_offer(o);
+        o.at + o.len
+    }
+
+    /// Ends offer `o`, which the consumer has finished reading: an offer taken in time lets
+    /// the next large parts be offered again.
+    fn end_offer(&mut self, o: Offer) {
+        if o.patient {
+            self.eager_next = FIRST_EAGER;
+        }
+        self.offer = None;
     }
 
     /// Whether what the ring has no room for should go to a buffer now: at once when large
@@ -1428,15 +1419,15 @@ mod tests {
         let frame = frame_of(3, &parts, &chunks);
         let done = p.write(&frame, 0, &mut Wake::default()).unwrap();
         assert!(done < frame.len, "the large part waits for the consumer");
-        assert_eq!(p.settled(&frame, done), done, "nothing read yet");
+        assert_eq!(p.settled(done), done, "nothing read yet");
         let (mut got, mut buf) = (Vec::new(), vec![0u8; 10_000]);
         read_all(&mut c, Some(&r), &mut buf, &mut got);
         assert_eq!(got, expected(3, &parts));
         c.close();
-        assert_eq!(p.settled(&frame, done), frame.len);
+        assert_eq!(p.settled(done), frame.len);
         // The next frame: none of it settles, and writing it fails.
         let next = frame_of(4, &parts, &chunks);
-        assert_eq!(p.settled(&next, 0), 0);
+        assert_eq!(p.settled(0), 0);
         let e = p.write(&next, 0, &mut Wake::default()).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::BrokenPipe);
     }

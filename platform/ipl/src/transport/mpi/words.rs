@@ -28,7 +28,7 @@ pub struct WordChannel {
     /// The posted receive's buffer: a heap block that stays where it is while MPI may write it.
     buf: Box<[u64]>,
     /// The posted receive and the rank it takes from.
-    posted: Option<(raw::Recv, c_int)>,
+    posted: Posted,
     /// Messages [`peek`](WordChannel::peek) took before a receive was posted for them, oldest
     /// first.
     early: VecDeque<(c_int, Vec<u64>)>,
@@ -171,36 +171,14 @@ impl WordChannel {
             .map_err(|e| failed("receiving from", e))?;
         *posted = Some((r, source));
         if let Err(e) = raw::send(source, TAG_WORDS, bytemuck::cast_slice(words)) {
-            if let Some((req, _)) = posted.take() {
-                if let Err(c) = raw::cancel_recv(req) {
-                    tracing::warn!(source, "mpi word channel: cancelling a receive: {c}");
-                    // MPI may still own the block: it is never freed.
-                    std::mem::forget(std::mem::take(buf));
-                }
-            }
+            cancel_posted(posted, buf);
             return Err(failed("sending to", e));
         }
         for _ in 0..looks {
-            let Some((req, _)) = posted.as_mut() else {
-                break;
-            };
-            match raw::test_recv(req) {
-                Ok(None) => std::hint::spin_loop(),
-                Ok(Some(len)) => {
-                    *posted = None;
-                    if len % 8 != 0 {
-                        return Err(Error::Decode {
-                            origin: format!("mpi:{source}"),
-                            reason: format!("a word message of {len} bytes"),
-                        });
-                    }
-                    return Ok(Some(&buf[..len / 8]));
-                }
-                Err(e) => {
-                    *posted = None;
-                    return Err(failed("receiving from", e));
-                }
+            if let Some(m) = completed(posted, buf)? {
+                return Ok(Some(m));
             }
+            std::hint::spin_loop();
         }
         Ok(None)
     }
@@ -211,37 +189,14 @@ impl WordChannel {
         if std::mem::take(&mut self.early_posted) {
             return Ok(Some(&self.given));
         }
-        let Some((req, source)) = self.posted.as_mut() else {
+        if self.posted.is_none() {
             return Err(misuse("no receive is posted".into()));
-        };
-        let source = *source;
-        let got = {
-            let live = self.world.live.read_recursive();
-            if !*live {
-                return Err(Self::finalised());
-            }
-            raw::test_recv(req)
-        };
-        match got {
-            Ok(None) => Ok(None),
-            Ok(Some(len)) => {
-                self.posted = None;
-                if len % 8 != 0 {
-                    return Err(Error::Decode {
-                        origin: format!("mpi:{source}"),
-                        reason: format!("a word message of {len} bytes"),
-                    });
-                }
-                Ok(Some(&self.buf[..len / 8]))
-            }
-            Err(e) => {
-                self.posted = None;
-                Err(Error::io(
-                    format!("mpi word channel: receiving from rank {source}"),
-                    e,
-                ))
-            }
         }
+        let live = self.world.live.read_recursive();
+        if !*live {
+            return Err(Self::finalised());
+        }
+        completed(&mut self.posted, &self.buf)
     }
 
     /// The next message from `rank` if it has come, while no receive is posted for it: for a
@@ -283,19 +238,63 @@ impl WordChannel {
     /// that completed it first is lost.
     pub fn cancel(&mut self) {
         self.early_posted = false;
-        let Some((req, source)) = self.posted.take() else {
+        if self.posted.is_none() {
             return;
-        };
+        }
         let live = self.world.live.read_recursive();
         if !*live {
             // MPI may still own the block: it is never freed.
+            self.posted = None;
             std::mem::forget(std::mem::take(&mut self.buf));
             return;
         }
-        if let Err(e) = raw::cancel_recv(req) {
-            tracing::warn!(source, "mpi word channel: cancelling a receive: {e}");
-            std::mem::forget(std::mem::take(&mut self.buf));
+        cancel_posted(&mut self.posted, &mut self.buf);
+    }
+}
+
+/// A channel's posted receive and the rank it takes from. The functions below that take one
+/// are called under MPI's `live` lock, which the caller holds.
+type Posted = Option<(raw::Recv, c_int)>;
+
+/// The message the posted receive put in `buf`, once it has come; `None` while it has not.
+/// The receive is used up once it has come or its test failed.
+fn completed<'b>(posted: &mut Posted, buf: &'b [u64]) -> Result<Option<&'b [u64]>> {
+    let Some((req, source)) = posted.as_mut() else {
+        return Err(misuse("no receive is posted".into()));
+    };
+    let source = *source;
+    match raw::test_recv(req) {
+        Ok(None) => Ok(None),
+        Ok(Some(len)) => {
+            *posted = None;
+            if len % 8 != 0 {
+                return Err(Error::Decode {
+                    origin: format!("mpi:{source}"),
+                    reason: format!("a word message of {len} bytes"),
+                });
+            }
+            Ok(Some(&buf[..len / 8]))
         }
+        Err(e) => {
+            *posted = None;
+            Err(Error::io(
+                format!("mpi word channel: receiving from rank {source}"),
+                e,
+            ))
+        }
+    }
+}
+
+/// Cancels the posted receive, if any: MPI no longer writes `buf`, or, where it could not be
+/// cancelled, `buf` is let go of for ever (a fresh empty block takes its place).
+fn cancel_posted(posted: &mut Posted, buf: &mut Box<[u64]>) {
+    let Some((req, source)) = posted.take() else {
+        return;
+    };
+    if let Err(e) = raw::cancel_recv(req) {
+        tracing::warn!(source, "mpi word channel: cancelling a receive: {e}");
+        // MPI may still own the block: it is never freed.
+        std::mem::forget(std::mem::take(buf));
     }
 }
 

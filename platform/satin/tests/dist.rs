@@ -452,3 +452,53 @@ fn steal_requests_from_another_node_ask_for_work() {
     // Each piece ran on the node that did not hand it out.
     assert!(received >= 5, "{received} jobs received");
 }
+
+/// A node may call `run` only after the master has run it alone and left the pool: the master
+/// announced the run's end before it left, so the late node's run ends as the master's did,
+/// rather than failing because the master is gone (a uts sweep met this when its search ran
+/// quickly on the master).
+#[test]
+fn a_node_that_starts_a_run_after_the_master_finished_it_and_left_ends_it_too() {
+    let (first_over, wait_first) = crossbeam_channel::bounded::<()>(1);
+    let reports = on_nodes(Layout::new(Driver::Tcp, 2, 1), move |ibis| {
+        let master = ibis.id().rank() == 0;
+        let view = ibis.clone();
+        let events = view.pool().subscribe();
+        let rt = Runtime::in_pool(ibis).threads(1);
+        let first = rt.run(Nop).map(|o| o.is_some());
+        if !master {
+            first_over.send(()).expect("the master waits");
+            // Keeps this node from starting the next run until the master has ended it and
+            // left the pool.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let left = events
+                    .recv_deadline(deadline)
+                    .expect("the master leaves the pool within 30 s");
+                if matches!(left, ipl::PoolEvent::Left(n) if n.rank() == 0) {
+                    break;
+                }
+            }
+            drop(view);
+            return (first, rt.run(Nop).map(|o| o.is_some()));
+        }
+        wait_first
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the other node ends its first run");
+        let second = rt.run(Nop).map(|o| o.is_some());
+        // Dropping the runtime waits for the other node's confirmation of the end; the test
+        // harness holds a clone of the node, so it leaves the pool explicitly.
+        drop(rt);
+        view.end().expect("leave the pool");
+        (first, second)
+    });
+    for (rank, (first, second)) in reports.into_iter().enumerate() {
+        let master = rank == 0;
+        assert_eq!(first.expect("the first run"), master, "node {rank}");
+        assert_eq!(
+            second.unwrap_or_else(|e| panic!("the second run on node {rank}: {e}")),
+            master,
+            "node {rank}"
+        );
+    }
+}

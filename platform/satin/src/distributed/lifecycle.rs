@@ -94,25 +94,30 @@ impl Node {
         result
     }
 
-    /// Starts a run: fails at once if the master is gone. Other members that are gone are
-    /// simply not asked for work.
+    /// Starts a run: fails at once if the master is gone, unless it announced the end of this
+    /// run before it went (it may run a root alone and leave before this node gets here; the
+    /// run then ends here as it did there). Other members that are gone are simply not asked
+    /// for work.
     fn begin(&self) -> Result<u64, Error> {
         let pool = self.ibis.pool();
         pool.check_alive(&[])
             .map_err(|e| super::node::ipl_error(&self.me, "checking the pool", e))?;
-        if !pool.is_alive(&self.master) {
-            return Err(if pool.dead().contains(&self.master) {
-                died(&self.master)
-            } else {
-                left(&self.master)
-            });
-        }
         self.stealing.reset();
         self.early_cancels.lock().clear();
         let mut st = self.run.lock();
         if let Some((epoch, active)) = st.welcome.take() {
             // Joined a running pool: take part in the master's current run, or its next.
             st.epoch = if active { epoch - 1 } else { epoch };
+        }
+        // This node records an end before it confirms it, and the master waits for the
+        // confirmations before it leaves: an end it announced is recorded here by the time
+        // the pool reports it gone.
+        if !pool.is_alive(&self.master) && !st.has_ended(st.epoch + 1) {
+            return Err(if pool.dead().contains(&self.master) {
+                died(&self.master)
+            } else {
+                left(&self.master)
+            });
         }
         st.epoch += 1;
         st.active = true;

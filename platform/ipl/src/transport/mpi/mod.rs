@@ -498,6 +498,7 @@ impl Driver for MpiDriver {
                 confirmed: 0,
                 frame: Default::default(),
                 eager: Vec::new(),
+                copying: Default::default(),
             }) as Box<dyn super::Sink>
         });
         tracing::trace!(to = rank, id, accepted, "mpi connection");

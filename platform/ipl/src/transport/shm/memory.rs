@@ -304,8 +304,7 @@ pub(crate) unsafe fn copy_out(dst: *mut u8, src: &[u8]) {
 pub(crate) unsafe fn copy_out_streaming(dst: *mut u8, src: &[u8]) {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
-        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
-        const LINE: usize = 64;
+        use std::arch::x86_64::_mm_sfence;
         let n = src.len();
         let head = (LINE - dst as usize % LINE) % LINE;
         if n < head + LINE {
@@ -316,23 +315,10 @@ pub(crate) unsafe fn copy_out_streaming(dst: *mut u8, src: &[u8]) {
         let lines = (n - head) / LINE;
         let body = head + lines * LINE;
         // SAFETY: the head and the tail are parts of the caller's range, which it vouches for;
-        // every line of the body is a whole, 64-byte aligned part of that range, which only
-        // this side writes; `_mm_loadu_si128` reads within `src` (`i + LINE <= body <= n`).
-        // SSE2, which these intrinsics need, is part of every x86-64 processor.
+        // the body is whole, 64-byte aligned lines of that range, which only this side writes.
         unsafe {
             copy_out(dst, &src[..head]);
-            let s = src.as_ptr();
-            let mut i = head;
-            while i < body {
-                let d = dst.add(i).cast::<__m128i>();
-                let at = |k: usize| _mm_loadu_si128(s.add(i + 16 * k).cast::<__m128i>());
-                let (a, b, c, e) = (at(0), at(1), at(2), at(3));
-                _mm_stream_si128(d, a);
-                _mm_stream_si128(d.add(1), b);
-                _mm_stream_si128(d.add(2), c);
-                _mm_stream_si128(d.add(3), e);
-                i += LINE;
-            }
+            stream_lines(dst.add(head), &src[head..body]);
             _mm_sfence();
             copy_out(dst.add(body), &src[body..]);
         }
@@ -341,6 +327,42 @@ pub(crate) unsafe fn copy_out_streaming(dst: *mut u8, src: &[u8]) {
     // SAFETY: the caller's promise, passed on.
     unsafe {
         copy_out(dst, src)
+    }
+}
+
+/// A cache line, the unit of [`stream_lines`].
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+pub(crate) const LINE: usize = 64;
+
+/// Writes `src`, whole lines of [`LINE`] bytes, to `dst` with non-temporal stores, which go
+/// to memory without taking the lines into this processor's cache (see
+/// [`copy_out_streaming`]). No fence: the caller ends its copy with `_mm_sfence` before it
+/// tells anyone that the bytes are there.
+///
+/// # Safety
+/// `dst` must be aligned to [`LINE`], and its `src.len()` bytes, a multiple of [`LINE`], valid
+/// for writes that nothing else makes or reads meanwhile in this process.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[inline]
+pub(crate) unsafe fn stream_lines(dst: *mut u8, src: &[u8]) {
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+    debug_assert!(dst as usize % LINE == 0 && src.len() % LINE == 0);
+    let s = src.as_ptr();
+    let mut i = 0;
+    while i < src.len() {
+        // SAFETY: `_mm_loadu_si128` reads within `src` (`i + LINE <= src.len()`), and each
+        // line written is a whole, aligned line of the caller's range. SSE2, which these
+        // intrinsics need, is part of every x86-64 processor.
+        unsafe {
+            let d = dst.add(i).cast::<__m128i>();
+            let at = |k: usize| _mm_loadu_si128(s.add(i + 16 * k).cast::<__m128i>());
+            let (a, b, c, e) = (at(0), at(1), at(2), at(3));
+            _mm_stream_si128(d, a);
+            _mm_stream_si128(d.add(1), b);
+            _mm_stream_si128(d.add(2), c);
+            _mm_stream_si128(d.add(3), e);
+        }
+        i += LINE;
     }
 }
 

@@ -23,6 +23,7 @@
 
 use super::raw::{self, Request};
 use super::{Watch, World};
+use crate::transport::shm::memory::copy_streaming;
 use crate::transport::{Frame, Sink, Stream};
 use crate::wire::HEADER_LEN;
 use bytes::Bytes;
@@ -531,32 +532,25 @@ impl PieceCopy {
 /// for a piece of a large part while ordinary stores are slow (see [`PieceCopy`]). Ends with a
 /// store fence, before MPI tells the receiver that the piece is there.
 fn extend_streaming(buf: &mut Vec<u8>, src: &[u8]) {
-    #[cfg(all(target_arch = "x86_64", not(miri)))]
-    {
-        use crate::transport::shm::memory::{stream_lines, LINE};
-        buf.reserve(src.len());
-        let at = buf.len();
-        let dst: *mut u8 = buf.spare_capacity_mut().as_mut_ptr().cast();
-        let head = (LINE - dst as usize % LINE) % LINE;
-        if src.len() < head + LINE {
-            buf.extend_from_slice(src);
-            return;
-        }
-        let body = head + (src.len() - head) / LINE * LINE;
-        // SAFETY: the spare room holds `src.len()` bytes from `dst`, which this function alone
-        // writes; the body starts on a line and is whole lines; `src` is another allocation
-        // (a borrowed slice cannot be `buf`'s spare room). Every byte of the room up to
-        // `src.len()` is written before the length takes it in.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), dst, head);
-            stream_lines(dst.add(head), &src[head..body]);
-            std::arch::x86_64::_mm_sfence();
-            std::ptr::copy_nonoverlapping(src.as_ptr().add(body), dst.add(body), src.len() - body);
-            buf.set_len(at + src.len());
-        }
+    /// A plain copy, for the bytes around the whole lines.
+    ///
+    /// # Safety
+    /// As `ptr::copy_nonoverlapping` of `src.len()` bytes from `src` to `dst`.
+    unsafe fn plain(dst: *mut u8, src: &[u8]) {
+        // SAFETY: the caller's promise.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) }
     }
-    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
-    buf.extend_from_slice(src);
+    buf.reserve(src.len());
+    let at = buf.len();
+    let dst: *mut u8 = buf.spare_capacity_mut().as_mut_ptr().cast();
+    // SAFETY: the spare room holds `src.len()` bytes from `dst`, which this function alone
+    // writes, and `src` is another allocation (a borrowed slice cannot be `buf`'s spare room),
+    // so `plain` may copy any part of it; every byte of the room up to `src.len()` is written
+    // before the length takes it in.
+    unsafe {
+        copy_streaming(dst, src, plain);
+        buf.set_len(at + src.len());
+    }
 }
 
 impl Sink for MpiSink {

@@ -302,6 +302,22 @@ pub(crate) unsafe fn copy_out(dst: *mut u8, src: &[u8]) {
 /// As [`copy_out`]: every aligned 8-byte word that overlaps `dst..dst + src.len()` must lie
 /// inside a live mapping that only this side writes.
 pub(crate) unsafe fn copy_out_streaming(dst: *mut u8, src: &[u8]) {
+    // SAFETY: the caller's promise, which `copy_out` needs for the edges and `copy_streaming`
+    // for the whole range.
+    unsafe { copy_streaming(dst, src, copy_out) }
+}
+
+/// Copies `src` to `dst`, writing the whole 64-byte lines of the range with non-temporal
+/// stores (on x86-64) and the bytes before and after them, or the whole of a copy too short to
+/// hold a line, with `edges`; ends with a store fence, so that a release store after it is seen
+/// after the bytes. Elsewhere it is `edges` for the whole range. [`copy_out_streaming`] copies
+/// into shared memory with it; the mpi driver's sink into its own piece buffers.
+///
+/// # Safety
+/// `dst..dst + src.len()` must be valid for writes that nothing else makes or reads meanwhile
+/// in this process, and `edges` must be safe to call for every part of the range with the
+/// matching part of `src`.
+pub(crate) unsafe fn copy_streaming(dst: *mut u8, src: &[u8], edges: unsafe fn(*mut u8, &[u8])) {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
         use std::arch::x86_64::_mm_sfence;
@@ -309,30 +325,31 @@ pub(crate) unsafe fn copy_out_streaming(dst: *mut u8, src: &[u8]) {
         let head = (LINE - dst as usize % LINE) % LINE;
         if n < head + LINE {
             // SAFETY: the caller's promise, passed on.
-            unsafe { copy_out(dst, src) };
+            unsafe { edges(dst, src) };
             return;
         }
         let lines = (n - head) / LINE;
         let body = head + lines * LINE;
-        // SAFETY: the head and the tail are parts of the caller's range, which it vouches for;
-        // the body is whole, 64-byte aligned lines of that range, which only this side writes.
+        // SAFETY: the head and the tail are parts of the caller's range, for which it vouches
+        // `edges`; the body is whole, 64-byte aligned lines of that range, which nothing else
+        // writes or reads meanwhile.
         unsafe {
-            copy_out(dst, &src[..head]);
+            edges(dst, &src[..head]);
             stream_lines(dst.add(head), &src[head..body]);
             _mm_sfence();
-            copy_out(dst.add(body), &src[body..]);
+            edges(dst.add(body), &src[body..]);
         }
     }
     #[cfg(not(all(target_arch = "x86_64", not(miri))))]
     // SAFETY: the caller's promise, passed on.
     unsafe {
-        copy_out(dst, src)
+        edges(dst, src)
     }
 }
 
 /// A cache line, the unit of [`stream_lines`].
 #[cfg(all(target_arch = "x86_64", not(miri)))]
-pub(crate) const LINE: usize = 64;
+const LINE: usize = 64;
 
 /// Writes `src`, whole lines of [`LINE`] bytes, to `dst` with non-temporal stores, which go
 /// to memory without taking the lines into this processor's cache (see
@@ -344,7 +361,7 @@ pub(crate) const LINE: usize = 64;
 /// for writes that nothing else makes or reads meanwhile in this process.
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 #[inline]
-pub(crate) unsafe fn stream_lines(dst: *mut u8, src: &[u8]) {
+unsafe fn stream_lines(dst: *mut u8, src: &[u8]) {
     use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
     debug_assert!(dst as usize % LINE == 0 && src.len() % LINE == 0);
     let s = src.as_ptr();

@@ -105,21 +105,23 @@ impl Node {
         self.stealing.reset();
         self.early_cancels.lock().clear();
         let mut st = self.run.lock();
-        if let Some((epoch, active)) = st.welcome.take() {
+        let epoch = match st.welcome {
             // Joined a running pool: take part in the master's current run, or its next.
-            st.epoch = if active { epoch - 1 } else { epoch };
-        }
+            Some((epoch, active)) => epoch + u64::from(!active),
+            None => st.epoch + 1,
+        };
         // This node records an end before it confirms it, and the master waits for the
         // confirmations before it leaves: an end it announced is recorded here by the time
         // the pool reports it gone.
-        if !pool.is_alive(&self.master) && !st.has_ended(st.epoch + 1) {
+        if !pool.is_alive(&self.master) && !st.has_ended(epoch) {
             return Err(if pool.dead().contains(&self.master) {
                 died(&self.master)
             } else {
                 left(&self.master)
             });
         }
-        st.epoch += 1;
+        st.welcome = None;
+        st.epoch = epoch;
         st.active = true;
         st.failure = None;
         st.root = None;

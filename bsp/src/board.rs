@@ -45,6 +45,16 @@
 //! message with this sequence number), a peer that died, or a run past the time limit ends the
 //! wait with an error, as it would with messages.
 //!
+//! Where the host's processes outnumber its processors, pid 0 writes its row of a sync
+//! *held*: the others, which read its row first, wait until it has read every row and
+//! released its own. Pid 0 then goes on first, as the root of MPI's barrier does. In a
+//! symmetric barrier the process that arrived last ends it and goes on, while the others that
+//! share its processor wait for their turn; so what pid 0 writes next (the root's parts of a
+//! scatter, the first part of a scan) came only after their processor had switched to it.
+//! Back-to-back empty supersteps pay for the release, since pid 0 must run before anyone
+//! leaves (see `results/README.md`, `crowded-release-against-0947035`). A held row is a
+//! written row for everything else: a process in another operation sees it as a mismatch.
+//!
 //! ## Setting up
 //!
 //! Pid 0 creates the mapping as a file in `/dev/shm` with a random name, readable and writable
@@ -79,6 +89,9 @@ const STAMP: usize = 0;
 const SEQ: usize = 1;
 /// The operation in the low byte, the payload's length in words above it.
 const OP_LEN: usize = 2;
+/// The bit of a slot's `OP_LEN` word that says that its writer holds the readers back until it
+/// releases it (see "Waiting" above).
+const HELD: u64 = 1 << 63;
 const SIG: usize = 3;
 const PAYLOAD: usize = 4;
 
@@ -112,6 +125,8 @@ pub(crate) struct Entry {
     pub sig: u64,
     /// Words of its payload.
     pub len: usize,
+    /// Whether its writer holds the readers back (see [`Board::release`]).
+    pub held: bool,
 }
 
 /// A mapping shared by the processes of the machine, see the module's documentation.
@@ -346,8 +361,9 @@ impl Board {
     /// Starts the next board operation: writes `payload` with its sequence number, operation
     /// and signature to this process's row and wakes the processes sleeping on it. Returns the
     /// operation's number, for [`Board::arrived`] and [`Board::read`].
-    /// The caller has made sure that there is room for it (see [`Board::room_for`]).
-    pub(crate) fn publish(&self, seq: u64, op: u8, sig: u64, payload: &[u64]) -> u64 {
+    /// The caller has made sure that there is room for it (see [`Board::room_for`]). A `held`
+    /// row holds its readers back until this process [releases](Board::release) it.
+    pub(crate) fn publish(&self, seq: u64, op: u8, sig: u64, payload: &[u64], held: bool) -> u64 {
         assert!(
             payload.len() <= self.cap,
             "a board payload of {} words",
@@ -364,7 +380,7 @@ impl Board {
             self.word(s + PAYLOAD + i).store(v, Ordering::Relaxed);
         }
         self.word(s + SEQ).store(seq, Ordering::Relaxed);
-        let op_len = u64::from(op) | (payload.len() as u64) << 8;
+        let op_len = u64::from(op) | (payload.len() as u64) << 8 | if held { HELD } else { 0 };
         self.word(s + OP_LEN).store(op_len, Ordering::Relaxed);
         self.word(s + SIG).store(sig, Ordering::Relaxed);
         // Sequentially consistent, as are the sleepers' announcement and their look at the
@@ -372,6 +388,24 @@ impl Board {
         self.word(s + STAMP).store(b, Ordering::SeqCst);
         self.wake_sleepers(self.me);
         b
+    }
+
+    /// Releases this process's row of operation `b`, written held (see [`Board::publish`]),
+    /// and wakes the processes sleeping on it.
+    pub(crate) fn release(&self, b: u64) {
+        let w = self.word(self.slot(self.me, b) + OP_LEN);
+        // Sequentially consistent, as the stamp's store in `publish`.
+        w.store(w.load(Ordering::Relaxed) & !HELD, Ordering::SeqCst);
+        self.wake_sleepers(self.me);
+    }
+
+    /// Whether `pid`'s row of operation `b`, which this process has read, is released.
+    pub(crate) fn released(&self, pid: usize, b: u64) -> Result<bool, String> {
+        let op_len = self
+            .word(self.slot(pid, b) + OP_LEN)
+            .load(Ordering::Acquire);
+        // Its stamp cannot change before this process has read `b` and written `b + 1`.
+        Ok(op_len & HELD == 0)
     }
 
     /// Wakes the processes sleeping on `pid`'s row, if any: after a sequentially consistent
@@ -466,7 +500,8 @@ impl Board {
             seq: self.word(s + SEQ).load(Ordering::Relaxed),
             op: op_len as u8,
             sig: self.word(s + SIG).load(Ordering::Relaxed),
-            len: usize::try_from(op_len >> 8).unwrap_or(usize::MAX),
+            len: usize::try_from((op_len & !HELD) >> 8).unwrap_or(usize::MAX),
+            held: op_len & HELD != 0,
         }
     }
 
@@ -698,17 +733,17 @@ mod tests {
         let mut out = Vec::new();
         for round in 1..=5u64 {
             assert_eq!(a.arrived(1, round), Ok(false));
-            let n = a.publish(10 + round, 1, 7, &[round, 2 * round]);
+            let n = a.publish(10 + round, 1, 7, &[round, 2 * round], false);
             assert_eq!(n, round);
             assert_eq!(b.arrived(0, round), Ok(true));
             let e = b.read(0, round, &mut out).expect("read");
             assert_eq!((e.seq, e.op, e.sig), (10 + round, 1, 7));
             assert_eq!(out, [round, 2 * round]);
-            b.publish(10 + round, 1, 7, &[]);
+            b.publish(10 + round, 1, 7, &[], false);
             assert_eq!(a.arrived(1, round), Ok(true));
         }
         assert!(a.ahead(1).is_none());
-        b.publish(16, 2, 0, &[]);
+        b.publish(16, 2, 0, &[], false);
         assert_eq!(a.ahead(1).map(|e| (e.seq, e.op)), Some((16, 2)));
     }
 
@@ -720,7 +755,7 @@ mod tests {
         let k = slots(2) as u64;
         for _ in 0..=k {
             assert_eq!(b.room_for(), None, "room for the first {k} operations");
-            b.publish(0, 1, 0, &[]);
+            b.publish(0, 1, 0, &[], false);
             b.all_reached(b.next_op() - 1);
         }
         // Operation 1's slot now holds k + 1, which no well-behaved peer writes before this
@@ -739,17 +774,17 @@ mod tests {
         let k = slots(2) as u64;
         for n in 1..=k {
             assert_eq!(a.room_for(), None);
-            assert_eq!(a.publish(n, 1, 0, &[n]), n);
+            assert_eq!(a.publish(n, 1, 0, &[n], false), n);
         }
         // Operation k + 1 reuses operation 1's slot: pid 1 must have written 2 first.
         assert_eq!(a.room_for(), Some(2));
         assert_eq!(a.reached(1, 2), Ok(false));
-        b.publish(1, 1, 0, &[]);
-        b.publish(2, 1, 0, &[]);
+        b.publish(1, 1, 0, &[], false);
+        b.publish(2, 1, 0, &[], false);
         assert_eq!(a.reached(1, 2), Ok(true));
         a.all_reached(2);
         assert_eq!(a.room_for(), None);
-        assert_eq!(a.publish(k + 1, 1, 0, &[]), k + 1);
+        assert_eq!(a.publish(k + 1, 1, 0, &[], false), k + 1);
     }
 
     #[test]
@@ -779,12 +814,54 @@ mod tests {
                 start.elapsed()
             });
             // Whether or not the sleeper is asleep yet, it must see the stamp.
-            a.publish(1, 1, 0, &[]);
+            a.publish(1, 1, 0, &[], false);
             let waited = t.join().expect("sleeper");
             assert!(
                 waited < Duration::from_secs(5),
                 "woken by the write, not the limit"
             );
         });
+    }
+
+    #[test]
+    fn a_held_row_is_written_for_its_readers_and_released_later() {
+        let (a, name) = Board::create(2).expect("create");
+        let b = Board::open(&name, 2, 1).expect("open");
+        Board::remove(&name);
+        let mut out = Vec::new();
+        assert_eq!(a.publish(7, 1, 9, &[3, 4], true), 1);
+        // Written: a reader sees what it is (and a process in another operation a mismatch).
+        assert_eq!(b.arrived(0, 1), Ok(true));
+        let e = b.read(0, 1, &mut out).expect("read");
+        assert_eq!((e.seq, e.op, e.sig, e.len, e.held), (7, 1, 9, 2, true));
+        assert_eq!(out, [3, 4]);
+        assert_eq!(b.released(0, 1), Ok(false));
+        std::thread::scope(|s| {
+            let t = s.spawn(|| {
+                let start = std::time::Instant::now();
+                while b.released(0, 1) != Ok(true) {
+                    b.sleep_on(0, Duration::from_secs(5), |bd| bd.released(0, 1));
+                }
+                start.elapsed()
+            });
+            a.release(1);
+            let waited = t.join().expect("sleeper");
+            assert!(
+                waited < Duration::from_secs(5),
+                "woken by the release, not the limit"
+            );
+        });
+        let e = b.read(0, 1, &mut out).expect("read");
+        assert_eq!((e.len, e.held), (2, false));
+        // The next row of the same slot is written as it comes.
+        b.publish(1, 1, 9, &[], false);
+        for n in 2..=16 {
+            a.publish(n, 1, 9, &[], false);
+            b.publish(n, 1, 9, &[], false);
+        }
+        a.all_reached(16);
+        assert_eq!(a.publish(17, 1, 9, &[], false), 17);
+        let e = b.read(0, 17, &mut out).expect("read");
+        assert!(!e.held);
     }
 }

@@ -523,19 +523,21 @@ impl Bsp {
         call: &crate::collective::Call,
         payload: &[u64],
     ) -> Result<()> {
-        self.publish_row(board, call, payload).map(drop)
+        self.publish_row(board, call, payload, false).map(drop)
     }
 
     /// Writes this process's row of operation `call` on the host board, once there is room
-    /// for it, and counts it; returns its number.
+    /// for it, and counts it; returns its number. A `held` row holds its readers back until
+    /// this process releases it (see [`board`](crate::board), "Waiting").
     fn publish_row(
         &mut self,
         board: &Board,
         call: &crate::collective::Call,
         payload: &[u64],
+        held: bool,
     ) -> Result<u64> {
         self.board_room(board, call)?;
-        let b = board.publish(call.seq, call.op, call.sig, payload);
+        let b = board.publish(call.seq, call.op, call.sig, payload, held);
         self.uncounted.board_operations += 1;
         Ok(b)
     }
@@ -596,7 +598,7 @@ impl Bsp {
         rows: std::ops::Range<usize>,
         each: impl FnMut(usize, &[u64]) -> std::result::Result<(), String>,
     ) -> Result<()> {
-        let b = self.publish_row(board, call, payload)?;
+        let b = self.publish_row(board, call, payload, false)?;
         self.read_rows(board, call, b, payload, rows, each)
     }
 
@@ -620,7 +622,7 @@ impl Bsp {
             self.board_room_wait(board, call, before)?;
         }
         board.begin_bulk();
-        let b = self.publish_row(board, call, payload)?;
+        let b = self.publish_row(board, call, payload, false)?;
         board.fill(b, bulk);
         self.read_rows(board, call, b, payload, rows, each)?;
         Ok(b)
@@ -702,6 +704,9 @@ impl Bsp {
                         e.seq
                     ),
                 });
+            }
+            if e.held {
+                self.board_wait(board, j, |bd| bd.released(j, b), call, &mut wait)?;
             }
             each(j, &row).map_err(|why| self.board_error(j, why))?;
         }
@@ -1156,13 +1161,22 @@ impl Bsp {
         let mine = if let Some(board) = board {
             drop(guard);
             let (me, mut mine) = (self.pid, 0u64);
-            self.on_board(&board, &call, &counts, |_, row| {
+            // Where processes share processors, pid 0 releases the others (see
+            // [`board`](crate::board), "Waiting").
+            let hold = me == 0 && self.ibis.pool().crowded();
+            let b = self.publish_row(&board, &call, &counts, hold)?;
+            let read = self.read_rows(&board, &call, b, &counts, 0..p, |_, row| {
                 let theirs = row
                     .get(me)
                     .ok_or_else(|| format!("counts for {} processes", row.len()))?;
                 mine = mine.wrapping_add(*theirs);
                 Ok(())
-            })?;
+            });
+            if hold {
+                // Released on an error too: the others then find the error themselves.
+                board.release(b);
+            }
+            read?;
             self.counts = counts;
             mine
         } else if self.mpi_sync_here(&guard) {

@@ -528,7 +528,7 @@ impl Bsp {
 
     /// Writes this process's row of operation `call` on the host board, once there is room
     /// for it, and counts it; returns its number. A `held` row holds its readers back until
-    /// this process releases it (see [`board`](crate::board), "Waiting").
+    /// this process releases it (see [`board`], "Waiting").
     fn publish_row(
         &mut self,
         board: &Board,
@@ -1161,8 +1161,8 @@ impl Bsp {
         let mine = if let Some(board) = board {
             drop(guard);
             let (me, mut mine) = (self.pid, 0u64);
-            // Where processes share processors, pid 0 releases the others (see
-            // [`board`](crate::board), "Waiting").
+            // Where processes share processors, pid 0 releases the others (see the
+            // `board` module, "Waiting").
             let hold = me == 0 && self.ibis.pool().crowded();
             let b = self.publish_row(&board, &call, &counts, hold)?;
             let read = self.read_rows(&board, &call, b, &counts, 0..p, |_, row| {

@@ -103,6 +103,9 @@ const FILLED: usize = 2;
 /// Words of a row's waking line that count the processes that have read what it exposed in
 /// its memory for operations with even and odd numbers (see [`Board::ack`]).
 const ACKED: usize = 4;
+/// The word of a row's waking line that holds the newest operation whose readers have all
+/// acknowledged what the process exposed (see [`Board::clear`]).
+const CLEARED: usize = 6;
 /// Words of a row's second line: the process's pid and the address and bytes of its probe,
 /// for peers that read its memory (see `ipl::shared_memory::PeerMemory`).
 const PEER: usize = LINE;
@@ -638,6 +641,21 @@ impl Board {
         self.wake_sleepers(pid);
     }
 
+    /// Notes that every reader of what this process exposed for operation `b` has said so
+    /// ([`Board::ack`]), and wakes the processes sleeping on its row: a reader learns from it
+    /// that this process was alive after its read (see `Bsp::confirm_reads`).
+    pub(crate) fn clear(&self, b: u64) {
+        // Sequentially consistent, as the stamp's store in `publish`.
+        self.word(self.row(self.me) + CLEARED)
+            .store(b, Ordering::SeqCst);
+        self.wake_sleepers(self.me);
+    }
+
+    /// Whether `pid` has [cleared](Board::clear) operation `b` or a later one.
+    pub(crate) fn cleared(&self, pid: usize, b: u64) -> bool {
+        self.word(self.row(pid) + CLEARED).load(Ordering::Acquire) >= b
+    }
+
     /// How many processes have read what this process exposed for operation `b`.
     pub(crate) fn acks(&self, b: u64) -> u64 {
         self.word(self.row(self.me) + ACKED + (b % 2) as usize)
@@ -821,6 +839,20 @@ mod tests {
                 "woken by the write, not the limit"
             );
         });
+    }
+
+    #[test]
+    fn a_reader_sees_the_operations_a_process_has_cleared() {
+        let (a, name) = Board::create(2).expect("create");
+        let b = Board::open(&name, 2, 1).expect("open");
+        Board::remove(&name);
+        assert!(!b.cleared(0, 1));
+        a.clear(1);
+        assert!(b.cleared(0, 1));
+        assert!(!b.cleared(0, 2));
+        a.clear(5);
+        assert!(b.cleared(0, 2) && b.cleared(0, 5) && !b.cleared(0, 6));
+        assert!(!a.cleared(1, 1), "rows are cleared one by one");
     }
 
     #[test]

@@ -146,6 +146,10 @@ pub struct Bsp {
     /// in one copy, as MPI's shared-memory collectives do. Empty where not every process can
     /// read every other's memory (see [`Bsp::meet_peers`]).
     pub(crate) board_peers: Vec<Option<ipl::shared_memory::PeerMemory>>,
+    /// The processes whose memory this process has read for the board operation under way,
+    /// with its number, which have not yet confirmed that they were alive after the read (see
+    /// [`Bsp::confirm_reads`]).
+    unconfirmed: std::cell::RefCell<smallvec::SmallVec<[(usize, u64); 4]>>,
     /// Keeps `Bsp` from being `Sync` whatever its other fields: `net` takes the
     /// connections' lock with plain stores when no other handle shares them, which is sound
     /// only while no other thread can use this handle at the same time.
@@ -382,7 +386,8 @@ impl Bsp {
     }
 
     /// Waits until `n` processes have read what this process exposed for board operation `b`
-    /// (`call`), so that it may change or free that memory.
+    /// (`call`), so that it may change or free that memory; then [clears](Board::clear) it,
+    /// which tells the readers that this process was alive after their reads.
     pub(crate) fn wait_acks(
         &self,
         board: &Board,
@@ -390,16 +395,18 @@ impl Bsp {
         b: u64,
         n: u64,
     ) -> Result<()> {
-        if board.acks(b) >= n {
-            return Ok(());
+        if board.acks(b) < n {
+            let mut wait = crate::net::BoardWait::new();
+            let me = self.pid;
+            self.board_wait(board, me, |bd| Ok(bd.acks(b) >= n), call, &mut wait)?;
         }
-        let mut wait = crate::net::BoardWait::new();
-        let me = self.pid;
-        self.board_wait(board, me, |bd| Ok(bd.acks(b) >= n), call, &mut wait)
+        board.clear(b);
+        Ok(())
     }
 
     /// Reads `dst.len()` bytes at `addr` of the memory `pid` exposed for board operation `b`
-    /// straight into `dst`, and tells it so.
+    /// straight into `dst`, and tells it so. The bytes are `pid`'s once
+    /// [`confirm_reads`](Bsp::confirm_reads) says so.
     pub(crate) fn pull(
         &self,
         board: &Board,
@@ -408,14 +415,15 @@ impl Bsp {
         dst: &mut [u8],
     ) -> Result<()> {
         self.peer(pid)?
-            .read_exact(dst, addr)
+            .read_exact_unconfirmed(dst, addr)
             .map_err(|e| self.board_error(pid, format!("reading its memory: {e}")))?;
-        board.ack(pid, b);
+        self.read_from(board, (pid, b));
         Ok(())
     }
 
     /// Appends the `n` numbers at `addr` of the memory `pid` exposed for board operation `b`
-    /// to `out`, read straight into its spare room, and tells `pid` so.
+    /// to `out`, read straight into its spare room, and tells `pid` so. The numbers are
+    /// `pid`'s once [`confirm_reads`](Bsp::confirm_reads) says so.
     pub(crate) fn pull_append<T: crate::Number>(
         &self,
         board: &Board,
@@ -425,9 +433,43 @@ impl Bsp {
         out: &mut Vec<T>,
     ) -> Result<()> {
         self.peer(pid)?
-            .read_append(out, n, addr)
+            .read_append_unconfirmed(out, n, addr)
             .map_err(|e| self.board_error(pid, format!("reading its memory: {e}")))?;
+        self.read_from(board, (pid, b));
+        Ok(())
+    }
+
+    /// Tells `pid` that this process has read what it exposed for board operation `b`, and
+    /// notes that `pid` has yet to confirm that it was alive after the read.
+    fn read_from(&self, board: &Board, (pid, b): (usize, u64)) {
         board.ack(pid, b);
+        let mut pending = self.unconfirmed.borrow_mut();
+        // Left by an operation that failed before it confirmed its reads.
+        pending.retain(|&mut (_, c)| c == b);
+        pending.push((pid, b));
+    }
+
+    /// Waits until every process whose memory this process read for board operation `call`
+    /// ([`pull`](Bsp::pull), [`pull_append`](Bsp::pull_append)) has seen the
+    /// acknowledgements of all its readers ([`wait_acks`](Bsp::wait_acks)). A process does
+    /// that after this process's reads, so it had not exited when they ended, and they read
+    /// its memory: a pid is given to another process only once the one it named has exited.
+    /// Where it exited, the wait ends with an error as the board's waits do. This costs the
+    /// readers a look at a word the writer stores anyway at about the time they read it,
+    /// where asking the system whether the process is still there after every read (see
+    /// `ipl::shared_memory::PeerMemory::read_append`) took a system call of some 0.4 us.
+    pub(crate) fn confirm_reads(
+        &self,
+        board: &Board,
+        call: &crate::collective::Call,
+    ) -> Result<()> {
+        let pending = std::mem::take(&mut *self.unconfirmed.borrow_mut());
+        let mut wait = crate::net::BoardWait::new();
+        for (pid, b) in pending {
+            if !board.cleared(pid, b) {
+                self.board_wait(board, pid, |bd| Ok(bd.cleared(pid, b)), call, &mut wait)?;
+            }
+        }
         Ok(())
     }
 
@@ -770,6 +812,7 @@ impl Bsp {
             // Groups have no board; the whole machine sets it up when first needed.
             board_checked: comm != 0,
             board_peers: Vec::new(),
+            unconfirmed: Default::default(),
             _not_sync: PhantomData,
         }
     }

@@ -296,6 +296,7 @@ impl Bsp {
             // Every other process reads its vector from this one's memory.
             self.wait_acks(board, call, b, p as u64 - 1)?;
         }
+        self.confirm_reads(board, call)?;
         Ok(true)
     }
 
@@ -427,6 +428,7 @@ impl Bsp {
                 }
             }
             self.wait_acks(board, &call, b, p as u64 - 1)?;
+            self.confirm_reads(board, &call)?;
             return Ok(out);
         }
         if let Some(board) = bulk {

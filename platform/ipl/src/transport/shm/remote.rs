@@ -68,6 +68,29 @@ impl Remote {
     /// # Safety
     /// `dst` must be valid for writes of `len` bytes.
     pub(crate) unsafe fn read_raw(&self, dst: *mut u8, len: usize, addr: u64) -> io::Result<usize> {
+        // SAFETY: as the caller vouches.
+        let n = unsafe { self.read_raw_unconfirmed(dst, len, addr)? };
+        if !self.alive() {
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "the sending process exited while its memory was read",
+            ));
+        }
+        Ok(n)
+    }
+
+    /// [`read_raw`](Remote::read_raw) without its look at whether the process had exited
+    /// when the read ended: the bytes are the process's only if the caller learns that later,
+    /// from something the process did after the read.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` bytes.
+    pub(crate) unsafe fn read_raw_unconfirmed(
+        &self,
+        dst: *mut u8,
+        len: usize,
+        addr: u64,
+    ) -> io::Result<usize> {
         let local = libc::iovec {
             iov_base: dst.cast(),
             iov_len: len,
@@ -92,12 +115,6 @@ impl Remote {
                 ),
                 _ => e,
             });
-        }
-        if !self.alive() {
-            return Err(io::Error::new(
-                io::ErrorKind::ConnectionAborted,
-                "the sending process exited while its memory was read",
-            ));
         }
         Ok(n as usize)
     }
@@ -126,6 +143,20 @@ impl Remote {
     pub(crate) fn read(&self, dst: &mut [u8], addr: u64) -> io::Result<usize> {
         // SAFETY: `dst` is writable for its length.
         unsafe { self.read_raw(dst.as_mut_ptr(), dst.len(), addr) }
+    }
+
+    /// As [`read_raw`](Remote::read_raw): this process cannot exit while it reads.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` bytes.
+    pub(crate) unsafe fn read_raw_unconfirmed(
+        &self,
+        dst: *mut u8,
+        len: usize,
+        addr: u64,
+    ) -> io::Result<usize> {
+        // SAFETY: as the caller vouches.
+        unsafe { self.read_raw(dst, len, addr) }
     }
 
     /// Copies `len` bytes of this process's memory at `addr` to `dst`.

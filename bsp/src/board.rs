@@ -45,15 +45,17 @@
 //! message with this sequence number), a peer that died, or a run past the time limit ends the
 //! wait with an error, as it would with messages.
 //!
-//! Where the host's processes outnumber its processors, pid 0 writes its row of a sync
-//! *held*: the others, which read its row first, wait until it has read every row and
-//! released its own. Pid 0 then goes on first, as the root of MPI's barrier does. In a
-//! symmetric barrier the process that arrived last ends it and goes on, while the others that
-//! share its processor wait for their turn; so what pid 0 writes next (the root's parts of a
-//! scatter, the first part of a scan) came only after their processor had switched to it.
-//! Back-to-back empty supersteps pay for the release, since pid 0 must run before anyone
-//! leaves (see `results/README.md`, `crowded-release-against-0947035`). A held row is a
-//! written row for everything else: a process in another operation sees it as a mismatch.
+//! Where the host's processes outnumber its processors, pid 0 writes its row of a sync that
+//! ends a superstep with a collective *held*: the others, which read its row first, wait
+//! until it has read every row and released its own. Pid 0 then goes on first, as the root of
+//! MPI's barrier does. In a symmetric barrier the process that arrived last ends it and goes
+//! on, while the others that share its processor wait for their turn; so what pid 0 writes
+//! next (the root's parts of a scatter, the first part of a scan) came only after their
+//! processor had switched to it. The release costs a switch more on pid 0's processor per
+//! sync, since pid 0 must run before anyone leaves: back-to-back empty supersteps took 1.31x
+//! the time with it (`results/README.md`, `crowded-release-against-0947035`), so a sync that
+//! ends a superstep without a collective stays symmetric. A held row is a written row for
+//! everything else: a process in another operation sees it as a mismatch.
 //!
 //! ## Setting up
 //!

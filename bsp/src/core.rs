@@ -114,6 +114,9 @@ pub struct Bsp {
     pub(crate) nprocs: usize,
     pub(crate) superstep: u64,
     pub(crate) seq: u64,
+    /// The sequence number of this handle's last sync: a sync whose number follows it ends a
+    /// superstep that called no collective (see the board's "Waiting").
+    last_sync_seq: u64,
     /// An operation begun (see [`begin_op`](Bsp::begin_op)) that the connections have not been
     /// told of yet: they are told under the first lock the operation takes to send or receive,
     /// instead of under a lock of its own.
@@ -795,6 +798,7 @@ impl Bsp {
             nprocs: p,
             superstep: 0,
             seq: 0,
+            last_sync_seq: u64::MAX,
             unstarted: Cell::new(None),
             out: (0..p).map(|_| Outbox::default()).collect(),
             buffered: 0,
@@ -1204,9 +1208,11 @@ impl Bsp {
         let mine = if let Some(board) = board {
             drop(guard);
             let (me, mut mine) = (self.pid, 0u64);
-            // Where processes share processors, pid 0 releases the others (see the
-            // `board` module, "Waiting").
-            let hold = me == 0 && self.ibis.pool().crowded();
+            // Where processes share processors, pid 0 releases the others after a superstep
+            // that called a collective (see the `board` module, "Waiting").
+            let worked = seq != self.last_sync_seq.wrapping_add(1);
+            self.last_sync_seq = seq;
+            let hold = me == 0 && worked && self.ibis.pool().crowded();
             let b = self.publish_row(&board, &call, &counts, hold)?;
             let read = self.read_rows(&board, &call, b, &counts, 0..p, |_, row| {
                 let theirs = row

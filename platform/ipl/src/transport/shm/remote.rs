@@ -56,29 +56,6 @@ impl Remote {
         r == 0
     }
 
-    /// Reads up to `dst.len()` bytes of the process's memory at `addr`.
-    pub(crate) fn read(&self, dst: &mut [u8], addr: u64) -> io::Result<usize> {
-        // SAFETY: `dst` is writable for its length.
-        unsafe { self.read_raw(dst.as_mut_ptr(), dst.len(), addr) }
-    }
-
-    /// Reads up to `len` bytes of the process's memory at `addr` into `dst`, which may be
-    /// uninitialized: the bytes up to the count returned are initialized afterwards.
-    ///
-    /// # Safety
-    /// `dst` must be valid for writes of `len` bytes.
-    pub(crate) unsafe fn read_raw(&self, dst: *mut u8, len: usize, addr: u64) -> io::Result<usize> {
-        // SAFETY: as the caller vouches.
-        let n = unsafe { self.read_raw_unconfirmed(dst, len, addr)? };
-        if !self.alive() {
-            return Err(io::Error::new(
-                io::ErrorKind::ConnectionAborted,
-                "the sending process exited while its memory was read",
-            ));
-        }
-        Ok(n)
-    }
-
     /// [`read_raw`](Remote::read_raw) without its look at whether the process had exited
     /// when the read ended: the bytes are the process's only if the caller learns that later,
     /// from something the process did after the read.
@@ -139,13 +116,12 @@ impl Remote {
             .then_some(r)
     }
 
-    /// Copies `dst.len()` bytes of this process's memory at `addr`.
-    pub(crate) fn read(&self, dst: &mut [u8], addr: u64) -> io::Result<usize> {
-        // SAFETY: `dst` is writable for its length.
-        unsafe { self.read_raw(dst.as_mut_ptr(), dst.len(), addr) }
+    /// This process, which cannot exit while it reads.
+    fn alive(&self) -> bool {
+        true
     }
 
-    /// As [`read_raw`](Remote::read_raw): this process cannot exit while it reads.
+    /// Copies `len` bytes of this process's memory at `addr` to `dst`.
     ///
     /// # Safety
     /// `dst` must be valid for writes of `len` bytes.
@@ -155,19 +131,37 @@ impl Remote {
         len: usize,
         addr: u64,
     ) -> io::Result<usize> {
-        // SAFETY: as the caller vouches.
-        unsafe { self.read_raw(dst, len, addr) }
-    }
-
-    /// Copies `len` bytes of this process's memory at `addr` to `dst`.
-    ///
-    /// # Safety
-    /// `dst` must be valid for writes of `len` bytes.
-    pub(crate) unsafe fn read_raw(&self, dst: *mut u8, len: usize, addr: u64) -> io::Result<usize> {
         // SAFETY: only the tests' consumers read here, at addresses their producers in this
         // process exposed; whether the bytes are live memory is what Miri checks. `dst` is the
         // caller's to vouch for.
         unsafe { std::ptr::copy_nonoverlapping(addr as usize as *const u8, dst, len) };
         Ok(len)
+    }
+}
+
+/// The reads, over the system's `process_vm_readv` or, under Miri, a plain copy.
+impl Remote {
+    /// Reads up to `dst.len()` bytes of the process's memory at `addr`.
+    pub(crate) fn read(&self, dst: &mut [u8], addr: u64) -> io::Result<usize> {
+        // SAFETY: `dst` is writable for its length.
+        unsafe { self.read_raw(dst.as_mut_ptr(), dst.len(), addr) }
+    }
+
+    /// Reads up to `len` bytes of the process's memory at `addr` into `dst`, which may be
+    /// uninitialized: the bytes up to the count returned are initialized afterwards. An error
+    /// when the process had exited by the end of the read (its pid may then name another).
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` bytes.
+    pub(crate) unsafe fn read_raw(&self, dst: *mut u8, len: usize, addr: u64) -> io::Result<usize> {
+        // SAFETY: as the caller vouches.
+        let n = unsafe { self.read_raw_unconfirmed(dst, len, addr)? };
+        if !self.alive() {
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "the sending process exited while its memory was read",
+            ));
+        }
+        Ok(n)
     }
 }

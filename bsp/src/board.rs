@@ -888,14 +888,15 @@ mod tests {
         let e = b.read(0, 1, &mut out).expect("read");
         assert_eq!((e.len, e.held), (2, false));
         // The next row of the same slot is written as it comes.
+        let k = slots(2) as u64;
         b.publish(1, 1, 9, &[], false);
-        for n in 2..=16 {
+        for n in 2..=k {
             a.publish(n, 1, 9, &[], false);
             b.publish(n, 1, 9, &[], false);
         }
-        a.all_reached(16);
-        assert_eq!(a.publish(17, 1, 9, &[], false), 17);
-        let e = b.read(0, 17, &mut out).expect("read");
+        a.all_reached(k);
+        assert_eq!(a.publish(k + 1, 1, 9, &[], false), k + 1);
+        let e = b.read(0, k + 1, &mut out).expect("read");
         assert!(!e.held);
     }
 }

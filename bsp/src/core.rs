@@ -149,10 +149,6 @@ pub struct Bsp {
     /// in one copy, as MPI's shared-memory collectives do. Empty where not every process can
     /// read every other's memory (see [`Bsp::meet_peers`]).
     pub(crate) board_peers: Vec<Option<ipl::shared_memory::PeerMemory>>,
-    /// The processes whose memory this process has read for the board operation under way,
-    /// with its number, which have not yet confirmed that they were alive after the read (see
-    /// [`Bsp::confirm_reads`]).
-    unconfirmed: std::cell::RefCell<smallvec::SmallVec<[(usize, u64); 4]>>,
     /// Keeps `Bsp` from being `Sync` whatever its other fields: `net` takes the
     /// connections' lock with plain stores when no other handle shares them, which is sound
     /// only while no other thread can use this handle at the same time.
@@ -409,7 +405,7 @@ impl Bsp {
 
     /// Reads `dst.len()` bytes at `addr` of the memory `pid` exposed for board operation `b`
     /// straight into `dst`, and tells it so. The bytes are `pid`'s once
-    /// [`confirm_reads`](Bsp::confirm_reads) says so.
+    /// [`confirm_reads`](Bsp::confirm_reads) for `pid` says so.
     pub(crate) fn pull(
         &self,
         board: &Board,
@@ -420,13 +416,13 @@ impl Bsp {
         self.peer(pid)?
             .read_exact_unconfirmed(dst, addr)
             .map_err(|e| self.board_error(pid, format!("reading its memory: {e}")))?;
-        self.read_from(board, (pid, b));
+        board.ack(pid, b);
         Ok(())
     }
 
     /// Appends the `n` numbers at `addr` of the memory `pid` exposed for board operation `b`
     /// to `out`, read straight into its spare room, and tells `pid` so. The numbers are
-    /// `pid`'s once [`confirm_reads`](Bsp::confirm_reads) says so.
+    /// `pid`'s once [`confirm_reads`](Bsp::confirm_reads) for `pid` says so.
     pub(crate) fn pull_append<T: crate::Number>(
         &self,
         board: &Board,
@@ -438,37 +434,28 @@ impl Bsp {
         self.peer(pid)?
             .read_append_unconfirmed(out, n, addr)
             .map_err(|e| self.board_error(pid, format!("reading its memory: {e}")))?;
-        self.read_from(board, (pid, b));
+        board.ack(pid, b);
         Ok(())
     }
 
-    /// Tells `pid` that this process has read what it exposed for board operation `b`, and
-    /// notes that `pid` has yet to confirm that it was alive after the read.
-    fn read_from(&self, board: &Board, (pid, b): (usize, u64)) {
-        board.ack(pid, b);
-        let mut pending = self.unconfirmed.borrow_mut();
-        // Left by an operation that failed before it confirmed its reads.
-        pending.retain(|&mut (_, c)| c == b);
-        pending.push((pid, b));
-    }
-
-    /// Waits until every process whose memory this process read for board operation `call`
-    /// ([`pull`](Bsp::pull), [`pull_append`](Bsp::pull_append)) has seen the
-    /// acknowledgements of all its readers ([`wait_acks`](Bsp::wait_acks)). A process does
-    /// that after this process's reads, so it had not exited when they ended, and they read
-    /// its memory: a pid is given to another process only once the one it named has exited.
-    /// Where it exited, the wait ends with an error as the board's waits do. This costs the
-    /// readers a look at a word the writer stores anyway at about the time they read it,
-    /// where asking the system whether the process is still there after every read (see
+    /// Waits until every process of `pids`, whose memory this process read for board
+    /// operation `b` (`call`; [`pull`](Bsp::pull), [`pull_append`](Bsp::pull_append)), has
+    /// seen the acknowledgements of all its readers ([`wait_acks`](Bsp::wait_acks)). A
+    /// process does that after this process's reads, so it had not exited when they ended,
+    /// and they read its memory: a pid is given to another process only once the one it named
+    /// has exited. Where it exited, the wait ends with an error as the board's waits do. This
+    /// costs the readers a look at a word the writer stores anyway at about the time they read
+    /// it, where asking the system whether the process is still there after every read (see
     /// `ipl::shared_memory::PeerMemory::read_append`) took a system call of some 0.4 us.
     pub(crate) fn confirm_reads(
         &self,
         board: &Board,
         call: &crate::collective::Call,
+        b: u64,
+        pids: impl IntoIterator<Item = usize>,
     ) -> Result<()> {
-        let pending = std::mem::take(&mut *self.unconfirmed.borrow_mut());
         let mut wait = crate::net::BoardWait::new();
-        for (pid, b) in pending {
+        for pid in pids {
             if !board.cleared(pid, b) {
                 self.board_wait(board, pid, |bd| Ok(bd.cleared(pid, b)), call, &mut wait)?;
             }
@@ -816,7 +803,6 @@ impl Bsp {
             // Groups have no board; the whole machine sets it up when first needed.
             board_checked: comm != 0,
             board_peers: Vec::new(),
-            unconfirmed: Default::default(),
             _not_sync: PhantomData,
         }
     }

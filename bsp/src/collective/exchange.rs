@@ -282,7 +282,7 @@ impl Bsp {
         if !everyone {
             return Ok(false);
         }
-        for (j, n, addr) in to_read {
+        for &(j, n, addr) in &to_read {
             recv[j].clear();
             self.pull_append(board, (j, b), addr, n, &mut recv[j])?;
         }
@@ -296,7 +296,7 @@ impl Bsp {
             // Every other process reads its vector from this one's memory.
             self.wait_acks(board, call, b, p as u64 - 1)?;
         }
-        self.confirm_reads(board, call)?;
+        self.confirm_reads(board, call, b, to_read.iter().map(|r| r.0))?;
         Ok(true)
     }
 
@@ -428,7 +428,7 @@ impl Bsp {
                 }
             }
             self.wait_acks(board, &call, b, p as u64 - 1)?;
-            self.confirm_reads(board, &call)?;
+            self.confirm_reads(board, &call, b, (0..p).filter(|&j| j != me))?;
             return Ok(out);
         }
         if let Some(board) = bulk {

@@ -1036,7 +1036,7 @@ impl Bsp {
             for j in (0..p).filter(|&j| j != root) {
                 self.pull_append(board, (j, b), addrs[j], n, &mut others)?;
             }
-            self.confirm_reads(board, call)?;
+            self.confirm_reads(board, call, b, (0..p).filter(|&j| j != root))?;
             let at = tree_beside(&mut others, n, root, values, op);
             if at == 0 && others.len() == n {
                 return Ok(Some(others));
@@ -1117,7 +1117,7 @@ impl Bsp {
         if r == 1 && !inclusive && readers == 0 {
             // Pid 0's values as they are, straight into place.
             self.pull(board, (0, b), addrs[0], bytemuck::cast_slice_mut(values))?;
-            self.confirm_reads(board, call)?;
+            self.confirm_reads(board, call, b, [0])?;
             return Ok(true);
         }
         // All the room at once, as for `all_gather_slice`.
@@ -1127,7 +1127,7 @@ impl Bsp {
         }
         // The pids above read this process's values as they were.
         self.wait_acks(board, call, b, readers)?;
-        self.confirm_reads(board, call)?;
+        self.confirm_reads(board, call, b, 0..addrs.len())?;
         let how = (self.prefix_chains(), inclusive);
         end_prefix(&mut all, (p, r), how, op, values, &mut SmallVec::new());
         Ok(true)

@@ -489,7 +489,7 @@ impl Bsp {
             let at = addr.wrapping_add((me * each) as u64);
             let b = board.next_op() - 1;
             self.pull_append(board, (root, b), at, each / size, &mut mine)?;
-            self.confirm_reads(board, call)?;
+            self.confirm_reads(board, call, b, [root])?;
             part = Some(mine);
         }
         if let Some(each) = in_bulk {

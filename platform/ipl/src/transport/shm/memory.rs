@@ -129,6 +129,9 @@ impl Mapping {
     /// Two views of `len` bytes of zeroed memory shared by the two sides of a test, for Miri,
     /// which cannot map a memfd: the same layout and alignment, on the heap.
     #[cfg(miri)]
+    // Only the unit tests make pairs; a Miri build of another crate's tests compiles this
+    // library without them.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn private_pair(len: usize) -> (Mapping, Mapping) {
         let layout = std::alloc::Layout::from_size_align(len, 4096).expect("a page-aligned layout");
         // SAFETY: the layout's size is not zero (rings are at least a page).

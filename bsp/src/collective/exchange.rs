@@ -128,14 +128,14 @@ impl Bsp {
         let board = self.host_board()?;
         let call = self.begin(op::ALL_TO_ALL, u64::from(T::TAG));
         recv.resize_with(p, Vec::new);
-        let me = self.pid;
-        recv[me].clear();
-        recv[me].extend_from_slice(&send[me]);
         if let Some(board) = board {
             if self.all_to_all_on_board(&board, &call, send, recv)? {
                 return Ok(());
             }
         }
+        let me = self.pid;
+        recv[me].clear();
+        recv[me].extend_from_slice(&send[me]);
         let bytes: SmallVec<[&[u8]; 8]> =
             super::small_vec(send.iter().map(|v| bytemuck::cast_slice(&v[..])));
         self.direct_exchange(&call, &bytes, |this, s, m| {
@@ -216,7 +216,14 @@ impl Bsp {
                 // Process j's vectors did not fit: messages for everyone.
                 everyone = false;
             }
-            if !everyone || j == me {
+            if !everyone {
+                return Ok(());
+            }
+            if j == me {
+                // This process's own vector, copied once its row is out: the others read
+                // the row (and from its memory or bulk) meanwhile.
+                recv[me].clear();
+                recv[me].extend_from_slice(&send[me]);
                 return Ok(());
             }
             if row.first() == Some(&IN_BULK) {

@@ -52,6 +52,8 @@
 //! # }
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod cli;
 pub mod config;
 mod connect;

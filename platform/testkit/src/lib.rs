@@ -14,6 +14,8 @@
 //! assert_eq!((out.as_str(), err.as_str()), ("hello\n", ""));
 //! ```
 
+#![warn(missing_docs)]
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -292,6 +294,8 @@ pub fn mpirun(test: &str, n: u32, pass: &[&str]) -> Option<(Command, KillMarked)
     Some((cmd, guard))
 }
 
+/// Hosts in network namespaces of their own, joined by a bridge, for tests of programs that
+/// span hosts (needs root and `ip`).
 pub mod netns {
     use super::Reaped;
     use std::path::{Path, PathBuf};

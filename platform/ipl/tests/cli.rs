@@ -142,6 +142,9 @@ fn ipl_bench_refuses_what_it_cannot_serve() {
         (&["--round-trips", "0"], "--round-trips"),
         (&["--repeat", "0"], "--repeat"),
         (&["--only", "nothing"], "--only"),
+        // Refused before any part runs, rather than after the serialization part.
+        (&["--procs", "3"], "--procs"),
+        (&["--procs", "2,66"], "--procs"),
     ] {
         refused(bench, args, &[], names);
     }

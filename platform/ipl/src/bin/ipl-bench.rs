@@ -45,8 +45,7 @@ struct Args {
           value_parser = clap::value_parser!(u32).range(1..=1000))]
     repeat: u32,
     /// Process counts of the processes layout (even, 2 to 64; empty: threads only).
-    #[arg(long, value_delimiter = ',', default_value = "2,4",
-          value_parser = clap::value_parser!(u32).range(2..=64))]
+    #[arg(long, value_delimiter = ',', default_value = "2,4", value_parser = even_procs)]
     procs: Vec<u32>,
     /// Skip OpenMPI even when mpicc and mpirun are present.
     #[arg(long)]
@@ -679,6 +678,18 @@ fn ratio(a: &[f64], b: &[f64]) -> Option<f64> {
     (!r.is_empty()).then(|| median(r))
 }
 
+/// A process count of `--procs`, checked when the arguments are read rather than after the
+/// parts that run before the processes' part.
+fn even_procs(s: &str) -> Result<u32, String> {
+    let n: u32 = s.parse().map_err(|e| format!("{e}"))?;
+    if !(2..=64).contains(&n) || n % 2 != 0 {
+        return Err(format!(
+            "{n} is not an even count from 2 to 64 (the processes pair up)"
+        ));
+    }
+    Ok(n)
+}
+
 fn main() {
     #[cfg(feature = "mpi")]
     if std::env::var("IPL_DRIVER").as_deref() == Ok("mpi") {
@@ -1166,9 +1177,6 @@ fn bench(args: Args) -> Outcome<()> {
     }
     let net = args.only.contains(&Part::Latency) || args.only.contains(&Part::Throughput);
     if net {
-        if args.procs.iter().any(|p| p % 2 != 0) {
-            return Err("--procs: process counts must be even (the processes pair up)".into());
-        }
         let dir = std::env::temp_dir().join(format!("ipl-bench-{}", std::process::id()));
         std::fs::create_dir_all(&dir).ctx("make a scratch directory")?;
         let mpi = if args.no_mpi {

@@ -295,6 +295,7 @@ impl Remote {
             Event::NodeJoined => &c.nodes_joined,
             Event::NodeLeft => &c.nodes_left,
             Event::NodeDied => &c.nodes_died,
+            Event::MessageRefused => &c.messages_refused,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -389,6 +390,9 @@ pub enum Event {
     NodeLeft,
     /// A process died.
     NodeDied,
+    /// A message from another process was refused: undecodable, or from a member that may
+    /// not send it.
+    MessageRefused,
 }
 
 /// A root started by [`Remote::start`].

@@ -63,6 +63,9 @@ pub struct Stats {
     pub nodes_left: u64,
     /// Processes that died during runs, as seen by this one.
     pub nodes_died: u64,
+    /// Messages from other processes that this one refused: undecodable, or sent by a member
+    /// that may not send them (only the master ends a run or welcomes a joining process).
+    pub messages_refused: u64,
 }
 
 impl Stats {
@@ -106,6 +109,9 @@ impl Stats {
             nodes_joined: self.nodes_joined.saturating_sub(earlier.nodes_joined),
             nodes_left: self.nodes_left.saturating_sub(earlier.nodes_left),
             nodes_died: self.nodes_died.saturating_sub(earlier.nodes_died),
+            messages_refused: self
+                .messages_refused
+                .saturating_sub(earlier.messages_refused),
         }
     }
 }
@@ -160,6 +166,7 @@ impl fmt::Display for Stats {
             "  leavers               {} results salvaged, {} jobs handed back",
             self.results_salvaged, self.jobs_returned
         )?;
+        writeln!(f, "  messages refused      {}", self.messages_refused)?;
         write!(
             f,
             "  idle time             {:.3} s",
@@ -246,6 +253,7 @@ pub(crate) struct SharedCounters {
     pub(crate) nodes_joined: AtomicU64,
     pub(crate) nodes_left: AtomicU64,
     pub(crate) nodes_died: AtomicU64,
+    pub(crate) messages_refused: AtomicU64,
 }
 
 impl WorkerCounters {
@@ -282,5 +290,6 @@ impl SharedCounters {
         s.nodes_joined += self.nodes_joined.load(Relaxed);
         s.nodes_left += self.nodes_left.load(Relaxed);
         s.nodes_died += self.nodes_died.load(Relaxed);
+        s.messages_refused += self.messages_refused.load(Relaxed);
     }
 }

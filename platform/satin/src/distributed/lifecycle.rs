@@ -107,7 +107,13 @@ impl Node {
         let mut st = self.run.lock();
         let epoch = match st.welcome {
             // Joined a running pool: take part in the master's current run, or its next.
-            Some((epoch, active)) => epoch + u64::from(!active),
+            Some((epoch, active)) => epoch.checked_add(u64::from(!active)).ok_or_else(|| {
+                Error::Remote(format!(
+                    "the master {} named run {epoch} as its current one, past the last a \
+                     pool can number",
+                    self.master
+                ))
+            })?,
             None => st.epoch + 1,
         };
         // This node records an end before it confirms it, and the master waits for the
@@ -275,7 +281,15 @@ impl Node {
     /// Recording the end lets this node's `run` return, and its program may then drop the
     /// runtime at once; the confirmation still to be sent keeps the mesh open until it is out
     /// (counted in [`RunState::ending_messages`]), or the master would wait for it in vain.
+    ///
+    /// Only the master ends runs: the same message from another member is dropped, as it
+    /// would otherwise end this node's runs, up to the epoch it names, for good.
     pub(crate) fn on_done(&self, master: u32, epoch: u64, failure: Option<String>) {
+        if master != self.master.rank() {
+            tracing::warn!(node = %self.me, from = master, epoch, "an end of run not from the master, refused");
+            self.remote.note(Event::MessageRefused);
+            return;
+        }
         {
             let mut st = self.run.lock();
             if !st.has_ended(epoch) {
@@ -411,8 +425,14 @@ impl Node {
         });
     }
 
-    /// On a node that joined a running pool: the master says which run is on.
-    pub(crate) fn on_welcome(&self, epoch: u64, active: bool) {
+    /// On a node that joined a running pool: the master says which run is on. Only the
+    /// master's answer counts: another member's would move this node to a run of its choice.
+    pub(crate) fn on_welcome(&self, from: u32, epoch: u64, active: bool) {
+        if from != self.master.rank() {
+            tracing::warn!(node = %self.me, from, epoch, "a welcome not from the master, refused");
+            self.remote.note(Event::MessageRefused);
+            return;
+        }
         let mut st = self.run.lock();
         st.welcome = Some((epoch, active));
         self.changed.notify_all();

@@ -27,6 +27,7 @@ impl Node {
             Ok(x) => x,
             Err(e) => {
                 tracing::warn!(node = %self.me, from, "undecodable message: {e}");
+                self.remote.note(Event::MessageRefused);
                 return;
             }
         };
@@ -42,7 +43,7 @@ impl Node {
                 Error::Remote(format!("on {}: {reason}", self.name_of(from))),
             ),
             Msg::Hello => self.on_hello(from),
-            Msg::Welcome { active } => self.on_welcome(epoch, active),
+            Msg::Welcome { active } => self.on_welcome(from, epoch, active),
             Msg::Orphans { dead, jobs } => self.on_orphans(from, epoch, dead, jobs),
             Msg::OrphanResult { job, output } => self.on_orphan_result(from, epoch, job, output),
             Msg::Returned { job } => self.on_returned(from, job),

@@ -8,7 +8,7 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use common::tasks::{queens, Fib, RandomTree};
 use common::{fib, LIMIT};
@@ -51,14 +51,22 @@ impl Task for Spread {
 }
 satin::register!(Spread);
 
-/// fib(n) by the plain recursive function, in one job.
+/// fib(n) by the plain recursive function, in one job, computed again and again for at least
+/// 20 ms: long enough, in a release build too (where fib(27) takes about a millisecond), that
+/// the other processes ask for work while the master still has some, even when they start
+/// the run late on a loaded machine.
 #[derive(Serialize, Deserialize)]
 struct SequentialFib(u32);
 
 impl Task for SequentialFib {
     type Output = u64;
     fn run(self, _cx: &mut Context) -> u64 {
-        fib(self.0)
+        let start = Instant::now();
+        let mut v = fib(self.0);
+        while start.elapsed() < Duration::from_millis(20) {
+            v = fib(std::hint::black_box(self.0));
+        }
+        v
     }
 }
 satin::register!(SequentialFib);

@@ -53,6 +53,11 @@ const POLL_PHASE: Duration = Duration::from_millis(1);
 /// the sender's memory, 4 MiB of buffers; tcp promises nothing (what a send may leave unread is up
 /// to the kernel's socket buffers), so large payloads keep to the data connection there.
 const CONTROL_MAX: usize = 256 << 10;
+/// Messages up to this size go on the control connection without a look at what it holds:
+/// every connection holds that much for a receiver that is not reading (the default
+/// `small_message`). A larger `small_message` sends larger messages there only where the
+/// connection holds them; otherwise two processes sending to each other could both wait.
+const SURE_CONTROL: usize = 16 << 10;
 
 /// Identifies a round message: (group, operation sequence number, round, sender's pid in the
 /// whole machine).
@@ -766,11 +771,11 @@ impl Net {
     }
 
     /// Whether a message of `len` bytes to `d` goes on the control connection: a small one
-    /// always, a larger one up to [`CONTROL_MAX`] where that connection holds enough (connected
-    /// first, to know).
+    /// always (up to `small_message`, but never more than every connection holds), a larger one
+    /// up to [`CONTROL_MAX`] where that connection holds enough (connected first, to know).
     #[inline(always)]
     fn on_control(&mut self, d: usize, len: usize, ctx: &Ctx) -> Result<bool> {
-        if len <= self.opts.small_message {
+        if len <= self.opts.small_message.min(SURE_CONTROL) {
             return Ok(true);
         }
         if len > CONTROL_MAX {

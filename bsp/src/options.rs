@@ -2,6 +2,14 @@
 
 use std::time::Duration;
 
+/// The largest [`Options::small_message`]: what the control connection of shared memory is
+/// sure to hold for a receiver that is not reading.
+const MAX_SMALL_MESSAGE: usize = 256 << 10;
+/// The longest [`Options::wait_slice`]; waits multiply it, and a bound keeps them in range.
+const MAX_WAIT_SLICE: Duration = Duration::from_secs(3600);
+/// The longest [`Options::departure_grace`]; a wait adds it to the present time.
+const MAX_DEPARTURE_GRACE: Duration = Duration::from_secs(24 * 3600);
+
 /// Limits and timeouts of one process. `Options::default()` suits most programs.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -16,13 +24,14 @@ pub struct Options {
     /// a receiving thread drains continuously, so that large transfers can never block each
     /// other, except up to 256 KiB where the control connection is sure to hold them for a
     /// receiver that is not reading (shared memory; see the crate's front page). Default
-    /// 16 KiB; must be at least 64 bytes.
+    /// 16 KiB; must be from 64 bytes to 256 KiB (a larger control message could fill a
+    /// connection whose receiver is itself sending, and both would wait).
     pub small_message: usize,
     /// How long one wait lasts before the process checks the pool for failed peers.
-    /// Default 50 ms.
+    /// Default 50 ms; at most an hour.
     pub wait_slice: Duration,
     /// How long a wait goes on after a peer has left the pool normally, for messages it sent
-    /// before leaving. A peer that died gets two wait slices. Default 5 s.
+    /// before leaving. A peer that died gets two wait slices. Default 5 s; at most a day.
     pub departure_grace: Duration,
     /// Longest one wait of a `sync` or collective (for one round's message, or for the data of
     /// a superstep) may last while every peer is alive; `None` waits as long as the peers live
@@ -65,8 +74,26 @@ impl Options {
         if self.memory_budget == 0 {
             return Err("memory_budget must not be 0".into());
         }
+        if self.small_message > MAX_SMALL_MESSAGE {
+            return Err(format!(
+                "small_message must be at most {MAX_SMALL_MESSAGE} bytes, not {}",
+                self.small_message
+            ));
+        }
         if self.wait_slice.is_zero() {
             return Err("wait_slice must not be 0".into());
+        }
+        if self.wait_slice > MAX_WAIT_SLICE {
+            return Err(format!(
+                "wait_slice must be at most {MAX_WAIT_SLICE:?}, not {:?}",
+                self.wait_slice
+            ));
+        }
+        if self.departure_grace > MAX_DEPARTURE_GRACE {
+            return Err(format!(
+                "departure_grace must be at most {MAX_DEPARTURE_GRACE:?}, not {:?}",
+                self.departure_grace
+            ));
         }
         Ok(())
     }

@@ -92,7 +92,9 @@ impl Bsp {
         if root >= p {
             return Err(self.bad_pid("broadcast root", root));
         }
-        let sig = root as u64;
+        // The type in the high half, as in `scatter`: processes that pass values of different
+        // types are a mismatch, not bytes decoded as the wrong type.
+        let sig = type_sig::<T>(root as u64) << 32 | root as u64;
         let rel = (self.pid + p - root) % p;
         // At the root: the value, or why there is none. Elsewhere: what the parent sent, kept
         // in its message, from which it is passed on and decoded without a copy.
@@ -167,7 +169,9 @@ impl Bsp {
         if root >= p {
             return Err(self.bad_pid("gather root", root));
         }
-        let sig = root as u64;
+        // The type in the high half, as in `scatter`: processes that pass values of different
+        // types are a mismatch, not bytes decoded as the wrong type.
+        let sig = type_sig::<T>(root as u64) << 32 | root as u64;
         let rel = (self.pid + p - root) % p;
         // The items of relative ranks rel.. in order, each: order flag, length, bytes.
         let mut block = Vec::new();

@@ -1,0 +1,85 @@
+//! Options at the edges of their ranges, and collectives whose processes pass values of
+//! different types: errors that say so, never a panic, garbage or a hang.
+
+use std::time::Duration;
+
+use bsp::{Error, Options};
+
+/// Options beyond their bounds are refused when the machine is set up, naming the option.
+#[test]
+fn options_beyond_their_bounds_are_config_errors() {
+    for (opts, names) in [
+        (
+            Options {
+                wait_slice: Duration::MAX,
+                ..Options::default()
+            },
+            "wait_slice",
+        ),
+        (
+            Options {
+                departure_grace: Duration::MAX,
+                ..Options::default()
+            },
+            "departure_grace",
+        ),
+        (
+            Options {
+                small_message: 1 << 30,
+                ..Options::default()
+            },
+            "small_message",
+        ),
+    ] {
+        match bsp::run_local_with(2, opts, |_| Ok(())) {
+            Err(Error::Config(why)) => assert!(why.contains(names), "{names}: {why}"),
+            other => panic!("{names}: expected a config error, got {other:?}"),
+        }
+    }
+}
+
+/// The largest options accepted still run.
+#[test]
+fn the_largest_options_run() {
+    let opts = Options {
+        wait_slice: Duration::from_secs(3600),
+        departure_grace: Duration::from_secs(24 * 3600),
+        small_message: 256 << 10,
+        sync_timeout: Some(Duration::from_secs(20)),
+        ..Options::default()
+    };
+    let sums = bsp::run_local_with(3, opts, |bsp| {
+        bsp.all_reduce(bsp.pid() as u64, bsp::Op::Sum)
+    })
+    .expect("a run with the largest options");
+    assert_eq!(sums, vec![3; 3]);
+}
+
+/// A broadcast or gather whose processes pass different types is a mismatch on every side
+/// that can tell, not bytes decoded as the wrong type.
+#[test]
+fn broadcast_and_gather_of_different_types_are_mismatches() {
+    let r = bsp::run_local(2, |bsp| {
+        if bsp.pid() == 0 {
+            let v: u64 = bsp.broadcast(0, Some(1u64))?;
+            Ok(v as f64)
+        } else {
+            bsp.broadcast::<f64>(0, None)
+        }
+    });
+    assert!(
+        matches!(r, Err(Error::CollectiveMismatch { .. })),
+        "broadcast: {r:?}"
+    );
+    let r = bsp::run_local(2, |bsp| {
+        if bsp.pid() == 0 {
+            Ok(bsp.gather(0, &-1i32)?.map(|v| v.len()))
+        } else {
+            Ok(bsp.gather(0, &7u32)?.map(|v| v.len()))
+        }
+    });
+    assert!(
+        matches!(r, Err(Error::CollectiveMismatch { .. })),
+        "gather: {r:?}"
+    );
+}

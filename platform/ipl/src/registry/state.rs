@@ -112,6 +112,27 @@ impl RegistryState {
         req: JoinRequest,
         tx: Sender<FromRegistry>,
     ) -> Result<Admitted, String> {
+        let pool = req.pool.clone();
+        let admitted = self.admit_into(req, tx);
+        // A refused join leaves no pool behind that no node has joined: it would keep the size
+        // the refused node asked for, and refuse the next launch under that name.
+        if admitted.is_err()
+            && self
+                .pools
+                .get(&pool)
+                .is_some_and(|p| p.members.is_empty() && p.gone == 0 && p.used.is_empty())
+        {
+            self.pools.remove(&pool);
+        }
+        admitted
+    }
+
+    /// [`admit`](RegistryState::admit), which may leave an empty pool behind when it refuses.
+    fn admit_into(
+        &mut self,
+        req: JoinRequest,
+        tx: Sender<FromRegistry>,
+    ) -> Result<Admitted, String> {
         if req.running
             && !self
                 .pools
@@ -186,8 +207,16 @@ impl RegistryState {
                 None => p.next_rank,
             },
         };
+        // The last rank is never given out, so that the next one is always a number.
+        let Some(after) = rank.checked_add(1) else {
+            return Err(format!(
+                "rank {rank} of pool '{}' is beyond the last a pool can give out ({})",
+                req.pool,
+                u32::MAX - 1
+            ));
+        };
         p.used.insert(rank);
-        p.next_rank = p.next_rank.max(rank + 1);
+        p.next_rank = p.next_rank.max(after);
         let id = NodeId::new(
             &req.pool,
             rank,
@@ -352,6 +381,55 @@ mod tests {
             death_timeout: Duration::from_secs(1),
             running: false,
         }
+    }
+
+    /// A join to a pool of `size` (open without one) asking for `rank`.
+    fn open_req(pool: &str, size: Option<u32>, rank: Option<u32>) -> JoinRequest {
+        JoinRequest {
+            pool: pool.into(),
+            size,
+            ..req(rank)
+        }
+    }
+
+    /// The highest ranks of an open pool: the last is refused, and no two members ever share
+    /// one, where `rank + 1` used to overflow.
+    #[test]
+    fn the_last_rank_is_refused_and_ranks_near_it_are_never_shared() {
+        let mut s = RegistryState::default();
+        let (tx, _rx) = crossbeam_channel::bounded(100);
+        let e = s.join(open_req("p", None, Some(u32::MAX)), tx).unwrap_err();
+        assert!(e.contains("beyond the last"), "{e}");
+        let mut ranks = Vec::new();
+        let mut keep = Vec::new();
+        for rank in [Some(u32::MAX - 1), None, None] {
+            let (tx, rx) = crossbeam_channel::bounded(100);
+            keep.push(rx);
+            if let Ok(id) = s.join(open_req("p", None, rank), tx) {
+                ranks.push(id.rank());
+            }
+        }
+        assert_eq!(ranks, vec![u32::MAX - 1]);
+        assert_eq!(s.member_count("p"), 1);
+    }
+
+    /// A refused join leaves no pool behind: the next launch under the name, with another
+    /// size, is admitted, and refused joins under many names keep nothing.
+    #[test]
+    fn a_refused_join_does_not_keep_the_pool_it_made() {
+        let mut s = RegistryState::default();
+        let (tx, _r1) = crossbeam_channel::bounded(100);
+        assert!(s.join(open_req("job", Some(2), Some(5)), tx).is_err());
+        let (tx, _r2) = crossbeam_channel::bounded(100);
+        let r = s.join(open_req("job", Some(3), Some(0)), tx);
+        assert!(r.is_ok(), "refused: {:?}", r.err());
+        for i in 0..100 {
+            let (tx, _r) = crossbeam_channel::bounded(1);
+            assert!(s
+                .join(open_req(&format!("junk{i}"), Some(1), Some(9)), tx)
+                .is_err());
+        }
+        assert_eq!(s.pools.len(), 1);
     }
 
     #[test]

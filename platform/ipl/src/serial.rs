@@ -4,6 +4,8 @@
 //! object throughput high; the reader swaps bytes only when the writer's order differs from its
 //! own ("receiver makes right"). Lengths are u64, enum variants u32, `Option` a one-byte tag.
 //! The format is not self-describing: the reader must ask for the type the writer wrote.
+//! A value nests at most [`MAX_DEPTH`] levels deep (options, sequences, maps, structs, tuples
+//! and enums each count one): a reader refuses deeper ones rather than overflow its stack.
 
 use serde::de::{self, DeserializeSeed, IntoDeserializer, SeqAccess, Visitor};
 use serde::ser::{self, Serialize};
@@ -77,7 +79,10 @@ pub fn decode<'de, T: serde::Deserialize<'de>>(bytes: &'de [u8], swap: bool) -> 
 
 #[inline]
 fn decode_in<'de, T: serde::Deserialize<'de>, const SWAP: bool>(bytes: &'de [u8]) -> Res<T> {
-    let mut d = Decoder::<SWAP> { input: bytes };
+    let mut d = Decoder::<SWAP> {
+        input: bytes,
+        depth: 0,
+    };
     let v = T::deserialize(&mut d)?;
     if !d.input.is_empty() {
         return Err(fmt_err(format!(
@@ -356,8 +361,32 @@ impl ser::SerializeMap for Compound<'_, '_> {
     }
 }
 
+/// The deepest nesting a value may have when it is read: a recursive type (`Option<Box<T>>`
+/// in `T`) from the network could otherwise nest until the reader's stack overflows, which
+/// aborts the process. Each level costs some hundreds of bytes of stack; 512 keep well within
+/// a thread's 2 MiB.
+pub const MAX_DEPTH: u32 = 512;
+
 struct Decoder<'de, const SWAP: bool> {
     input: &'de [u8],
+    /// Levels of nesting entered and not yet left (see [`MAX_DEPTH`]).
+    depth: u32,
+}
+
+impl<'de, const SWAP: bool> Decoder<'de, SWAP> {
+    /// Reads one nested level with `f`, refusing one deeper than [`MAX_DEPTH`].
+    #[inline]
+    fn nested<R>(&mut self, f: impl FnOnce(&mut Self) -> Res<R>) -> Res<R> {
+        if self.depth >= MAX_DEPTH {
+            return Err(fmt_err(format!(
+                "object nested deeper than {MAX_DEPTH} levels"
+            )));
+        }
+        self.depth += 1;
+        let r = f(self);
+        self.depth -= 1;
+        r
+    }
 }
 
 macro_rules! get {
@@ -572,7 +601,7 @@ impl<'de, const SWAP: bool> de::Deserializer<'de> for &mut Decoder<'de, SWAP> {
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
         match self.byte()? {
             0 => visitor.visit_none(),
-            1 => visitor.visit_some(self),
+            1 => self.nested(|d| visitor.visit_some(d)),
             b => Err(fmt_err(format!("invalid option tag {b}"))),
         }
     }
@@ -586,19 +615,16 @@ impl<'de, const SWAP: bool> de::Deserializer<'de> for &mut Decoder<'de, SWAP> {
     }
     #[inline]
     fn deserialize_newtype_struct<V: Visitor<'de>>(self, _: &'static str, v: V) -> Res<V::Value> {
-        v.visit_newtype_struct(self)
+        self.nested(|d| v.visit_newtype_struct(d))
     }
     #[inline]
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
         let left = self.len()?;
-        visitor.visit_seq(Counted { de: self, left })
+        self.nested(|de| visitor.visit_seq(Counted { de, left }))
     }
     #[inline]
     fn deserialize_tuple<V: Visitor<'de>>(self, len: usize, visitor: V) -> Res<V::Value> {
-        visitor.visit_seq(Counted {
-            de: self,
-            left: len,
-        })
+        self.nested(|de| visitor.visit_seq(Counted { de, left: len }))
     }
     #[inline]
     fn deserialize_tuple_struct<V: Visitor<'de>>(
@@ -612,7 +638,7 @@ impl<'de, const SWAP: bool> de::Deserializer<'de> for &mut Decoder<'de, SWAP> {
     #[inline]
     fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
         let left = self.len()?;
-        visitor.visit_map(Counted { de: self, left })
+        self.nested(|de| visitor.visit_map(Counted { de, left }))
     }
     #[inline]
     fn deserialize_struct<V: Visitor<'de>>(
@@ -630,7 +656,7 @@ impl<'de, const SWAP: bool> de::Deserializer<'de> for &mut Decoder<'de, SWAP> {
         _: &'static [&'static str],
         visitor: V,
     ) -> Res<V::Value> {
-        visitor.visit_enum(self)
+        self.nested(|d| visitor.visit_enum(d))
     }
     #[inline]
     fn deserialize_identifier<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {

@@ -94,3 +94,45 @@ proptest! {
         let _ = ipl::testing::registry::read_frame::<ipl::testing::registry::FromRegistry>(&mut &bytes[..]);
     }
 }
+
+/// A list as a recursive type: each node an `i32` and maybe the next.
+#[derive(Debug, serde::Deserialize)]
+#[allow(dead_code)]
+struct Chain {
+    a: i32,
+    next: Option<Box<Chain>>,
+}
+
+/// A message holding one [`Chain`] of `len` nodes, in the object format's native order: the
+/// object tag, its length, then each node's `i32` and option tag.
+fn chain_message(len: usize) -> Vec<u8> {
+    let mut body = Vec::with_capacity(len * 5);
+    for i in 0..len {
+        body.extend_from_slice(&0i32.to_ne_bytes());
+        body.push(u8::from(i + 1 < len));
+    }
+    let mut m = vec![0x40u8];
+    m.extend_from_slice(&(body.len() as u64).to_ne_bytes());
+    m.extend(body);
+    m
+}
+
+/// A value nested a million levels deep is an error, not a stack overflow that aborts the
+/// process; one of a hundred levels reads.
+#[test]
+fn deeply_nested_objects_are_an_error_not_a_stack_overflow() {
+    let read = |len: usize| {
+        let m = chain_message(len);
+        std::thread::spawn(move || {
+            ReadMessage::from_bytes(m, false)
+                .read::<Chain>()
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+        .join()
+        .expect("the reading thread survives")
+    };
+    assert_eq!(read(100), Ok(()));
+    let e = read(1_000_000).unwrap_err();
+    assert!(e.contains("nested deeper than"), "{e}");
+}

@@ -52,7 +52,7 @@ const POLL_PHASE: Duration = Duration::from_millis(1);
 /// Shared-memory connections hold their ring (256 KiB) and, where the kernel lets the receiver read
 /// the sender's memory, 4 MiB of buffers; tcp promises nothing (what a send may leave unread is up
 /// to the kernel's socket buffers), so large payloads keep to the data connection there.
-const CONTROL_MAX: usize = 256 << 10;
+pub(crate) const CONTROL_MAX: usize = 256 << 10;
 /// Messages up to this size go on the control connection without a look at what it holds:
 /// every connection holds that much for a receiver that is not reading (the default
 /// `small_message`). A larger `small_message` sends larger messages there only where the

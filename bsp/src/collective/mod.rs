@@ -122,6 +122,13 @@ pub(crate) fn type_sig<T: ?Sized>(extra: u64) -> u64 {
     name_hash(std::any::type_name::<T>()) ^ extra.wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
+/// The signature of a rooted operation on values of `T` (broadcast, gather, scatter): the root
+/// in the low half, which [`describe`] prints, and the type in the high half, so that processes
+/// passing values of different types are a mismatch, not bytes decoded as the wrong type.
+pub(crate) fn rooted_sig<T: ?Sized>(root: usize) -> u64 {
+    type_sig::<T>(root as u64) << 32 | root as u64
+}
+
 pub(crate) fn number_bytes<T: Number>(
     v: &[T],
     out: &mut Vec<u8>,

@@ -7,7 +7,7 @@
 //! each a slice of the message its parent got. A root without values sends messages marked
 //! failed instead, so that every process fails with an error rather than waits.
 
-use super::{next_item, numbers_from, put_item, type_sig, Call};
+use super::{next_item, numbers_from, put_item, rooted_sig, Call};
 use crate::core::{op, Bsp};
 use crate::error::{Error, Result};
 use crate::number::Number;
@@ -92,9 +92,7 @@ impl Bsp {
         if root >= p {
             return Err(self.bad_pid("broadcast root", root));
         }
-        // The type in the high half, as in `scatter`: processes that pass values of different
-        // types are a mismatch, not bytes decoded as the wrong type.
-        let sig = type_sig::<T>(root as u64) << 32 | root as u64;
+        let sig = rooted_sig::<T>(root);
         let rel = (self.pid + p - root) % p;
         // At the root: the value, or why there is none. Elsewhere: what the parent sent, kept
         // in its message, from which it is passed on and decoded without a copy.
@@ -169,9 +167,7 @@ impl Bsp {
         if root >= p {
             return Err(self.bad_pid("gather root", root));
         }
-        // The type in the high half, as in `scatter`: processes that pass values of different
-        // types are a mismatch, not bytes decoded as the wrong type.
-        let sig = type_sig::<T>(root as u64) << 32 | root as u64;
+        let sig = rooted_sig::<T>(root);
         let rel = (self.pid + p - root) % p;
         // The items of relative ranks rel.. in order, each: order flag, length, bytes.
         let mut block = Vec::new();
@@ -317,7 +313,7 @@ impl Bsp {
                 }
             }
         };
-        let call = self.begin(op::SCATTER, type_sig::<T>(root as u64) << 32 | root as u64);
+        let call = self.begin(op::SCATTER, rooted_sig::<T>(root));
         let frames = |data: &[u8], have: usize| {
             let mut c = Cursor::new(data, 0);
             let mut ends = Ends::with_capacity(have);
@@ -368,10 +364,7 @@ impl Bsp {
             }
         };
         let board = self.host_board()?;
-        let call = self.begin(
-            op::SCATTER,
-            type_sig::<[T]>(root as u64) << 32 | root as u64,
-        );
+        let call = self.begin(op::SCATTER, rooted_sig::<[T]>(root));
         if let Some(board) = board {
             let whole = values.filter(|v| self.pid == root && v.len() % p == 0);
             if let Some(part) = self.scatter_on_board(&board, &call, root, whole)? {

@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use common::tasks::{Fib, Nop};
@@ -15,9 +16,16 @@ use satin::Runtime;
 const DONE: u8 = 5;
 const WELCOME: u8 = 9;
 
+/// The nodes that have refused the rogue's message: the rogue stays in the pool until both
+/// have.
+static REFUSING: AtomicU32 = AtomicU32::new(0);
+
 /// Rank 2: sends an end of run to rank 1 and a welcome to the master (rank 0), both for epoch
-/// `u64::MAX`, over a mesh of its own under satin's name, and leaves (the master's runs wait
-/// for every member to confirm their ends, which this one never does).
+/// `u64::MAX`, over a mesh of its own under satin's name, and leaves the pool once both have
+/// refused them (see [`REFUSING`]): the
+/// master's runs wait for every member to confirm their ends, which this one never does, and
+/// the nodes would keep trying to reach satin's ports on it, which it does not have, while it
+/// is a member.
 fn rogue(ibis: ipl::Ibis) {
     let members = ibis.pool().wait_closed().expect("the pool closes");
     let mesh = Mesh::builder(&ibis, "satin")
@@ -37,6 +45,17 @@ fn rogue(ibis: ipl::Ibis) {
         w.write_bool(flag);
         w.finish().expect("send");
     }
+    // Leaving first could make a node drop the message of a member that has gone.
+    let deadline = Instant::now() + LIMIT;
+    while REFUSING.load(Ordering::Acquire) < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the nodes did not refuse in time"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(mesh);
+    ibis.end().expect("the rogue leaves");
 }
 
 #[test]
@@ -57,6 +76,7 @@ fn ends_and_welcomes_from_a_member_that_is_not_the_master_are_refused() {
             );
             std::thread::sleep(Duration::from_millis(1));
         }
+        REFUSING.fetch_add(1, Ordering::Release);
         let results: Vec<_> = (0..3)
             .map(|_| rt.run(Fib(18)).expect("a run after the rogue's message"))
             .collect();

@@ -114,14 +114,10 @@ impl RegistryState {
     ) -> Result<Admitted, String> {
         let pool = req.pool.clone();
         let admitted = self.admit_into(req, tx);
-        // A refused join leaves no pool behind that no node has joined: it would keep the size
-        // the refused node asked for, and refuse the next launch under that name.
-        if admitted.is_err()
-            && self
-                .pools
-                .get(&pool)
-                .is_some_and(|p| p.members.is_empty() && p.gone == 0 && p.used.is_empty())
-        {
+        // A refused join leaves no pool behind that no node has joined (none was given a
+        // rank): it would keep the size the refused node asked for, and refuse the next launch
+        // under that name.
+        if admitted.is_err() && self.pools.get(&pool).is_some_and(|p| p.used.is_empty()) {
             self.pools.remove(&pool);
         }
         admitted

@@ -273,6 +273,17 @@ impl Node {
         self.changed.notify_all();
     }
 
+    /// Whether `what`, a message only the master may send, came from it; if not, it is
+    /// refused: logged and counted (see [`Stats::messages_refused`](crate::Stats)).
+    fn sent_by_master(&self, from: u32, epoch: u64, what: &str) -> bool {
+        if from == self.master.rank() {
+            return true;
+        }
+        tracing::warn!(node = %self.me, from, epoch, "{what} not from the master, refused");
+        self.remote.note(Event::MessageRefused);
+        false
+    }
+
     /// The master announces the end of run `epoch`.
     ///
     /// The end is recorded before it is confirmed: once confirmed, the master may leave, and
@@ -285,9 +296,7 @@ impl Node {
     /// Only the master ends runs: the same message from another member is dropped, as it
     /// would otherwise end this node's runs, up to the epoch it names, for good.
     pub(crate) fn on_done(&self, master: u32, epoch: u64, failure: Option<String>) {
-        if master != self.master.rank() {
-            tracing::warn!(node = %self.me, from = master, epoch, "an end of run not from the master, refused");
-            self.remote.note(Event::MessageRefused);
+        if !self.sent_by_master(master, epoch, "an end of run") {
             return;
         }
         {
@@ -428,9 +437,7 @@ impl Node {
     /// On a node that joined a running pool: the master says which run is on. Only the
     /// master's answer counts: another member's would move this node to a run of its choice.
     pub(crate) fn on_welcome(&self, from: u32, epoch: u64, active: bool) {
-        if from != self.master.rank() {
-            tracing::warn!(node = %self.me, from, epoch, "a welcome not from the master, refused");
-            self.remote.note(Event::MessageRefused);
+        if !self.sent_by_master(from, epoch, "a welcome") {
             return;
         }
         let mut st = self.run.lock();

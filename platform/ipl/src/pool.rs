@@ -3,7 +3,9 @@
 use crate::config::{Config, Driver};
 use crate::error::{Error, Result};
 use crate::node::{NodeId, Reach};
-use crate::registry::proto::{read_frame, write_frame, FromRegistry, PoolEvent, ToRegistry};
+use crate::registry::proto::{
+    read_frame, write_frame, FromRegistry, PoolEvent, ToRegistry, MAX_ELECTION_NAME,
+};
 use crate::registry::state::{JoinRequest, RegistryState, MEMBER_QUEUE};
 use crate::wire;
 use crossbeam_channel::{Receiver, Sender};
@@ -23,6 +25,9 @@ pub(crate) trait Link: Send + Sync {
     fn close(&self, died: bool);
 }
 
+/// Refusals kept for candidates that have not read theirs yet.
+const MAX_PENDING_REFUSALS: usize = 1024;
+
 #[derive(Default)]
 struct View {
     members: BTreeMap<u32, NodeId>,
@@ -32,6 +37,8 @@ struct View {
     elections: HashMap<String, NodeId>,
     /// Elections a lookup found without a winner, until the next lookup.
     vacant: std::collections::HashSet<String>,
+    /// Elections the registry refused to hold, with why, until the candidate reads it.
+    refused: HashMap<String, String>,
     subscribers: Vec<Sender<PoolEvent>>,
     registry_lost: Option<String>,
 }
@@ -73,6 +80,16 @@ impl PoolInner {
             | FromRegistry::Clock { .. } => return,
             FromRegistry::NoWinner(name) => {
                 v.vacant.insert(name);
+                drop(v);
+                self.changed.notify_all();
+                return;
+            }
+            FromRegistry::ElectionRefused { name, why } => {
+                // The registry refuses only names this node stood in, and each candidate takes
+                // its entry out; the cap keeps a misbehaving registry from growing the map.
+                if v.refused.len() < MAX_PENDING_REFUSALS {
+                    v.refused.insert(name, why);
+                }
                 drop(v);
                 self.changed.notify_all();
                 return;
@@ -331,9 +348,16 @@ impl Pool {
 
     /// Runs the election `name`: the first caller wins; everyone gets the same winner, and a new
     /// winner is chosen once the winner leaves or dies.
+    ///
+    /// Names are 1 to [`MAX_ELECTION_NAME`](crate::registry::MAX_ELECTION_NAME) bytes, and a pool
+    /// holds at most [`MAX_ELECTIONS`](crate::registry::MAX_ELECTIONS) elections whose winners
+    /// are present; past that the registry refuses new names ([`Error::Registry`]).
     pub fn elect(&self, name: &str) -> Result<NodeId> {
-        if name.is_empty() || name.len() > 1024 {
-            return Err(Error::config("election", "name must be 1 to 1024 bytes"));
+        if name.is_empty() || name.len() > MAX_ELECTION_NAME {
+            return Err(Error::config(
+                "election",
+                format!("name must be 1 to {MAX_ELECTION_NAME} bytes"),
+            ));
         }
         if let Some(w) = self.inner.view.lock().elections.get(name) {
             return Ok(w.clone());
@@ -344,6 +368,9 @@ impl Pool {
         loop {
             if let Some(w) = v.elections.get(name) {
                 return Ok(w.clone());
+            }
+            if let Some(why) = v.refused.remove(name) {
+                return Err(Error::Registry(format!("election '{name}' refused: {why}")));
             }
             if let Some(why) = &v.registry_lost {
                 return Err(Error::Registry(why.clone()));

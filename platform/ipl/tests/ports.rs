@@ -359,6 +359,29 @@ fn elections_and_closed_pools_agree_everywhere() {
     }
 }
 
+/// A pool holding the most elections a registry keeps gets a prompt refusal for one more name,
+/// never a wait for the request timeout, while the names it holds still answer.
+#[test]
+fn an_election_past_the_pools_limit_is_refused() {
+    for d in DRIVERS {
+        run_pool(d, 1, |ibis, _| {
+            let pool = ibis.pool();
+            for i in 0..ipl::registry::MAX_ELECTIONS {
+                pool.elect(&format!("e{i}"))?;
+            }
+            let started = std::time::Instant::now();
+            let e = pool.elect("one more").unwrap_err();
+            assert!(matches!(e, Error::Registry(_)), "{e}");
+            assert!(e.to_string().contains("one more"), "{e}");
+            assert!(started.elapsed() < Duration::from_secs(5), "{e}");
+            assert_eq!(pool.elect("e7")?, ibis.id());
+            let long = "x".repeat(ipl::registry::MAX_ELECTION_NAME + 1);
+            assert!(matches!(pool.elect(&long), Err(Error::Config { .. })));
+            Ok(())
+        });
+    }
+}
+
 #[test]
 fn type_mismatch_and_unknown_port_are_named() {
     for d in DRIVERS {

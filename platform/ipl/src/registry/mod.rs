@@ -7,5 +7,5 @@ pub(crate) mod proto;
 pub mod server;
 pub(crate) mod state;
 
-pub use proto::PoolEvent;
+pub use proto::{PoolEvent, MAX_ELECTIONS, MAX_ELECTION_NAME};
 pub use server::RegistryServer;

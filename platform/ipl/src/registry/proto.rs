@@ -69,6 +69,14 @@ pub enum FromRegistry {
     Event(PoolEvent),
     /// Answer to `Lookup` when the election has no winner.
     NoWinner(String),
+    /// Answer to `Elect` when the registry will not hold the election: its name is empty or
+    /// longer than [`MAX_ELECTION_NAME`], or the pool holds [`MAX_ELECTIONS`] already.
+    ElectionRefused {
+        /// The election.
+        name: String,
+        /// Why.
+        why: String,
+    },
     /// Answer to `Elect` and `Lookup`.
     Elected {
         /// The election.
@@ -84,6 +92,13 @@ pub enum FromRegistry {
         host: String,
     },
 }
+
+/// Longest election name, in bytes. The registry keeps each name until its winner goes, so
+/// names and their number are bounded rather than trusted.
+pub const MAX_ELECTION_NAME: usize = 1024;
+
+/// Most elections one pool holds at a time (with winners present).
+pub const MAX_ELECTIONS: usize = 4096;
 
 /// Largest registry frame accepted.
 pub const MAX_FRAME: usize = 1 << 20;

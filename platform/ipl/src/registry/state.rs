@@ -1,6 +1,6 @@
 //! The registry's bookkeeping, shared by the TCP server and the in-process pools.
 
-use super::proto::{FromRegistry, PoolEvent};
+use super::proto::{FromRegistry, PoolEvent, MAX_ELECTIONS, MAX_ELECTION_NAME};
 use crate::node::{NodeId, Reach};
 use crossbeam_channel::{Sender, TrySendError};
 use std::collections::{BTreeMap, HashMap};
@@ -255,6 +255,28 @@ impl RegistryState {
         let Some(p) = self.pools.get_mut(pool) else {
             return;
         };
+        let refusal = if name.is_empty() || name.len() > MAX_ELECTION_NAME {
+            Some(format!(
+                "its name is {} bytes, and must be 1 to {MAX_ELECTION_NAME}",
+                name.len()
+            ))
+        } else if !p.elections.contains_key(name) && p.elections.len() >= MAX_ELECTIONS {
+            Some(format!(
+                "the pool holds {MAX_ELECTIONS} elections, the most a registry keeps"
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = refusal {
+            if let Some(m) = p.members.get(&rank) {
+                tracing::warn!(node = %m.id, "election refused: {why}");
+                let _ = m.tx.try_send(FromRegistry::ElectionRefused {
+                    name: name.chars().take(MAX_ELECTION_NAME).collect(),
+                    why,
+                });
+            }
+            return;
+        }
         let winner_rank = *p.elections.entry(name.to_owned()).or_insert(rank);
         let winner = match p.members.get(&winner_rank) {
             Some(m) => m.id.clone(),
@@ -426,6 +448,45 @@ mod tests {
                 .is_err());
         }
         assert_eq!(s.pools.len(), 1);
+    }
+
+    /// The registry keeps a bounded number of bounded election names: an overlong name and a
+    /// name past the pool's limit are refused with an answer, names already held still answer,
+    /// and a winner's departure makes room again.
+    #[test]
+    fn elections_are_bounded_in_length_and_number() {
+        let mut s = RegistryState::default();
+        let (t0, r0) = crossbeam_channel::bounded(MAX_ELECTIONS + 100);
+        let a = s.join(open_req("job", None, None), t0).unwrap();
+        let (t1, _r1) = crossbeam_channel::bounded(100);
+        let b = s.join(open_req("job", None, None), t1).unwrap();
+        assert_eq!((a.rank(), b.rank()), (0, 1));
+        r0.try_iter().for_each(drop);
+        let refused = |r: &crossbeam_channel::Receiver<FromRegistry>| {
+            r.try_iter()
+                .filter(|m| matches!(m, FromRegistry::ElectionRefused { .. }))
+                .count()
+        };
+        s.elect("job", 0, &"x".repeat(MAX_ELECTION_NAME + 1));
+        s.elect("job", 0, "");
+        assert_eq!(refused(&r0), 2);
+        for i in 0..MAX_ELECTIONS {
+            s.elect("job", 1, &format!("e{i}"));
+        }
+        s.elect("job", 0, "one too many");
+        assert_eq!(refused(&r0), 1);
+        s.elect("job", 0, "e7");
+        let answers: Vec<_> = r0.try_iter().collect();
+        assert!(
+            matches!(&answers[..], [FromRegistry::Elected { name, .. }] if name == "e7"),
+            "{answers:?}"
+        );
+        assert_eq!(s.pools["job"].elections.len(), MAX_ELECTIONS);
+        s.remove("job", 1, false);
+        s.elect("job", 0, "one too many");
+        assert!(r0
+            .try_iter()
+            .any(|m| matches!(m, FromRegistry::Elected { winner, .. } if winner == a)));
     }
 
     #[test]

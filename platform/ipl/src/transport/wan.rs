@@ -80,13 +80,18 @@ struct Shaped {
 }
 
 impl Shaped {
+    /// The time before which a frame of `len` bytes sent at `now` must not be delivered. The
+    /// arithmetic saturates: a link configured slow enough (one byte a second, a latency of
+    /// centuries) holds its frames for ever rather than overflowing into the past.
     fn stamp_at(&mut self, now: u64, len: u64) -> u64 {
         let start = self.next_free_ns.max(now);
         let transmit = self.link.bandwidth.map_or(0, |bw| {
-            ((len + HEADER_LEN as u64) as u128 * 1_000_000_000 / bw.max(1) as u128) as u64
+            let ns = (len as u128 + HEADER_LEN as u128) * 1_000_000_000 / bw.max(1) as u128;
+            u64::try_from(ns).unwrap_or(u64::MAX)
         });
-        self.next_free_ns = start + transmit;
-        self.next_free_ns + self.link.latency.as_nanos() as u64
+        self.next_free_ns = start.saturating_add(transmit);
+        let latency = u64::try_from(self.link.latency.as_nanos()).unwrap_or(u64::MAX);
+        self.next_free_ns.saturating_add(latency)
     }
 }
 
@@ -201,5 +206,65 @@ impl Stream for Delayed {
     }
     fn shutdown(&mut self) {
         self.inner.shutdown()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct NullSink;
+
+    impl Sink for NullSink {
+        fn write(&mut self, _: &Frame<'_>, _: u64) -> io::Result<u64> {
+            Ok(0)
+        }
+        fn stamp(&mut self, _: u64) -> u64 {
+            0
+        }
+        fn prepare_wait(&mut self) -> bool {
+            false
+        }
+        fn wait_fds(&self, _: &mut Vec<libc::pollfd>) -> bool {
+            false
+        }
+        fn woken(&mut self) {}
+        fn wait(&mut self, _: Duration) {}
+        fn wake_at(&self) -> Option<Instant> {
+            None
+        }
+        fn unread_capacity(&self) -> u64 {
+            0
+        }
+        fn close(self: Box<Self>, _: &[u8]) {}
+    }
+
+    fn shaped(latency: Duration, bandwidth: Option<u64>) -> Shaped {
+        Shaped {
+            inner: Box::new(NullSink),
+            link: WanLink { latency, bandwidth },
+            next_free_ns: 0,
+        }
+    }
+
+    #[test]
+    fn frames_queue_behind_each_other_then_travel() {
+        let mut s = shaped(Duration::from_millis(1), Some(1_000_000_000));
+        let first = s.stamp_at(1_000, 1_000 - HEADER_LEN as u64);
+        assert_eq!(first, 1_000 + 1_000 + 1_000_000);
+        let second = s.stamp_at(1_500, 1_000 - HEADER_LEN as u64);
+        assert_eq!(second, 3_000 + 1_000_000);
+    }
+
+    /// Extreme links saturate at "never" instead of overflowing (a panic in a debug build, and
+    /// a time in the past, so no delay at all, in a release build).
+    #[test]
+    fn the_slowest_links_saturate_rather_than_overflow() {
+        let mut s = shaped(Duration::MAX, Some(1));
+        assert_eq!(s.stamp_at(u64::MAX - 10, u64::MAX), u64::MAX);
+        assert_eq!(s.stamp_at(5, 1), u64::MAX);
+        let mut s = shaped(Duration::ZERO, Some(1));
+        assert_eq!(s.stamp_at(0, u64::MAX / 2), u64::MAX);
+        assert_eq!(s.stamp_at(0, 0), u64::MAX);
     }
 }

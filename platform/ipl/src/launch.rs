@@ -156,9 +156,11 @@ pub fn parse_hostfile(text: &str, origin: &str) -> Result<Vec<Host>> {
         }
         let mut words = line.split_whitespace();
         let name = words.next().unwrap_or_default();
-        if !name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.:@[]".contains(&b))
+        // A leading '-' would reach the remote shell as an option of its own (`-Ffile`).
+        if name.starts_with('-')
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.:@[]".contains(&b))
         {
             return Err(bad(format!("'{name}' is not a host name")));
         }
@@ -454,6 +456,16 @@ pub fn run_with(l: &Launch, o: &RunOptions) -> Result<i32> {
             }
             if r.rsh.is_empty() {
                 return Err(Error::config("--rsh", "empty remote shell command"));
+            }
+            if let Some(h) = r
+                .hosts
+                .iter()
+                .find(|h| h.name.is_empty() || h.name.starts_with('-'))
+            {
+                return Err(Error::config(
+                    "--hostfile",
+                    format!("'{}' is not a host name", h.name),
+                ));
             }
             (registry_bind(r)?, Some(placement(&r.hosts, l.nodes)))
         }
@@ -938,6 +950,7 @@ mod tests {
             ("n1 slots=2 slots=3\n", 1, "twice"),
             ("# only\n\nn1 cpus=4\n", 3, "cpus=4"),
             ("n1\nn$2\n", 2, "host name"),
+            ("n1\n-Fconfig\n", 2, "host name"),
             ("n1 slots=99999999999\n", 1, "slots"),
         ] {
             let e = parse_hostfile(text, "hf").unwrap_err().to_string();

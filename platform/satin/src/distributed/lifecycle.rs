@@ -409,7 +409,7 @@ impl Node {
 
     /// The master announced that every node has seen the end of run `epoch`.
     pub(crate) fn on_all_done(&self, from: u32, epoch: u64) {
-        if from != self.master.rank() {
+        if !self.sent_by_master(from, epoch, "an all-done") {
             return;
         }
         let mut st = self.run.lock();

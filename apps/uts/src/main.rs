@@ -58,6 +58,14 @@ struct Args {
           value_parser = clap::value_parser!(u64).range(1..))]
     max_nodes: u64,
 
+    /// Stop with an error once a search holds more than this many nodes pending at once (in
+    /// any one process), generated but not yet expanded, 28 bytes each: a tree whose nodes
+    /// nearly all have children keeps nearly every node it generates pending. The default,
+    /// 4194304 (112 MiB), is far above what the sample trees hold.
+    #[arg(long, value_name = "N", default_value_t = uts::walk::DEFAULT_MAX_PENDING,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_pending: u64,
+
     /// Parallel searches: hand out work every N nodes a worker expands (128). The default
     /// of satin on one process is --split-on-demand instead.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
@@ -199,9 +207,9 @@ impl Drop for Progress {
     }
 }
 
-fn sequential(params: TreeParams, limit: u64) -> Result<Outcome, AppError> {
+fn sequential(params: TreeParams, limit: u64, max_pending: u64) -> Result<Outcome, AppError> {
     let tree = Tree::new(params).map_err(ParallelError::from)?;
-    let budget = std::sync::Arc::new(Budget::new(limit));
+    let budget = std::sync::Arc::new(Budget::with_max_pending(limit, max_pending));
     let _progress = Progress::start({
         let budget = budget.clone();
         move || budget.counted()
@@ -271,10 +279,7 @@ fn in_pool(
     // The first run elects the master and connects every pair of nodes: time it apart, with
     // a search of nothing.
     let start = Instant::now();
-    let empty = parallel::Subtrees {
-        search: search.clone(),
-        pending: Vec::new(),
-    };
+    let empty = parallel::Subtrees::new(search.clone(), Vec::new());
     runtime.run(empty).map_err(ParallelError::from)?;
     let start_seconds = start.elapsed().as_secs_f64();
     let before = runtime.stats();
@@ -336,15 +341,17 @@ fn run(args: Args, params: TreeParams) -> Result<(), AppError> {
     });
     let split = split_policy(&args, mode, processes);
     let outcome = match (mode, pool.clone()) {
-        (Mode::Sequential, _) => sequential(params, args.max_nodes)?,
+        (Mode::Sequential, _) => sequential(params, args.max_nodes, args.max_pending)?,
         (Mode::Rayon, _) => {
             let search =
-                SharedSearch::new(params, args.max_nodes, split).map_err(ParallelError::from)?;
+                SharedSearch::with_max_pending(params, args.max_nodes, args.max_pending, split)
+                    .map_err(ParallelError::from)?;
             with_rayon(search, threads)?
         }
         (Mode::Satin, Some(ibis)) if processes > 1 => {
             let search =
-                SharedSearch::new(params, args.max_nodes, split).map_err(ParallelError::from)?;
+                SharedSearch::with_max_pending(params, args.max_nodes, args.max_pending, split)
+                    .map_err(ParallelError::from)?;
             match in_pool(ibis, search, threads, args.steal)? {
                 Some(outcome) => outcome,
                 // The master reports; the other processes only helped.
@@ -353,7 +360,8 @@ fn run(args: Args, params: TreeParams) -> Result<(), AppError> {
         }
         (Mode::Satin, _) => {
             let search =
-                SharedSearch::new(params, args.max_nodes, split).map_err(ParallelError::from)?;
+                SharedSearch::with_max_pending(params, args.max_nodes, args.max_pending, split)
+                    .map_err(ParallelError::from)?;
             with_satin(search, threads)?
         }
     };
@@ -389,6 +397,7 @@ fn print_result(
             "f": params.shift_depth,
             "g": params.granularity,
             "max_nodes": args.max_nodes,
+            "max_pending": args.max_pending,
         },
         "processes": processes,
         "threads": threads,

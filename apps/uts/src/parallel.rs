@@ -171,6 +171,7 @@ struct SearchRecipe {
     id: u64,
     params: TreeParams,
     limit: u64,
+    max_pending: u64,
     split: SplitPolicy,
 }
 
@@ -181,13 +182,28 @@ struct SearchRecipe {
 pub struct SharedSearch(Arc<SearchState>);
 
 impl SharedSearch {
-    /// A new search of the tree `params`, limited to `limit` nodes per process.
+    /// A new search of the tree `params`, limited to `limit` nodes per process, with the
+    /// pending limit [`walk::DEFAULT_MAX_PENDING`].
     ///
     /// # Errors
     /// If the parameters or the policy are out of range.
     pub fn new(
         params: TreeParams,
         limit: u64,
+        split: SplitPolicy,
+    ) -> Result<SharedSearch, ParamError> {
+        Self::with_max_pending(params, limit, walk::DEFAULT_MAX_PENDING, split)
+    }
+
+    /// A new search of the tree `params`, limited to `limit` nodes per process, of which at
+    /// most `max_pending` may be pending at once in a process.
+    ///
+    /// # Errors
+    /// If the parameters or the policy are out of range.
+    pub fn with_max_pending(
+        params: TreeParams,
+        limit: u64,
+        max_pending: u64,
         split: SplitPolicy,
     ) -> Result<SharedSearch, ParamError> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -200,6 +216,7 @@ impl SharedSearch {
             id,
             params,
             limit,
+            max_pending,
             split,
         })
     }
@@ -209,7 +226,7 @@ impl SharedSearch {
         Ok(SharedSearch(Arc::new(SearchState {
             id: r.id,
             tree: CachePadded::new(Tree::new(r.params)?),
-            budget: CachePadded::new(Budget::new(r.limit)),
+            budget: CachePadded::new(Budget::with_max_pending(r.limit, r.max_pending)),
             split: r.split,
         })))
     }
@@ -219,6 +236,7 @@ impl SharedSearch {
             id: self.0.id,
             params: *self.0.tree.params(),
             limit: self.0.budget.limit(),
+            max_pending: self.0.budget.max_pending(),
             split: self.0.split,
         }
     }
@@ -270,19 +288,31 @@ impl<'de> Deserialize<'de> for SharedSearch {
     }
 }
 
-/// The counts of part of a tree, and whether the node limit cut it short.
+/// The counts of part of a tree, and whether a limit cut it short.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Partial {
     /// Nodes generated.
     pub counts: Counts,
-    /// The search stopped at the node limit: the counts are incomplete.
+    /// The search stopped at the node limit or the pending limit: the counts are incomplete.
     pub stopped: bool,
+    /// It was the pending limit (in some process).
+    pub pending_limit: bool,
 }
 
 impl Partial {
     fn merge(&mut self, other: Partial) {
         self.counts.merge(other.counts);
         self.stopped |= other.stopped;
+        self.pending_limit |= other.pending_limit;
+    }
+
+    /// An empty part that a budget spent already cut short.
+    fn cut(budget: &Budget) -> Partial {
+        Partial {
+            counts: Counts::default(),
+            stopped: true,
+            pending_limit: budget.pending_exceeded(),
+        }
     }
 }
 
@@ -292,13 +322,48 @@ impl Partial {
 /// A task decoded from another process is checked: every pending node must have the number of
 /// children the tree gives its descriptor at its depth, so that a corrupt or forged task can
 /// only describe nodes of some UTS tree, never a node with billions of children.
+///
+/// Its nodes count as held pending in its search's [`Budget`] for as long as the task lives,
+/// in whatever process it lives: tasks waiting to run hold nodes as the walks' stacks do,
+/// and a search that hands out work faster than it is done would otherwise pile them up
+/// unseen by the pending limit.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(try_from = "SubtreesWire")]
 pub struct Subtrees {
+    search: SharedSearch,
+    pending: Vec<Pending>,
+}
+
+impl Subtrees {
+    /// A task of `search` below `pending` (nodes counted already).
+    pub fn new(search: SharedSearch, pending: Vec<Pending>) -> Subtrees {
+        search.budget().hold(pending.len() as i64);
+        Subtrees { search, pending }
+    }
+
+    /// A task of nodes that a walk of this process handed out, which its share of the held
+    /// nodes no longer includes.
+    fn handed_out(search: SharedSearch, pending: Vec<Pending>) -> Subtrees {
+        Subtrees { search, pending }
+    }
+
     /// The search this task belongs to.
-    pub search: SharedSearch,
+    pub fn search(&self) -> &SharedSearch {
+        &self.search
+    }
+
     /// The roots of the subtrees (counted already).
-    pub pending: Vec<Pending>,
+    pub fn pending(&self) -> &[Pending] {
+        &self.pending
+    }
+}
+
+impl Drop for Subtrees {
+    fn drop(&mut self) {
+        if !self.pending.is_empty() {
+            self.search.budget().hold(-(self.pending.len() as i64));
+        }
+    }
 }
 
 /// [`Subtrees`] as decoded, before its check.
@@ -325,10 +390,7 @@ impl TryFrom<SubtreesWire> for Subtrees {
                 tree.children(&p.desc, p.depth)
             ));
         }
-        Ok(Subtrees {
-            search: w.search,
-            pending: w.pending,
-        })
+        Ok(Subtrees::new(w.search, w.pending))
     }
 }
 
@@ -346,13 +408,18 @@ struct Stretch<'s> {
     may_split: bool,
     since_split: u32,
     charged: u64,
+    /// This walk's share of the budget's held nodes: its stack as last reported, less what
+    /// it handed out since.
+    held: i64,
     stopped: bool,
 }
 
 impl<'s> Stretch<'s> {
-    /// A walk below `pending`; it hands out work only if `may_split`.
+    /// A walk below `pending`, which the budget holds already (the task's nodes become the
+    /// walk's); it hands out work only if `may_split`.
     fn new(state: &'s SearchState, pending: Vec<Pending>, may_split: bool) -> Stretch<'s> {
         Stretch {
+            held: pending.len() as i64,
             walk: Walk::new(&state.tree, pending),
             budget: &state.budget,
             split: state.split,
@@ -376,6 +443,7 @@ impl<'s> Stretch<'s> {
         // Locals, so that the loop keeps them in registers.
         let mut since_split = self.since_split;
         let mut charged = self.charged;
+        let mut held = self.held;
         let walk = &mut self.walk;
         let mut part = None;
         while walk.step() {
@@ -385,24 +453,32 @@ impl<'s> Stretch<'s> {
             } else {
                 since_split >= every
             };
-            if self.may_split && walk.pending() >= 2 && due {
-                since_split = 0;
-                let n = (walk.pending() / 2).min(chunk.try_into().unwrap_or(usize::MAX));
-                part = Some(walk.split_oldest(n));
-                break;
-            }
+            // The limits come first: a walk that hands out work at every node (--split-every
+            // 1) would otherwise never reach them.
             let nodes = walk.counts().nodes;
             if nodes - charged >= CHARGE_EVERY {
                 let within = self.budget.charge(nodes - charged);
                 charged = nodes;
-                if !within {
+                let stack = walk.pending() as i64;
+                let room = self.budget.hold(stack - held);
+                held = stack;
+                if !within || !room {
                     self.stopped = true;
                     walk.abandon();
                 }
             }
+            if self.may_split && walk.pending() >= 2 && due {
+                since_split = 0;
+                let n = (walk.pending() / 2).min(chunk.try_into().unwrap_or(usize::MAX));
+                let out = walk.split_oldest(n);
+                held -= out.len() as i64;
+                part = Some(out);
+                break;
+            }
         }
         self.since_split = since_split;
         self.charged = charged;
+        self.held = held;
         part
     }
 
@@ -411,9 +487,12 @@ impl<'s> Stretch<'s> {
     fn finish(self) -> Partial {
         let counts = self.walk.counts();
         self.budget.charge(counts.nodes - self.charged);
+        // The stack is empty: the walk ended, or a limit made it drop the rest.
+        self.budget.hold(-self.held);
         Partial {
             counts,
             stopped: self.stopped,
+            pending_limit: self.stopped && self.budget.pending_exceeded(),
         }
     }
 }
@@ -424,23 +503,22 @@ const HARVEST_AT: usize = 64;
 impl satin::Task for Subtrees {
     type Output = Partial;
 
-    fn run(self, cx: &mut satin::Context) -> Partial {
-        let Subtrees { search, pending } = self;
+    fn run(mut self, cx: &mut satin::Context) -> Partial {
+        let search = self.search.clone();
         let state = &*search.0;
         let mut out = Partial::default();
         if state.budget.exhausted() {
-            out.stopped = true;
-            return out;
+            return Partial::cut(&state.budget);
         }
+        // The walk takes the task's share of the held nodes with them.
+        let pending = std::mem::take(&mut self.pending);
+        drop(self);
         let nesting = Nesting::enter();
         let may_split = nesting.0 < MAX_NESTING;
         let mut stretch = Stretch::new(state, pending, may_split);
         let mut children: Vec<satin::Handle<Partial>> = Vec::new();
         while let Some(part) = stretch.next_part(&|| cx.work_wanted()) {
-            children.push(cx.spawn(Subtrees {
-                search: search.clone(),
-                pending: part,
-            }));
+            children.push(cx.spawn(Subtrees::handed_out(search.clone(), part)));
             if children.len() >= HARVEST_AT {
                 harvest(&mut children, &mut out);
             }
@@ -498,16 +576,20 @@ fn root_task(search: &SharedSearch) -> (Counts, Subtrees) {
     search.budget().charge(counts.nodes);
     (
         counts,
-        Subtrees {
-            search: search.clone(),
-            pending: root.into_iter().collect(),
-        },
+        Subtrees::new(search.clone(), root.into_iter().collect()),
     )
 }
 
 fn finish(search: &SharedSearch, mut counts: Counts, p: Partial) -> Result<Counts, SearchError> {
     counts.merge(p.counts);
-    let limit = search.budget().limit();
+    let budget = search.budget();
+    let limit = budget.limit();
+    if p.pending_limit || budget.pending_exceeded() {
+        return Err(SearchError::PendingLimit {
+            limit: budget.max_pending(),
+            counted: budget.counted().max(counts.nodes),
+        });
+    }
     if p.stopped || counts.nodes > limit {
         return Err(SearchError::NodeLimit {
             limit,
@@ -517,7 +599,8 @@ fn finish(search: &SharedSearch, mut counts: Counts, p: Partial) -> Result<Count
     Ok(counts)
 }
 
-/// Searches the tree on a local satin runtime. `limit` bounds the nodes generated.
+/// Searches the tree on a local satin runtime. `limit` bounds the nodes generated, and
+/// [`walk::DEFAULT_MAX_PENDING`] those pending at once.
 ///
 /// # Errors
 /// Parameters out of range, the node limit, or what the runtime reports.
@@ -534,7 +617,7 @@ pub fn search_satin(
 /// [`search_satin`] with a search built beforehand (its budget shows the progress).
 ///
 /// # Errors
-/// The node limit, or what the runtime reports.
+/// The node limit, the pending limit, or what the runtime reports.
 pub fn search_satin_shared(
     runtime: &satin::Runtime,
     search: &SharedSearch,
@@ -590,6 +673,8 @@ pub fn search_rayon(
     }
     let (counts, root) = walk::start(search.tree());
     search.budget().charge(counts.nodes);
+    let root: Vec<Pending> = root.into_iter().collect();
+    search.budget().hold(root.len() as i64);
     let totals = Totals {
         nodes: AtomicU64::new(0),
         leaves: AtomicU64::new(0),
@@ -597,7 +682,7 @@ pub fn search_rayon(
         stopped: AtomicBool::new(false),
     };
     let state = &*search.0;
-    pool.scope(|s| rayon_walk(s, state, &totals, root.into_iter().collect()));
+    pool.scope(|s| rayon_walk(s, state, &totals, root));
     let p = Partial {
         counts: Counts {
             nodes: totals.nodes.into_inner(),
@@ -605,10 +690,12 @@ pub fn search_rayon(
             max_depth: totals.max_depth.into_inner(),
         },
         stopped: totals.stopped.into_inner(),
+        pending_limit: false,
     };
     Ok(finish(search, counts, p)?)
 }
 
+/// Walks below `pending`, nodes the budget holds already, whose share this walk takes over.
 fn rayon_walk<'s>(
     s: &rayon::Scope<'s>,
     state: &'s SearchState,
@@ -616,6 +703,7 @@ fn rayon_walk<'s>(
     pending: Vec<Pending>,
 ) {
     if state.budget.exhausted() {
+        state.budget.hold(-(pending.len() as i64));
         totals.stopped.store(true, Ordering::Relaxed);
         return;
     }
@@ -643,10 +731,7 @@ mod tests {
         let search =
             SharedSearch::new(TreeParams::default(), 1000, SplitPolicy::default()).expect("valid");
         let (_, root) = walk::start(search.tree());
-        let task = Subtrees {
-            search: search.clone(),
-            pending: root.into_iter().collect(),
-        };
+        let task = Subtrees::new(search.clone(), root.into_iter().collect());
         let bytes = postcard::to_allocvec(&task).unwrap();
         let back: Subtrees = postcard::from_bytes(&bytes).unwrap();
         assert_eq!(back.pending, task.pending);
@@ -656,16 +741,64 @@ mod tests {
     }
 
     #[test]
+    fn held_nodes_are_counted_back_to_zero_and_bounded() {
+        let t3 = crate::SampleTree::find("T3").unwrap();
+        for split in [SplitPolicy::FIXED, SplitPolicy::ON_DEMAND] {
+            let search = SharedSearch::new(t3.params(), u64::MAX, split).unwrap();
+            let runtime = satin_runtime(2);
+            assert_eq!(search_satin_shared(&runtime, &search).unwrap(), t3.expected);
+            assert_eq!(search.budget().held(), 0, "{split:?}");
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let search = SharedSearch::new(t3.params(), u64::MAX, SplitPolicy::FIXED).unwrap();
+        assert_eq!(search_rayon(&pool, &search).unwrap(), t3.expected);
+        assert_eq!(search.budget().held(), 0);
+
+        // A task decoded holds its nodes until it runs or is dropped.
+        let (_, root) = walk::start(search.tree());
+        let bytes =
+            postcard::to_allocvec(&Subtrees::new(search.clone(), vec![root.unwrap()])).unwrap();
+        let task: Subtrees = postcard::from_bytes(&bytes).unwrap();
+        assert_eq!(task.search().budget().held(), 1);
+        drop(task);
+
+        // Work handed out at every node piles up in tasks, which the pending limit sees.
+        let runaway =
+            crate::cli::parse_tree_args("-t 0 -b 2000 -q 1 -m 100".split_whitespace()).unwrap();
+        let every_node = SplitPolicy {
+            every: 1,
+            chunk: u32::MAX,
+            on_demand: false,
+        };
+        let search =
+            SharedSearch::with_max_pending(runaway, u64::MAX, 100_000, every_node).unwrap();
+        match search_satin_shared(&satin_runtime(2), &search) {
+            Err(ParallelError::Search(SearchError::PendingLimit { limit, .. })) => {
+                assert_eq!(limit, 100_000)
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(search.budget().held(), 0);
+        let search =
+            SharedSearch::with_max_pending(runaway, u64::MAX, 100_000, every_node).unwrap();
+        assert!(matches!(
+            search_rayon(&pool, &search),
+            Err(ParallelError::Search(SearchError::PendingLimit { .. }))
+        ));
+        assert_eq!(search.budget().held(), 0);
+    }
+
+    #[test]
     fn a_forged_node_does_not_decode() {
         let search =
             SharedSearch::new(TreeParams::default(), u64::MAX, SplitPolicy::default()).unwrap();
         let (_, root) = walk::start(search.tree());
         let mut forged = root.unwrap();
         forged.children = 4_000_000_000;
-        let task = Subtrees {
-            search: search.clone(),
-            pending: vec![forged],
-        };
+        let task = Subtrees::new(search.clone(), vec![forged]);
         let bytes = postcard::to_allocvec(&task).unwrap();
         assert!(postcard::from_bytes::<Subtrees>(&bytes).is_err());
         let e = Subtrees::try_from(SubtreesWire {

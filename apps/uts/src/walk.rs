@@ -7,7 +7,7 @@
 //! parallel searches hand the oldest entries of the stack, the roots of the largest
 //! unexplored subtrees, to other workers ([`Walk::split_oldest`]).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -132,26 +132,79 @@ impl<'t> Walk<'t> {
     }
 }
 
-/// The node limit of a search, and the nodes counted against it, shared by every worker of
-/// one process.
+/// The pending limit when none is given: 2^22 nodes, 112 MiB of stack at 28 bytes a node.
+///
+/// The node limit alone does not bound memory: a tree whose every node has children (`-t 0
+/// -b 2000 -q 1 -m 100`) keeps almost every node it generates pending, and 2^32 of them (the
+/// default node limit) would take 112 GiB. The published trees stay far below this: a walk
+/// holds the root's children and fewer than `m` siblings per level of its path, some 220,000
+/// nodes for T2XXL (depth 216,370, `m` 2) and 72,000 for T3L.
+pub const DEFAULT_MAX_PENDING: u64 = 1 << 22;
+
+/// The limits of a search, and what is counted against them, shared by every worker of one
+/// process: the nodes generated (the node limit), and the nodes held pending at once, on the
+/// stacks of the walks and in tasks not yet run (the pending limit).
 #[derive(Debug)]
 pub struct Budget {
     limit: u64,
     counted: AtomicU64,
+    max_pending: u64,
+    /// Signed: a walk reports the nodes it pushes every [`CHARGE_EVERY`] nodes, so nodes it
+    /// hands out or drops before reporting them make its share dip below zero for a while.
+    held: AtomicI64,
+    over_pending: AtomicBool,
 }
 
 impl Budget {
-    /// A budget of `limit` nodes.
+    /// A budget of `limit` nodes, with the pending limit [`DEFAULT_MAX_PENDING`].
     pub fn new(limit: u64) -> Budget {
+        Budget::with_max_pending(limit, DEFAULT_MAX_PENDING)
+    }
+
+    /// A budget of `limit` nodes, of which at most `max_pending` may be pending at once.
+    pub fn with_max_pending(limit: u64, max_pending: u64) -> Budget {
         Budget {
             limit,
             counted: AtomicU64::new(0),
+            max_pending,
+            held: AtomicI64::new(0),
+            over_pending: AtomicBool::new(false),
         }
     }
 
     /// The limit.
     pub fn limit(&self) -> u64 {
         self.limit
+    }
+
+    /// The pending limit.
+    pub fn max_pending(&self) -> u64 {
+        self.max_pending
+    }
+
+    /// Adds `delta` to the nodes held pending; false, for good, once they were over the
+    /// pending limit.
+    pub fn hold(&self, delta: i64) -> bool {
+        let held = self
+            .held
+            .fetch_add(delta, Ordering::Relaxed)
+            .saturating_add(delta);
+        if held > 0 && held as u64 > self.max_pending {
+            self.over_pending.store(true, Ordering::Relaxed);
+        }
+        !self.pending_exceeded()
+    }
+
+    /// The nodes held pending in this process, as the walks last reported them (below the
+    /// true count by at most [`CHARGE_EVERY`] a walk, and below zero at times); 0 once a
+    /// search is over.
+    pub fn held(&self) -> i64 {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    /// True once the nodes held pending were over the pending limit.
+    pub fn pending_exceeded(&self) -> bool {
+        self.over_pending.load(Ordering::Relaxed)
     }
 
     /// Counts `n` more nodes; false once the total is over the limit.
@@ -162,9 +215,9 @@ impl Budget {
             <= self.limit
     }
 
-    /// True once the total is over the limit.
+    /// True once the total is over the limit, or the nodes held pending were.
     pub fn exhausted(&self) -> bool {
-        self.counted.load(Ordering::Relaxed) > self.limit
+        self.counted.load(Ordering::Relaxed) > self.limit || self.pending_exceeded()
     }
 
     /// The nodes counted so far (in this process).
@@ -187,17 +240,33 @@ pub enum SearchError {
         /// Nodes generated when the search stopped (in the process that stopped first).
         counted: u64,
     },
+    /// The search held more nodes pending at once than it may.
+    #[error(
+        "the search held more than {limit} nodes pending at once (the pending limit, \
+         --max-pending): stopped after {counted} nodes; the tree may never end with these \
+         parameters"
+    )]
+    PendingLimit {
+        /// The pending limit.
+        limit: u64,
+        /// Nodes generated when the search stopped (in the process that stopped first).
+        counted: u64,
+    },
 }
 
 /// Nodes a search generates between two updates of the shared count (progress and limit).
 pub const CHARGE_EVERY: u64 = 1 << 16;
 
 /// Searches the whole tree on this thread: the sequential baseline. Stops with
-/// [`SearchError::NodeLimit`] once more than `budget.limit()` nodes are generated; the budget's
-/// count follows the search (every [`CHARGE_EVERY`] nodes) for progress reports.
+/// [`SearchError::NodeLimit`] once more than `budget.limit()` nodes are generated, and with
+/// [`SearchError::PendingLimit`] once more than `budget.max_pending()` are pending; the
+/// budget's count follows the search (every [`CHARGE_EVERY`] nodes) for progress reports.
+///
+/// Both limits are looked at every [`CHARGE_EVERY`] nodes, so the stack holds at most that
+/// many nodes (and the root's children) beyond the pending limit.
 ///
 /// # Errors
-/// The node limit.
+/// The node limit or the pending limit.
 pub fn search_sequential(tree: &Tree, budget: &Budget) -> Result<Counts, SearchError> {
     let (mut counts, root) = start(tree);
     budget.charge(counts.nodes);
@@ -212,6 +281,12 @@ pub fn search_sequential(tree: &Tree, budget: &Budget) -> Result<Counts, SearchE
             if counts.nodes + nodes > limit {
                 return Err(SearchError::NodeLimit {
                     limit,
+                    counted: counts.nodes + nodes,
+                });
+            }
+            if walk.pending() as u64 > budget.max_pending() {
+                return Err(SearchError::PendingLimit {
+                    limit: budget.max_pending(),
                     counted: counts.nodes + nodes,
                 });
             }
@@ -291,6 +366,29 @@ mod tests {
         );
         // Exactly the tree's size is within the limit.
         assert!(search_sequential(&tree, &Budget::new(1732)).is_ok());
+    }
+
+    #[test]
+    fn the_pending_limit_stops_a_tree_that_keeps_its_nodes_pending() {
+        // Every node but the root has 100 children: the stack grows by 99 nodes a node.
+        let tree = Tree::new(
+            crate::cli::parse_tree_args("-t 0 -b 2000 -q 1 -m 100".split_whitespace()).unwrap(),
+        )
+        .unwrap();
+        let budget = Budget::with_max_pending(u64::MAX, 100_000);
+        match search_sequential(&tree, &budget) {
+            Err(SearchError::PendingLimit { limit, counted }) => {
+                assert_eq!(limit, 100_000);
+                // Stopped at the first look past the limit.
+                assert!(counted < 100_000 + 2 * CHARGE_EVERY, "{counted}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // The published trees stay far below the default.
+        let t3 = crate::SampleTree::find("T3").unwrap();
+        let tree = Tree::new(t3.params()).unwrap();
+        let budget = Budget::with_max_pending(u64::MAX, 10_000);
+        assert_eq!(search_sequential(&tree, &budget), Ok(t3.expected));
     }
 
     #[test]

@@ -239,6 +239,74 @@ fn a_tree_that_never_ends_stops_at_the_node_limit_with_status_2() {
     assert!(!out.contains("{\"app\""), "{out}");
 }
 
+/// Runs `cmd` with at most `bytes` of address space, so that a search that outgrows its limits
+/// fails at once instead of taking the machine's memory.
+fn within_address_space(cmd: &mut Command, bytes: u64) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setrlimit(2) is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(move || {
+            let limit = libc::rlimit {
+                rlim_cur: bytes as libc::rlim_t,
+                rlim_max: bytes as libc::rlim_t,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        })
+    }
+}
+
+#[test]
+fn a_tree_that_keeps_its_nodes_pending_stops_at_the_pending_limit() {
+    // Every node but the root has 100 children: nearly every node generated stays pending,
+    // and long before the default node limit (2^32) the stack would need 112 GiB. The
+    // default pending limit stops it at 112 MiB; 1 GiB of address space shows that it does.
+    let d = Instant::now() + LIMIT;
+    let runaway = ["-t", "0", "-b", "2000", "-q", "1", "-m", "100"];
+    let want = "the search held more than 4194304 nodes pending at once (the pending limit";
+    for extra in [
+        &["--seq"][..],
+        &["--threads", "2"][..],
+        &["--rayon", "--threads", "2"][..],
+        // Handing out work at every node leaves the stack small and piles the nodes up in
+        // tasks instead, which count as well.
+        &["--threads", "2", "--split-every", "1", "--chunk", "1000000"][..],
+        &[
+            "--rayon",
+            "--threads",
+            "2",
+            "--split-every",
+            "1",
+            "--chunk",
+            "1000000",
+        ][..],
+    ] {
+        let (status, out, err) = output(
+            within_address_space(uts().args(runaway).args(extra), 1 << 30),
+            d,
+        );
+        assert_eq!(status.code(), Some(2), "{extra:?}: {status}\n{err}");
+        assert!(out.is_empty(), "{extra:?}: {out}");
+        assert!(err.contains(want), "{extra:?}: {err}");
+    }
+    let (status, out, err) = output(
+        within_address_space(
+            Command::new(ipl_run())
+                .args(["-n", "2", "--"])
+                .arg(env!("CARGO_BIN_EXE_uts"))
+                .args(runaway),
+            1 << 30,
+        ),
+        d,
+    );
+    assert_eq!(status.code(), Some(2), "{out}\n{err}");
+    assert!(err.contains(want), "{err}");
+    assert!(!out.contains("{\"app\""), "{out}");
+}
+
 #[test]
 fn a_traced_run_writes_its_steals_and_idle_periods() {
     let d = Instant::now() + LIMIT;

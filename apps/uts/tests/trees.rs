@@ -145,6 +145,7 @@ fn every_search_stops_at_the_node_limit() {
                 assert_eq!(l, limit);
                 assert!(counted > limit, "{counted}");
             }
+            other => panic!("{other:?}"),
         };
         stopped(search_sequential(&tree, &Budget::new(limit)).unwrap_err());
         let runtime = satin::Runtime::local().threads(2);

@@ -17,6 +17,7 @@
 //!   unique in the file), `mass` (finite, not negative), then position `x y z` and velocity
 //!   `vx vy vz` (finite numbers). Numbers are in any form Rust's `f64` parser accepts
 //!   (`1`, `-0.25`, `6.25e-7`).
+//! - No number is larger in magnitude than [`MAX_MAGNITUDE`] (1e75).
 //!
 //! Accelerations, potentials and costs are not stored: they are recomputed from positions.
 //! The writer prints every number in its shortest form that reads back to the same `f64`,
@@ -29,6 +30,17 @@ use std::fs::File;
 use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use thiserror::Error;
+
+/// The largest magnitude of a mass, position or velocity coordinate read: 1e75.
+///
+/// Finite is not enough: the simulation squares differences of positions (`|d|²` of every
+/// interaction, up to `12 x²` for coordinates of magnitude `x`), sums mass moments `m x` over
+/// all bodies for the centres of mass, and sums products of three inputs, `m v²` for the
+/// kinetic energy and `m |Δx|²` for the run's summary. Near 1e308 the first of these
+/// overflows to infinity and the positions become NaN. At 1e75 the squares stay below 1e152
+/// and the triple products below 1e226, so that their sums stay finite for any number of
+/// bodies that fits in memory.
+pub const MAX_MAGNITUDE: f64 = 1e75;
 
 /// Names of the eight fields of a body line, for error messages.
 const FIELDS: [&str; 8] = ["id", "mass", "x", "y", "z", "vx", "vy", "vz"];
@@ -59,6 +71,21 @@ pub enum LineError {
     /// A numeric field is NaN or infinite.
     #[error("{field} is {value}, but must be finite")]
     NotFinite {
+        /// Field name.
+        field: &'static str,
+        /// The value read.
+        value: f64,
+    },
+    /// A number is finite but larger in magnitude than [`MAX_MAGNITUDE`].
+    #[error(
+        "body {body} (id {id}): {field} is {value:e}, but its magnitude must be at most \
+         {MAX_MAGNITUDE:e}: larger values overflow the force computation"
+    )]
+    TooLarge {
+        /// The body's index in the file, from 0.
+        body: usize,
+        /// The body's id.
+        id: u64,
         /// Field name.
         field: &'static str,
         /// The value read.
@@ -195,7 +222,7 @@ where
         if bodies.len() == n {
             return Err(fail(LineError::TooManyBodies(n)));
         }
-        let body = parse_body(content).map_err(fail)?;
+        let body = parse_body(content, bodies.len()).map_err(fail)?;
         if !ids.insert(body.id) {
             return Err(fail(LineError::DuplicateId(body.id)));
         }
@@ -224,7 +251,8 @@ where
     }
 }
 
-fn parse_body(content: &str) -> Result<Body, LineError> {
+/// The body at index `index` of the file.
+fn parse_body(content: &str, index: usize) -> Result<Body, LineError> {
     let fields: Vec<&str> = content.split_whitespace().collect();
     if fields.len() != FIELDS.len() {
         return Err(LineError::FieldCount(fields.len()));
@@ -242,6 +270,14 @@ fn parse_body(content: &str) -> Result<Body, LineError> {
         })?;
         if !x.is_finite() {
             return Err(LineError::NotFinite { field, value: x });
+        }
+        if x.abs() > MAX_MAGNITUDE {
+            return Err(LineError::TooLarge {
+                body: index,
+                id,
+                field,
+                value: x,
+            });
         }
         *slot = x;
     }
@@ -355,6 +391,40 @@ mod tests {
         assert_eq!(line_error("# only\n"), (2, LineError::MissingCount));
         let msg = parse_bodies(&bad_number).unwrap_err().to_string();
         assert_eq!(msg, "line 4: y `zero` is not a number");
+    }
+
+    #[test]
+    fn values_that_would_overflow_are_refused_with_their_body_and_field() {
+        let good = "2\n0 1 0 0 0 0 0 0\n7 1 1 0 0 0 0 0\n";
+        for (field, line) in [
+            ("mass", "7 1e308 1 0 0 0 0 0"),
+            ("x", "7 1 1e308 0 0 0 0 0"),
+            ("z", "7 1 1 0 -1e308 0 0 0"),
+            ("vy", "7 1 1 0 0 0 1e76 0"),
+        ] {
+            let text = good.replace("7 1 1 0 0 0 0 0", line);
+            match line_error(&text) {
+                (
+                    3,
+                    LineError::TooLarge {
+                        body, id, field: f, ..
+                    },
+                ) => {
+                    assert_eq!((body, id, f), (1, 7, field), "{line}")
+                }
+                other => panic!("{line}: {other:?}"),
+            }
+        }
+        let text = good.replace("7 1 1 0 0 0 0 0", "7 1 1e308 0 0 0 0 0");
+        let msg = parse_bodies(&text).unwrap_err().to_string();
+        assert_eq!(
+            msg,
+            "line 3: body 1 (id 7): x is 1e308, but its magnitude must be at most 1e75: larger \
+             values overflow the force computation"
+        );
+        // The bound itself is accepted.
+        let at = good.replace("7 1 1 0 0 0 0 0", "7 1e75 -1e75 1e75 1e75 -1e75 1e75 1e75");
+        assert!(parse_bodies(&at).is_ok());
     }
 
     #[test]

@@ -186,6 +186,60 @@ fn a_missing_input_file_fails_every_node_with_its_name() {
     );
 }
 
+#[test]
+fn bodies_too_large_to_compute_with_are_refused_by_body_and_field() {
+    // Finite, but the squares and sums of the force computation overflow: the run used to go
+    // on with NaN positions (and panic on a debug assertion in a debug build).
+    let input = temp_path("huge-bodies.txt");
+    std::fs::write(
+        &input,
+        "3\n0 1 0 0 0 0 0 0\n1 1 1 0 0 0 0 0\n5 1e308 1e308 -1e308 1e308 0 0 0\n",
+    )
+    .unwrap();
+    for pool in ["1", "2"] {
+        let (status, out, err) = Reaped::start(
+            barnes_hut()
+                .args(["--tstop", "0.05", "--input"])
+                .arg(&input)
+                .env("IPL_POOL_SIZE", pool),
+        )
+        .output(Instant::now() + LIMIT);
+        assert!(!status.success(), "{pool}: {status}\n{out}");
+        assert!(out.is_empty(), "{pool}: no result line: {out}");
+        assert!(
+            err.contains(
+                "line 4: body 2 (id 5): mass is 1e308, but its magnitude must be at most 1e75"
+            ),
+            "{pool}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{pool}: {err}");
+    }
+    // At the bound the run's figures are all finite (its bodies move past the bound, so its
+    // output would not read back as input).
+    let at = "2\n0 1e75 1e75 -1e75 1e75 1e75 0 -1e75\n1 1e75 -1e75 1e75 -1e75 -1e75 0 1e75\n";
+    std::fs::write(&input, at).unwrap();
+    let v = result_line(
+        barnes_hut()
+            .args(["--tstop", "0.05", "--input"])
+            .arg(&input),
+    );
+    let _ = std::fs::remove_file(&input);
+    for key in [
+        "checksum",
+        "displacement_rms",
+        "energy_start",
+        "energy_end",
+        "total_mass",
+    ] {
+        assert!(v[key].as_f64().is_some_and(f64::is_finite), "{key}: {v}");
+    }
+    let com = v["center_of_mass"].as_array().expect("the centre of mass");
+    assert!(
+        com.iter().all(|c| c.as_f64().is_some_and(f64::is_finite)),
+        "{v}"
+    );
+}
+
 /// This machine's physical memory in bytes.
 fn memory() -> u64 {
     let text = std::fs::read_to_string("/proc/meminfo").expect("/proc/meminfo");

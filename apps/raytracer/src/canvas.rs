@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::camera::MAX_SIDE;
 use crate::render::Tile;
 
 /// Why an image could not be written.
@@ -31,10 +32,49 @@ pub enum ImageError {
 }
 
 /// The 8-bit RGB pixels of a [`Tile`], row-major.
+///
+/// A canvas decoded from another process (a task's result) is checked: its
+/// tile must lie within an image of [`MAX_SIDE`] pixels on a side, as every
+/// image the renderer makes does, and it must hold one pixel per pixel of the
+/// tile, so that pasting it can neither read past its pixels nor be told to
+/// cover more than an image.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "CanvasWire")]
 pub struct Canvas {
     tile: Tile,
     pixels: Vec<[u8; 3]>,
+}
+
+/// [`Canvas`] as decoded, before its check.
+#[derive(Deserialize)]
+struct CanvasWire {
+    tile: Tile,
+    pixels: Vec<[u8; 3]>,
+}
+
+impl TryFrom<CanvasWire> for Canvas {
+    type Error = String;
+
+    fn try_from(w: CanvasWire) -> Result<Canvas, String> {
+        if !Tile::full(MAX_SIDE, MAX_SIDE).contains(&w.tile) {
+            return Err(format!(
+                "canvas tile {:?} lies outside every image ({MAX_SIDE} pixels on a side at most)",
+                w.tile
+            ));
+        }
+        if w.pixels.len() != w.tile.area() {
+            return Err(format!(
+                "canvas of tile {:?} holds {} pixels, not {}",
+                w.tile,
+                w.pixels.len(),
+                w.tile.area()
+            ));
+        }
+        Ok(Canvas {
+            tile: w.tile,
+            pixels: w.pixels,
+        })
+    }
 }
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
@@ -135,6 +175,46 @@ impl Canvas {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn received_canvases_hold_one_pixel_per_pixel_of_an_image_tile() {
+        let tile = Tile {
+            x0: 2,
+            y0: 1,
+            width: 3,
+            height: 2,
+        };
+        let bytes =
+            |tile: Tile, n: usize| postcard::to_allocvec(&(tile, vec![[7u8; 3]; n])).unwrap();
+        let back: Canvas = postcard::from_bytes(&bytes(tile, 6)).unwrap();
+        assert_eq!(back, Canvas::from_pixels(tile, vec![[7; 3]; 6]));
+        for n in [0, 5, 7] {
+            assert!(
+                postcard::from_bytes::<Canvas>(&bytes(tile, n)).is_err(),
+                "{n}"
+            );
+        }
+        // A tile past any image the renderer makes, with its pixel count wrapped or not.
+        for huge in [
+            Tile::full(MAX_SIDE + 1, 1),
+            Tile {
+                x0: u32::MAX,
+                y0: 0,
+                width: 1,
+                height: 1,
+            },
+        ] {
+            let n = huge.area();
+            assert!(
+                postcard::from_bytes::<Canvas>(&bytes(huge, n)).is_err(),
+                "{huge:?}"
+            );
+        }
+        let too_many = Tile::full(65_536, 65_536);
+        let wire = postcard::to_allocvec(&(too_many, Vec::<[u8; 3]>::new())).unwrap();
+        let e = postcard::from_bytes::<Canvas>(&wire).unwrap_err();
+        assert!(matches!(e, postcard::Error::SerdeDeCustom), "{e}");
+    }
 
     #[test]
     fn paste_places_parts_at_their_offsets() {

@@ -48,7 +48,7 @@ pub use parallel::{
 };
 pub use render::{
     pixel_color, quantize, render_full, render_recursive, render_split, render_tile,
-    RenderSettings, Tile,
+    RenderSettings, SettingsError, Tile,
 };
 pub use scene::{Light, Material, Polygon, SceneDescription, Sphere, View};
 pub use vec3::Vec3;

@@ -64,12 +64,13 @@ struct Args {
     /// Anti-aliasing: average K x K rays per pixel (1 = one ray through the
     /// pixel centre).
     #[arg(long, value_name = "K", default_value_t = 1,
-          value_parser = clap::value_parser!(u32).range(1..=16))]
+          value_parser = clap::value_parser!(u32).range(1..=raytracer::render::MAX_AA as i64))]
     aa: u32,
 
     /// Maximum ray-tree depth; the eye ray has depth 1 and each mirror
     /// reflection adds one (the SPD procedure uses 5).
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=64))]
+    #[arg(long, default_value_t = 5,
+          value_parser = clap::value_parser!(u32).range(1..=raytracer::render::MAX_DEPTH as i64))]
     max_depth: u32,
 
     /// Split the screen four ways recursively until tiles are at most this

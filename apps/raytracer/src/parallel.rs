@@ -39,7 +39,7 @@ use thiserror::Error;
 use crate::balls::balls;
 use crate::camera::{Camera, CameraError};
 use crate::canvas::Canvas;
-use crate::render::{render_tile, RenderSettings, Tile};
+use crate::render::{render_tile, RenderSettings, SettingsError, Tile};
 use crate::scene::SceneDescription;
 use crate::world::{Scene, SceneError};
 
@@ -86,6 +86,9 @@ pub enum FrameError {
     /// The view and image size give no camera.
     #[error("invalid camera: {0}")]
     Camera(#[from] CameraError),
+    /// The ray-tracing settings are out of range.
+    #[error("invalid settings: {0}")]
+    Settings(#[from] SettingsError),
 }
 
 struct Prepared {
@@ -106,8 +109,11 @@ impl SharedFrame {
     /// Builds the scene and camera of `frame`.
     ///
     /// # Errors
-    /// If the scene is invalid or the camera cannot be set up.
+    /// If the scene is invalid, the camera cannot be set up (an image size above
+    /// [`MAX_SIDE`](crate::camera::MAX_SIDE)), or the settings are out of range
+    /// ([`RenderSettings::validate`]).
     pub fn new(frame: Frame) -> Result<SharedFrame, FrameError> {
+        frame.settings.validate()?;
         let desc = frame.source.description();
         let scene = Scene::build(&desc)?;
         let camera = Camera::new(&desc.view, frame.width, frame.height)?;
@@ -186,7 +192,13 @@ impl<'de> Deserialize<'de> for SharedFrame {
 /// The Satin task that renders `tile` of `frame`, splitting it four ways
 /// while it is larger than `leaf` x `leaf` pixels (see
 /// [`Tile::needs_split`]); its output is the tile's [`Canvas`].
+///
+/// A task decoded from another process is checked ([`RenderTask::validate`]):
+/// its frame as [`SharedFrame::new`] checks one, and its tile against the
+/// frame's image, so that a corrupt or forged task cannot make a worker
+/// allocate a canvas larger than the image the command line allows.
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(try_from = "RenderTaskWire")]
 pub struct RenderTask {
     /// What is rendered.
     pub frame: SharedFrame,
@@ -194,6 +206,46 @@ pub struct RenderTask {
     pub tile: Tile,
     /// Largest side of a tile that is rendered without splitting.
     pub leaf: u32,
+}
+
+/// [`RenderTask`] as decoded, before its check.
+#[derive(Deserialize)]
+struct RenderTaskWire {
+    frame: SharedFrame,
+    tile: Tile,
+    leaf: u32,
+}
+
+impl TryFrom<RenderTaskWire> for RenderTask {
+    type Error = String;
+
+    fn try_from(w: RenderTaskWire) -> Result<RenderTask, String> {
+        let task = RenderTask {
+            frame: w.frame,
+            tile: w.tile,
+            leaf: w.leaf,
+        };
+        task.validate()?;
+        Ok(task)
+    }
+}
+
+impl RenderTask {
+    /// Checks that the tile is a non-empty part of the frame's image (whose
+    /// size and settings [`SharedFrame::new`] checked).
+    ///
+    /// # Errors
+    /// What is wrong, in words.
+    pub fn validate(&self) -> Result<(), String> {
+        let image = self.frame.full_tile();
+        if self.tile.area() == 0 || !image.contains(&self.tile) {
+            return Err(format!(
+                "tile {:?} is not a non-empty part of the {}x{} image",
+                self.tile, image.width, image.height
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl satin::Task for RenderTask {
@@ -269,4 +321,119 @@ pub fn render_in_pool(
         tile: frame.full_tile(),
         leaf,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(settings: RenderSettings) -> Frame {
+        Frame {
+            source: SceneSource::Balls(1),
+            width: 32,
+            height: 24,
+            settings,
+        }
+    }
+
+    /// A task's bytes as another process would send them, whatever its fields hold:
+    /// a [`SharedFrame`] travels as its [`Frame`].
+    fn task_bytes(frame: &Frame, tile: Tile, leaf: u32) -> Vec<u8> {
+        postcard::to_allocvec(&(frame, tile, leaf)).unwrap()
+    }
+
+    #[test]
+    fn a_task_travels_and_comes_back_checked() {
+        let f = frame(RenderSettings::default());
+        let tile = Tile {
+            x0: 8,
+            y0: 4,
+            width: 16,
+            height: 8,
+        };
+        let back: RenderTask = postcard::from_bytes(&task_bytes(&f, tile, 8)).unwrap();
+        assert_eq!((back.frame.frame(), back.tile, back.leaf), (&f, tile, 8));
+        // The same bytes as the task itself encodes to.
+        let bytes = postcard::to_allocvec(&back).unwrap();
+        assert_eq!(bytes, task_bytes(&f, tile, 8));
+    }
+
+    #[test]
+    fn received_settings_out_of_the_command_lines_range_are_refused() {
+        let full = Tile::full(32, 24);
+        for (settings, want) in [
+            (
+                RenderSettings {
+                    aa: 1_000_000,
+                    max_depth: 5,
+                },
+                "anti-aliasing 1000000 (--aa) must be between 1 and 16",
+            ),
+            (
+                RenderSettings {
+                    aa: 0,
+                    max_depth: 5,
+                },
+                "anti-aliasing 0 (--aa)",
+            ),
+            (
+                RenderSettings {
+                    aa: 2,
+                    max_depth: u32::MAX,
+                },
+                "the maximum ray depth 4294967295 (--max-depth) must be between 1 and 64",
+            ),
+        ] {
+            let f = frame(settings);
+            // postcard keeps no message of a custom error: SharedFrame::new gives it.
+            assert!(postcard::from_bytes::<RenderTask>(&task_bytes(&f, full, 8)).is_err());
+            let e = SharedFrame::new(f).unwrap_err();
+            assert!(e.to_string().contains(want), "{e}");
+        }
+        // The command line's own limits pass.
+        let most = RenderSettings {
+            aa: crate::render::MAX_AA,
+            max_depth: crate::render::MAX_DEPTH,
+        };
+        assert_eq!(most.validate(), Ok(()));
+        assert!(postcard::from_bytes::<RenderTask>(&task_bytes(&frame(most), full, 8)).is_ok());
+    }
+
+    #[test]
+    fn received_tiles_outside_the_image_are_refused() {
+        let f = frame(RenderSettings::default());
+        let shared = SharedFrame::new(f.clone()).unwrap();
+        for tile in [
+            Tile::full(4_000_000_000, 4_000_000_000),
+            Tile::full(33, 24),
+            Tile {
+                x0: u32::MAX,
+                y0: 0,
+                width: 10,
+                height: 1,
+            },
+            Tile {
+                x0: 4,
+                y0: 4,
+                width: 0,
+                height: 4,
+            },
+        ] {
+            let bytes = task_bytes(&f, tile, 8);
+            assert!(
+                postcard::from_bytes::<RenderTask>(&bytes).is_err(),
+                "{tile:?}"
+            );
+            let task = RenderTask {
+                frame: shared.clone(),
+                tile,
+                leaf: 8,
+            };
+            let e = task.validate().unwrap_err();
+            assert!(
+                e.contains("is not a non-empty part of the 32x24 image"),
+                "{e}"
+            );
+        }
+    }
 }

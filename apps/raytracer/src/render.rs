@@ -10,6 +10,7 @@
 //! ([`Canvas::paste`]). A parallel version spawns at the same points.
 
 use serde::{Deserialize, Serialize};
+use thiserror::Error;
 
 use crate::camera::Camera;
 use crate::canvas::Canvas;
@@ -105,6 +106,23 @@ impl Tile {
     }
 }
 
+/// The most anti-aliasing rays per pixel side ([`RenderSettings::aa`]): 16 x 16 rays.
+pub const MAX_AA: u32 = 16;
+
+/// The longest ray tree ([`RenderSettings::max_depth`]).
+pub const MAX_DEPTH: u32 = 64;
+
+/// A [`RenderSettings`] field out of range.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum SettingsError {
+    /// `aa` is 0 or above [`MAX_AA`].
+    #[error("anti-aliasing {0} (--aa) must be between 1 and {MAX_AA}")]
+    Aa(u32),
+    /// `max_depth` is 0 or above [`MAX_DEPTH`].
+    #[error("the maximum ray depth {0} (--max-depth) must be between 1 and {MAX_DEPTH}")]
+    MaxDepth(u32),
+}
+
 /// How rays are traced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RenderSettings {
@@ -115,6 +133,24 @@ pub struct RenderSettings {
     /// centres of a regular grid of sub-pixels (1: one ray through the pixel
     /// centre).
     pub aa: u32,
+}
+
+impl RenderSettings {
+    /// Checks both fields against the limits the command line enforces ([`MAX_AA`],
+    /// [`MAX_DEPTH`]): settings decoded from another process pass here, and an `aa` in the
+    /// millions would trace its square of rays per pixel.
+    ///
+    /// # Errors
+    /// The first field out of range.
+    pub fn validate(&self) -> Result<(), SettingsError> {
+        if !(1..=MAX_AA).contains(&self.aa) {
+            return Err(SettingsError::Aa(self.aa));
+        }
+        if !(1..=MAX_DEPTH).contains(&self.max_depth) {
+            return Err(SettingsError::MaxDepth(self.max_depth));
+        }
+        Ok(())
+    }
 }
 
 impl Default for RenderSettings {

@@ -2,7 +2,7 @@
 //! each satin worker's) states over time, each process's supersteps split into computation,
 //! communication and waiting, and who stole from whom.
 
-use super::read::{arg, arg_str, ProcessTrace, Span};
+use super::read::{arg, arg_str, whole, ProcessTrace, Span};
 use crate::error::{Error, Result};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -308,15 +308,18 @@ impl Run {
             for m in p.marks.iter().filter(|m| m.name == "satin.steal") {
                 let success = m.args.get("success") == Some(&Value::Bool(true));
                 let victim = match arg_str(&m.args, "kind") {
-                    Some("remote") => {
-                        arg(&m.args, "victim").and_then(|v| index.get(&(v as u32)).copied())
-                    }
+                    Some("remote") => arg(&m.args, "victim")
+                        .and_then(|v| whole(v, u32::MAX.into()))
+                        .and_then(|v| index.get(&(v as u32)).copied()),
                     _ => Some(i),
                 };
                 match (success, victim) {
                     (true, Some(v)) => {
                         s.count[i][v] += 1;
-                        s.bytes[i][v] += arg(&m.args, "bytes").unwrap_or(0.0) as u64;
+                        // Figures past a u64 (a damaged trace) saturate the sum rather than
+                        // overflow it.
+                        let bytes = arg(&m.args, "bytes").unwrap_or(0.0) as u64;
+                        s.bytes[i][v] = s.bytes[i][v].saturating_add(bytes);
                     }
                     // A victim whose trace is missing still counts for the thief.
                     (true, None) => {}
@@ -614,6 +617,32 @@ mod tests {
             .map(|e| e["args"]["name"].as_str().unwrap())
             .collect();
         assert!(names[0].starts_with("rank 0") && names[1].starts_with("rank 1"));
+    }
+
+    #[test]
+    fn absurd_steal_figures_saturate_and_count_for_no_other_rank() {
+        let p = parse(
+            Path::new("r0.trace.json"),
+            &json!([
+                {"ph": "i", "name": "trace.start", "ts": 0, "args": {"unix_us": "1"}},
+                {"ph": "i", "name": "ipl.join", "ts": 1, "args": {"rank": "0", "pool": "p"}},
+                {"ph": "i", "name": "satin.start", "ts": 2, "args": {"workers": "1"}},
+                // Two steals of the most bytes a u64 holds: their sum overflowed.
+                {"ph": "i", "name": "satin.steal", "ts": 3, "args": {
+                    "kind": "local", "success": "true", "bytes": "18446744073709551615"}},
+                {"ph": "i", "name": "satin.steal", "ts": 4, "args": {
+                    "kind": "local", "success": "true", "bytes": "18446744073709551615"}},
+                // Victims that are no rank: they counted as rank 0 (and u32::MAX).
+                {"ph": "i", "name": "satin.steal", "ts": 5, "args": {
+                    "kind": "remote", "victim": "-1", "success": "true", "bytes": "1"}},
+                {"ph": "i", "name": "satin.steal", "ts": 6, "args": {
+                    "kind": "remote", "victim": "0.5", "success": "true", "bytes": "1"}},
+            ]),
+        )
+        .unwrap();
+        let s = Run::new(vec![p]).unwrap().steals().unwrap();
+        assert_eq!(s.count, [[2]]);
+        assert_eq!(s.bytes, [[u64::MAX]]);
     }
 
     #[test]

@@ -111,6 +111,13 @@ pub fn arg(args: &Args, key: &str) -> Option<f64> {
     args.get(key).and_then(number)
 }
 
+/// `v` as a whole number from 0 to `max`, as the writer stores ranks, counts and superstep
+/// numbers; `None` for a fraction, a negative or a larger number, which a cast would turn
+/// into another, valid-looking one.
+pub fn whole(v: f64, max: u64) -> Option<u64> {
+    (v >= 0.0 && v.fract() == 0.0 && v <= max as f64).then_some(v as u64)
+}
+
 /// Arg `key` of `args` as text.
 pub fn arg_str<'a>(args: &'a Args, key: &str) -> Option<&'a str> {
     args.get(key).and_then(Value::as_str)

@@ -170,3 +170,34 @@ fn subtitle(run: &Run) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_superstep_number_no_run_reaches_is_refused_not_drawn() {
+        let dir = std::env::temp_dir().join(format!("bh-timeline-step-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("a.trace.json");
+        std::fs::write(
+            &file,
+            r#"[{"ph": "i", "name": "trace.start", "ts": 0, "args": {"unix_us": "1"}},
+                {"ph": "i", "name": "bsp.superstep", "ts": 100, "args": {"step": "1e20",
+                 "pid": "0", "comm": "0", "compute_us": "10", "sync_us": "10", "send_us": "1"}}]"#,
+        )
+        .unwrap();
+        // Its bar's position overflowed in the superstep chart.
+        let e = draw(&[file], Some(&dir))
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(
+            e.contains("a.trace.json")
+                && e.contains("event 1")
+                && e.contains("step 1e+20, not a superstep number"),
+            "{e}"
+        );
+    }
+}

@@ -15,6 +15,10 @@ pub const FILE_SUFFIX: &str = ".trace.json";
 /// with supersteps and steals: a few hundred bytes each).
 pub const MAX_FILE: u64 = 1 << 30;
 
+/// The largest superstep number read: past 2^53 an `f64` no longer holds every whole number,
+/// and the superstep chart counts its bars from the number.
+pub const MAX_STEP: u64 = 1 << 53;
+
 /// The args of an event, numbers as numbers.
 pub type Args = Map<String, Value>;
 
@@ -260,6 +264,14 @@ pub fn parse(path: &Path, doc: &Value) -> Result<ProcessTrace> {
             .and_then(Value::as_object)
             .map(typed)
             .unwrap_or_default();
+        if let Some(step) = args.get("step") {
+            if number(step).and_then(|v| whole(v, MAX_STEP)).is_none() {
+                return Err(at(format!(
+                    "'{name}' has step {step}, not a superstep number (a whole number up to \
+                     {MAX_STEP})"
+                )));
+            }
+        }
         if ph == "M" {
             if name == "thread_name" {
                 if let Some(n) = arg_str(&args, "name") {
@@ -322,7 +334,7 @@ pub fn parse(path: &Path, doc: &Value) -> Result<ProcessTrace> {
                     "ipl.join" if out.rank.is_none() || ts < first_join => {
                         first_join = ts;
                         let rank = arg(&args, "rank")
-                            .filter(|r| *r >= 0.0 && *r <= f64::from(u32::MAX))
+                            .and_then(|r| whole(r, u32::MAX.into()))
                             .ok_or_else(|| at("ipl.join without a rank".into()))?;
                         out.rank = Some(rank as u32);
                         out.pool = arg_str(&args, "pool").map(str::to_string);
@@ -544,5 +556,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("negative time"), "{e}");
+        let e =
+            doc(json!([start, {"ph": "i", "name": "ipl.join", "ts": 1, "args": {"rank": "2.5"}}]))
+                .unwrap_err()
+                .to_string();
+        assert!(e.contains("event 1: ipl.join without a rank"), "{e}");
+        let e =
+            doc(json!([start, {"ph": "B", "name": "bsp.sync", "ts": 1, "args": {"step": "-1"}}]))
+                .unwrap_err()
+                .to_string();
+        assert!(
+            e.contains("'bsp.sync' has step -1, not a superstep number"),
+            "{e}"
+        );
     }
 }

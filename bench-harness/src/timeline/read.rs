@@ -314,6 +314,14 @@ pub fn parse(path: &Path, doc: &Value) -> Result<ProcessTrace> {
                         span.name
                     )));
                 }
+                // One thread's clock never runs backwards in a file the writer finished.
+                if ts < span.start {
+                    return Err(at(format!(
+                        "the end of '{name}' on thread {tid} at {ts} comes before its beginning \
+                         at {}",
+                        span.start
+                    )));
+                }
                 span.end = ts;
                 span.ended = true;
                 span.args.extend(args);
@@ -526,6 +534,27 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("bsp.superstep without sync_us"), "{e}");
+    }
+
+    #[test]
+    fn a_span_that_ends_before_it_begins_is_refused() {
+        // It became a slice of negative length in the merged trace, and a compute phase of
+        // negative length took its collectives' time off the communication of its superstep.
+        let e = doc(json!([
+            {"ph": "i", "name": "trace.start", "ts": 0, "args": {"unix_us": "1"}},
+            {"ph": "B", "name": "bsp.compute", "tid": 3, "ts": 50.0,
+             "args": {"step": "0", "collective_us": "5"}},
+            {"ph": "E", "name": "bsp.compute", "tid": 3, "ts": 10.0},
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains(
+                "event 2: the end of 'bsp.compute' on thread 3 at 10 comes before its \
+                 beginning at 50"
+            ),
+            "{e}"
+        );
     }
 
     #[test]

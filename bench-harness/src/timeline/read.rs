@@ -7,6 +7,7 @@
 use crate::error::{Error, Result};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 /// The ending of the per-process files' names (as `ipl::trace` writes them).
@@ -186,6 +187,14 @@ pub fn files_in(dir: &Path) -> Result<Vec<PathBuf>> {
 /// Reads and checks the trace file at `path`.
 pub fn read(path: &Path) -> Result<ProcessTrace> {
     let meta = std::fs::metadata(path).map_err(|e| bad(path, format!("cannot read: {e}")))?;
+    // A device or a pipe has no size to check first, and may never end (/dev/zero) or, for a
+    // pipe without a writer, never open.
+    if !meta.is_file() {
+        return Err(bad(
+            path,
+            "not a regular file: give the trace file itself, or the directory holding it",
+        ));
+    }
     if meta.len() > MAX_FILE {
         return Err(bad(
             path,
@@ -195,7 +204,18 @@ pub fn read(path: &Path) -> Result<ProcessTrace> {
             ),
         ));
     }
-    let bytes = std::fs::read(path).map_err(|e| bad(path, format!("cannot read: {e}")))?;
+    // Read no further than the bound, should the file grow after its size was looked at.
+    let file = std::fs::File::open(path).map_err(|e| bad(path, format!("cannot read: {e}")))?;
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(MAX_FILE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| bad(path, format!("cannot read: {e}")))?;
+    if bytes.len() as u64 > MAX_FILE {
+        return Err(bad(
+            path,
+            format!("grew past the {MAX_FILE} bytes a trace file may hold while it was read"),
+        ));
+    }
     let doc: Value = serde_json::from_slice(&bytes).map_err(|e| {
         if e.is_eof() {
             bad(
@@ -534,6 +554,51 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("bsp.superstep without sync_us"), "{e}");
+    }
+
+    /// Runs the test `name` of this module again in a child process whose address space is
+    /// bounded by `limit` bytes, with `CHILD` set; whether it passed, and its output.
+    fn passes_in_a_bounded_child(name: &str, limit: u64) -> (bool, String) {
+        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+        cmd.args(["--exact", &format!("timeline::read::tests::{name}")])
+            .args(["--test-threads", "1"])
+            .env(CHILD, "1");
+        // SAFETY: the closure only calls setrlimit, which is async-signal-safe.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(move || {
+                let l = libc::rlimit {
+                    rlim_cur: limit,
+                    rlim_max: limit,
+                };
+                if libc::setrlimit(libc::RLIMIT_AS, &l) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let out = cmd.output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success() && text.contains("1 passed"), text)
+    }
+
+    const CHILD: &str = "BENCH_HARNESS_READ_CHILD";
+
+    #[test]
+    fn a_file_without_an_end_is_refused_within_the_bound() {
+        if std::env::var_os(CHILD).is_some() {
+            // /dev/zero has no size to look at first: it was read on, and on.
+            let e = read(Path::new("/dev/zero")).unwrap_err().to_string();
+            assert!(
+                e.contains("/dev/zero") && e.contains("not a regular file"),
+                "{e}"
+            );
+            return;
+        }
+        let (passed, output) =
+            passes_in_a_bounded_child("a_file_without_an_end_is_refused_within_the_bound", 1 << 30);
+        assert!(passed, "{output}");
     }
 
     #[test]

@@ -326,6 +326,37 @@ fn phase_tables(set: &ResultSet, summary: &[PointSummary]) -> String {
     s
 }
 
+/// The most of a micro-benchmark's output the README shows (the benchmarks print a few
+/// kilobytes).
+const MAX_OUTPUT_SHOWN: u64 = 64 << 10;
+
+/// The start of the output file at `path` (named `name` in the set) for the README: empty
+/// where it is missing or no regular file (a device or a pipe could block or never end), cut
+/// at [`MAX_OUTPUT_SHOWN`] bytes.
+fn output_text(path: &std::path::Path, name: &str) -> String {
+    use std::io::Read as _;
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return String::new();
+    }
+    let mut bytes = Vec::new();
+    let read = std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_OUTPUT_SHOWN + 1).read_to_end(&mut bytes));
+    if read.is_err() {
+        return String::new();
+    }
+    let cut = bytes.len() as u64 > MAX_OUTPUT_SHOWN;
+    bytes.truncate(MAX_OUTPUT_SHOWN as usize);
+    let mut text = String::from_utf8_lossy(&bytes).into_owned();
+    if cut {
+        let _ = write!(
+            text,
+            "\n[cut at {} KiB: the whole output is in {name}]",
+            MAX_OUTPUT_SHOWN >> 10
+        );
+    }
+    text
+}
+
 fn readme(set: &ResultSet, r: &Rendered) -> String {
     let m = &set.meta;
     let mut s = format!("# Result set `{}`\n\n", m.name);
@@ -459,7 +490,7 @@ fn readme(set: &ResultSet, r: &Rendered) -> String {
     if !micro_text.is_empty() {
         s += "\n## Micro-benchmarks (first run)\n";
         for x in micro_text {
-            let text = std::fs::read_to_string(set.dir.join(&x.output)).unwrap_or_default();
+            let text = output_text(&set.dir.join(&x.output), &x.output);
             let _ = write!(s, "\n`{}`\n\n```\n{}\n```\n", x.command, text.trim_end());
         }
         if !r.latency.is_empty() && r.latency.iter().all(|l| l.points.len() <= 2) {

@@ -352,6 +352,22 @@ fn check_seconds(what: &str, s: f64) -> std::result::Result<(), String> {
     }
 }
 
+/// Checks a path a record gives relative to the result set: the set's own files are read
+/// through it, so it must not leave the set.
+fn check_in_set(what: &str, path: &str) -> std::result::Result<(), String> {
+    use std::path::Component;
+    if Path::new(path)
+        .components()
+        .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} '{path}' is not a path inside the result set"
+        ))
+    }
+}
+
 impl RunRecord {
     /// Checks every field that the analysis divides by or the charts iterate over: process
     /// and thread counts, and times.
@@ -438,12 +454,12 @@ impl ResultSet {
         let micro_path = dir.join(files::MICRO);
         let mut micro = Vec::new();
         for (line, m) in jsonl::<MicroRecord>(&micro_path)? {
-            check_seconds("wall_seconds", m.wall_seconds).map_err(|reason| {
-                Error::BadResultSet {
+            check_seconds("wall_seconds", m.wall_seconds)
+                .and_then(|()| check_in_set("output", &m.output))
+                .map_err(|reason| Error::BadResultSet {
                     path: micro_path.clone(),
                     reason: format!("line {line}: {reason}"),
-                }
-            })?;
+                })?;
             micro.push(m);
         }
         Ok(ResultSet {

@@ -453,3 +453,30 @@ fn speedups_above_p_times_t_are_flagged_in_tables_and_charts() {
     assert!(svg.contains("speedup above P × T or the cores"), "{svg}");
     assert!(svg.contains("above P × T = 2") || svg.contains("above 1 cores"));
 }
+
+#[test]
+fn plot_refuses_a_micro_benchmark_output_outside_the_set() {
+    let s = Scratch::new("outside");
+    let set = good_set(&s);
+    // README.md copied the file a record names into itself, wherever it was (and a device
+    // such as /dev/zero until memory ran out).
+    let secret = s.0.join("secret.txt");
+    std::fs::write(&secret, "not for the readme").unwrap();
+    let before = derived(&set);
+    for output in ["../../secret.txt".to_string(), secret.display().to_string()] {
+        let record = serde_json::json!({
+            "bench": "ipl-bench", "repeat": 0, "status": "ok", "exit": {"code": 0},
+            "command": "ipl-bench", "wall_seconds": 1.0, "output": output, "json": null,
+            "note": null,
+        });
+        std::fs::write(set.join("micro.jsonl"), format!("{record}\n")).unwrap();
+        let (code, _, err) = plot(&set);
+        assert_eq!(code, Some(1), "{output}: {err}");
+        assert!(
+            err.contains("micro.jsonl")
+                && err.contains(&format!("line 1: output '{output}' is not a path inside")),
+            "{output}: {err}"
+        );
+        assert_eq!(derived(&set), before, "{output}");
+    }
+}

@@ -176,6 +176,39 @@ mod tests {
     use super::*;
 
     #[test]
+    fn clocks_no_run_reaches_are_refused_with_the_file_not_drawn() {
+        let dir = std::env::temp_dir().join(format!("bh-timeline-clock-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Each far from the other: the run's clock ran to infinity, which the chart refused
+        // without naming a file, after the merged trace was written with null times.
+        for (file, rank, unix) in [("a", 0, "1e308"), ("b", 1, "-1e308")] {
+            std::fs::write(
+                dir.join(format!("{file}.trace.json")),
+                format!(
+                    r#"[{{"ph": "i", "name": "trace.start", "ts": 0, "args": {{"unix_us": "{unix}"}}}},
+                        {{"ph": "i", "name": "ipl.join", "ts": 1, "args": {{"rank": "{rank}"}}}},
+                        {{"ph": "i", "name": "bsp.superstep", "ts": 100, "args": {{"step": "0",
+                          "comm": "0", "compute_us": "10", "sync_us": "10", "send_us": "1"}}}}]"#
+                ),
+            )
+            .unwrap();
+        }
+        let e = draw(std::slice::from_ref(&dir), None)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        let merged = dir.join(files::MERGED).exists();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(
+            e.contains("a.trace.json")
+                && e.contains("event 0: trace.start")
+                && e.contains("unix_us"),
+            "{e}"
+        );
+        assert!(!merged, "a merged trace was written");
+    }
+
+    #[test]
     fn a_superstep_number_no_run_reaches_is_refused_not_drawn() {
         let dir = std::env::temp_dir().join(format!("bh-timeline-step-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

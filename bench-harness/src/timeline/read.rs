@@ -20,6 +20,10 @@ pub const MAX_FILE: u64 = 1 << 30;
 /// and the superstep chart counts its bars from the number.
 pub const MAX_STEP: u64 = 1 << 53;
 
+/// The largest time, wall clock or clock offset read, in microseconds either way from its
+/// zero (2^53, 285 years): sums of a few of them stay finite and exact to the microsecond.
+pub const MAX_TIME_US: f64 = (1u64 << 53) as f64;
+
 /// The args of an event, numbers as numbers.
 pub type Args = Map<String, Value>;
 
@@ -307,6 +311,11 @@ pub fn parse(path: &Path, doc: &Value) -> Result<ProcessTrace> {
         if ts < 0.0 {
             return Err(at(format!("'{name}' has a negative time {ts}")));
         }
+        if ts > MAX_TIME_US {
+            return Err(at(format!(
+                "'{name}' has the time {ts:e} (at most {MAX_TIME_US} µs)"
+            )));
+        }
         out.end = out.end.max(ts);
         match ph {
             "B" => {
@@ -352,6 +361,12 @@ pub fn parse(path: &Path, doc: &Value) -> Result<ProcessTrace> {
                         let unix = arg(&args, "unix_us").ok_or_else(|| {
                             at("trace.start without the wall clock (unix_us)".into())
                         })?;
+                        if unix.abs() > MAX_TIME_US {
+                            return Err(at(format!(
+                                "trace.start with the wall clock unix_us {unix:e} (at most \
+                                 {MAX_TIME_US} µs either side of 1970)"
+                            )));
+                        }
                         out.origin_unix_us = unix - ts;
                         out.host = arg_str(&args, "host").unwrap_or("?").to_string();
                         out.os_pid = arg(&args, "os_pid").unwrap_or(0.0) as u64;
@@ -371,6 +386,16 @@ pub fn parse(path: &Path, doc: &Value) -> Result<ProcessTrace> {
                             rtt_us: arg(&args, "clock_rtt_us").unwrap_or(0.0),
                             same_host: args.get("same_host") != Some(&Value::Bool(false)),
                         };
+                        for (key, v) in [
+                            ("clock_offset_us", out.clock.offset_us),
+                            ("clock_rtt_us", out.clock.rtt_us),
+                        ] {
+                            if v.abs() > MAX_TIME_US {
+                                return Err(at(format!(
+                                    "ipl.join with {key} {v:e} (at most {MAX_TIME_US} µs)"
+                                )));
+                            }
+                        }
                     }
                     "bsp.superstep" => {
                         let phases = superstep_spans(tid, ts, &args, last_step.get(&tid))
@@ -650,6 +675,17 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("negative time"), "{e}");
+        let e = doc(json!([start, {"ph": "i", "name": "x", "ts": 1e300}]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("event 1: 'x' has the time 1e300"), "{e}");
+        let join = json!({"ph": "i", "name": "ipl.join", "ts": 1,
+                          "args": {"rank": "0", "clock_offset_us": "-1e20"}});
+        let e = doc(json!([start, join])).unwrap_err().to_string();
+        assert!(
+            e.contains("event 1: ipl.join with clock_offset_us -1e20"),
+            "{e}"
+        );
         let e =
             doc(json!([start, {"ph": "i", "name": "ipl.join", "ts": 1, "args": {"rank": "2.5"}}]))
                 .unwrap_err()

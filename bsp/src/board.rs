@@ -66,6 +66,12 @@
 //! A process on another host finds no such file, and then nobody uses the board. The name is
 //! not a secret: the file's mode keeps other users out, as it keeps them from the processes
 //! themselves.
+//!
+//! Pid 0 reserves the file's memory when it creates it (4 MiB for two processes, about 32 MiB
+//! from 16 on, 97 MiB for 1024): a store to a page of the mapping that `/dev/shm` has no room
+//! for kills the process with SIGBUS. Where the reservation fails (`/dev/shm` full, or smaller
+//! than the board, as a container's 64 MiB may be), there is no board and the processes keep
+//! their messages.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -186,8 +192,8 @@ fn row_words(p: usize) -> usize {
 }
 
 /// Bytes of each of a row's two bulk halves for `p` processes: 1 MiB up to 16 processes, less
-/// beyond (16 MiB in all for each half), at least 16 KiB. The board's file is sparse: only
-/// what large operations write takes memory.
+/// beyond (16 MiB in all for each half), at least 16 KiB. Reserved with the rest of the board,
+/// used or not (see "Setting up" above).
 fn bulk_bytes(p: usize) -> usize {
     ((16 << 20) / p).clamp(16 << 10, 1 << 20) & !4095
 }
@@ -204,9 +210,15 @@ fn board_bytes(p: usize) -> usize {
 
 impl Board {
     /// Creates the board of `p` processes (as pid 0) under a new random name in `/dev/shm`;
-    /// returns it and the name.
+    /// returns it and the name. Fails, leaving no file, where `/dev/shm` has no room for it.
     pub(crate) fn create(p: usize) -> io::Result<(Board, String)> {
-        if !(2..=MAX_PROCS).contains(&p) {
+        Board::create_sized(p, board_bytes(p))
+    }
+
+    /// [`Board::create`] with a file of `len` bytes, at least the board's: the tests ask for
+    /// more than `/dev/shm` holds.
+    fn create_sized(p: usize, len: usize) -> io::Result<(Board, String)> {
+        if !(2..=MAX_PROCS).contains(&p) || len < board_bytes(p) {
             return Err(io::Error::other(format!("no board for {p} processes")));
         }
         let mut r = [0u8; 16];
@@ -224,11 +236,8 @@ impl Board {
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW)
             .open(&name)?;
-        let len = board_bytes(p);
         // The mapping keeps the file; the descriptor closes with `file`.
-        let board = file
-            .set_len(len as u64)
-            .and_then(|()| Board::map(&file, len, p, 0));
+        let board = reserve(&file, &name, len).and_then(|()| Board::map(&file, len, p, 0));
         let board = match board {
             Ok(b) => b,
             Err(e) => {
@@ -692,6 +701,38 @@ impl Board {
     }
 }
 
+/// Gives `file` a length of `len` bytes, every page of them allocated: a sparse file's pages
+/// are taken at the first store, and a store that finds no room in the file system kills the
+/// process with SIGBUS rather than failing. On tmpfs, a length beyond the file system's size
+/// fails at once; one within it but beyond what is free takes pages until none is left, then
+/// gives them back.
+fn reserve(file: &std::fs::File, name: &str, len: usize) -> io::Result<()> {
+    let Ok(size) = libc::off_t::try_from(len) else {
+        return Err(io::Error::other(format!("no board of {len} bytes")));
+    };
+    // A signal that arrives while the pages are taken undoes the reservation. A few tries,
+    // not more: a timer of the program's might interrupt every one.
+    let mut tries = 0;
+    let err = loop {
+        tries += 1;
+        // SAFETY: `file` is an open descriptor for the whole call; posix_fallocate reads and
+        // writes none of this process's memory.
+        match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size) } {
+            0 => return Ok(()),
+            libc::EINTR if tries < 8 => {}
+            err => break io::Error::from_raw_os_error(err),
+        }
+    };
+    tracing::warn!(
+        bytes = len,
+        "no room for the host board in /dev/shm ({err}): messages instead"
+    );
+    Err(io::Error::new(
+        err.kind(),
+        format!("reserving {len} bytes for {name}: {err}"),
+    ))
+}
+
 /// Removes a board's name when dropped (nothing for an empty name).
 pub(crate) struct Unlink(pub String);
 
@@ -805,6 +846,43 @@ mod tests {
         a.all_reached(2);
         assert_eq!(a.room_for(), None);
         assert_eq!(a.publish(k + 1, 1, 0, &[], false), k + 1);
+    }
+
+    /// Where `/dev/shm` cannot hold the board, creating it fails and leaves no file, rather
+    /// than making a mapping whose first store to a page without room would be a SIGBUS. A
+    /// board larger than the whole file system stands for one larger than what is free: tmpfs
+    /// refuses it before taking a page, where one larger than what is free only would first
+    /// take the pages that the machine's other users of `/dev/shm` need.
+    #[test]
+    fn a_board_that_dev_shm_cannot_hold_is_not_made() {
+        // SAFETY: all zeroes is a valid statvfs, which the call overwrites.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: a NUL-terminated path and a statvfs to write, both live for the call.
+        let rc = unsafe { libc::statvfs(c"/dev/shm".as_ptr(), &mut st) };
+        assert_eq!(rc, 0, "statvfs /dev/shm: {}", io::Error::last_os_error());
+        let size = st.f_blocks as usize * st.f_frsize as usize;
+        if size == 0 {
+            // A tmpfs without a size would give every page the machine has.
+            eprintln!("skipped: /dev/shm has no size");
+            return;
+        }
+        let len = size + (1 << 30);
+        let made = Board::create_sized(2, len);
+        if let Ok((_, name)) = &made {
+            Board::remove(name);
+        }
+        let e = made
+            .err()
+            .unwrap_or_else(|| panic!("a board of {len} bytes in a /dev/shm of {size} was made"));
+        let msg = e.to_string();
+        let at = msg
+            .find(PREFIX)
+            .unwrap_or_else(|| panic!("no name in '{msg}'"));
+        let name = &msg[at..at + PREFIX.len() + 32];
+        assert!(
+            !std::path::Path::new(name).exists(),
+            "'{name}' left behind: {msg}"
+        );
     }
 
     #[test]

@@ -6,7 +6,8 @@ mod common;
 
 use bsp::{Error, Op, Options};
 use common::{run, try_run_each, Net};
-use std::time::Duration;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 fn opts() -> Options {
     Options {
@@ -699,4 +700,82 @@ fn all_to_all_takes_the_board_when_every_row_fits_and_messages_otherwise() {
             }
         }
     }
+}
+
+/// Marks the child of [`a_dev_shm_without_room_for_the_board_keeps_the_messages`].
+const SMALL_SHM_CHILD: &str = "BSP_SMALL_SHM_CHILD";
+const SMALL_SHM_TEST: &str = "a_dev_shm_without_room_for_the_board_keeps_the_messages";
+/// A tmpfs of one page over `/dev/shm`, in a mount namespace of the child's own.
+const SMALL_SHM: &str = "mount -t tmpfs -o size=4k,mode=1777 tmpfs /dev/shm";
+
+/// Where `/dev/shm` has no room for the board, the processes keep their messages: a board
+/// whose pages were not all reserved used to be made all the same, and its first store to a
+/// page that tmpfs could not give killed the process with SIGBUS. The run happens in a child
+/// (this test binary run again) in user and mount namespaces of its own, whose `/dev/shm` is
+/// one page; where this user may not make them, the test says so and passes.
+#[test]
+fn a_dev_shm_without_room_for_the_board_keeps_the_messages() {
+    if std::env::var_os(SMALL_SHM_CHILD).is_some() {
+        return small_shm_child();
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let unshare = |script: &str| {
+        let mut cmd = Command::new("unshare");
+        cmd.args(["--user", "--map-root-user", "--mount", "sh", "-c", script])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd
+    };
+    let probe = unshare(SMALL_SHM).spawn().map(testkit::Reaped);
+    let can = match probe.map(|p| p.output(deadline)) {
+        Ok((status, _, err)) if !status.success() => Err(err),
+        Ok(_) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    };
+    if let Err(why) = can {
+        eprintln!("{SMALL_SHM_TEST}: skipped, no mount namespace of this user's: {why}");
+        return;
+    }
+    let mut cmd = unshare(&format!("{SMALL_SHM} && exec \"$0\" \"$@\""));
+    cmd.arg(std::env::current_exe().expect("this test binary"))
+        .args(["--exact", SMALL_SHM_TEST, "--nocapture", "--test-threads=1"])
+        .env(SMALL_SHM_CHILD, "1");
+    let (status, out, err) = testkit::Reaped::start(&mut cmd).output(deadline);
+    assert!(
+        status.success() && out.contains("1 passed"),
+        "the child ({status}):\n{out}\n{err}"
+    );
+}
+
+/// In the child: supersteps that go round every slot of the rows, which span two pages, and a
+/// scan and a reduce through the bulk areas beyond them, on messages; no board file left in
+/// `/dev/shm`.
+fn small_shm_child() {
+    let out = run(Net::ShmTwoCopies, 2, |bsp| {
+        let me = bsp.pid() as u64;
+        let mut got = 0;
+        for step in 0..40 {
+            bsp.send(1 - bsp.pid(), &(me + step))?;
+            bsp.sync()?;
+            got += bsp.recv::<u64>()?.map_or(0, |(_, v)| v);
+        }
+        let sum = bsp.all_reduce(got, Op::Sum)?;
+        let mut v = vec![me + 1; 10_000];
+        bsp.scan_slice(&mut v, Op::Sum)?;
+        let r = bsp.reduce_slice(1, &v, Op::Sum)?;
+        let reduced = r.map(|r| r.iter().all(|&x| x == 4));
+        Ok((got, sum, v[0], reduced, bsp.stats().board_operations))
+    });
+    // What pid 1 sends pid 0 over the supersteps, and pid 0 pid 1.
+    let (to_0, to_1) = ((1..=40).sum::<u64>(), (0..40).sum::<u64>());
+    let sum = to_0 + to_1;
+    assert_eq!(
+        out,
+        [(to_0, sum, 1, None, 0), (to_1, sum, 3, Some(true), 0)]
+    );
+    let left: Vec<_> = std::fs::read_dir("/dev/shm")
+        .expect("/dev/shm")
+        .map(|e| e.expect("an entry").file_name())
+        .collect();
+    assert!(left.is_empty(), "left in /dev/shm: {left:?}");
 }

@@ -243,9 +243,18 @@ impl Bsp {
         }
         let mut first: Option<Error> = None;
         let mut replies: BTreeMap<usize, Vec<u8>> = BTreeMap::new();
+        // Senders whose requests could not be read: their replies end with the refusal of the
+        // first part that could not (see `serve_gets`), and none of their puts is applied.
+        let mut unreadable: Vec<usize> = Vec::new();
         if any_drma {
             for part in parts.iter().filter(|p| !p.drma.is_empty()) {
-                self.serve_gets(part, &mut replies)?;
+                if unreadable.contains(&part.src) {
+                    continue;
+                }
+                if let Err(e) = self.serve_gets(part, &mut replies) {
+                    unreadable.push(part.src);
+                    first.get_or_insert(e);
+                }
             }
             for (&to, payload) in &replies {
                 if to != self.pid {
@@ -261,7 +270,8 @@ impl Bsp {
                     self.send_round(to, hdr, payload, ctx)?;
                 }
             }
-            for part in parts.iter().filter(|p| !p.drma.is_empty()) {
+            let readable = |p: &&InPart| !p.drma.is_empty() && !unreadable.contains(&p.src);
+            for part in parts.iter().filter(readable) {
                 if let Err(e) = self.apply_puts(part) {
                     first.get_or_insert(e);
                 }
@@ -295,24 +305,45 @@ impl Bsp {
     }
 
     /// Reads one part's remote-memory stream and appends the data its gets ask for to the
-    /// reply for the part's sender.
+    /// reply for the part's sender. A stream that cannot be read is an error here, and ends the
+    /// sender's reply with a refusal: the sender may be waiting for the data of gets past the
+    /// point where it stopped making sense, and learns now that none comes. A sender that asked
+    /// for nothing does not wait, and leaves the reply unread.
     fn serve_gets(&self, part: &InPart, replies: &mut BTreeMap<usize, Vec<u8>>) -> Result<()> {
-        let bad = |why: String| Error::Decode {
+        let Err(why) = self.serve_stream(part, replies) else {
+            return Ok(());
+        };
+        refuse(
+            replies.entry(part.src).or_default(),
+            &format!(
+                "pid {} could not read the remote-memory requests of pid {}: {why}",
+                self.pid, part.src
+            ),
+        );
+        Err(Error::Decode {
             pid: self.pid,
             superstep: self.superstep,
             src: part.src,
             reason: format!("remote-memory requests: {why}"),
-        };
+        })
+    }
+
+    /// [`serve_gets`](Bsp::serve_gets) up to the first entry that cannot be read.
+    fn serve_stream(
+        &self,
+        part: &InPart,
+        replies: &mut BTreeMap<usize, Vec<u8>>,
+    ) -> std::result::Result<(), String> {
         let mut c = Cursor::new(&part.drma, 0);
         while !c.at_end() {
-            match c.u8().map_err(bad)? {
+            match c.u8()? {
                 wire::PUT => {
-                    let (_, code, _, n) = put_head(&mut c).map_err(bad)?;
-                    let size = code_size(code).ok_or_else(|| bad(format!("number code {code}")))?;
-                    c.bytes(n.saturating_mul(size)).map_err(bad)?;
+                    let (_, code, _, n) = put_head(&mut c)?;
+                    let size = code_size(code).ok_or_else(|| format!("number code {code}"))?;
+                    c.bytes(n.saturating_mul(size))?;
                 }
                 wire::GET => {
-                    let (reg, code, offset, n) = put_head(&mut c).map_err(bad)?;
+                    let (reg, code, offset, n) = put_head(&mut c)?;
                     let out = replies.entry(part.src).or_default();
                     match self.regs.get(reg as usize).and_then(|s| s.as_ref()) {
                         Some(slot) if slot.code() == code => match range(offset, n, slot.len()) {
@@ -350,7 +381,7 @@ impl Bsp {
                         ),
                     }
                 }
-                t => return Err(bad(format!("unknown entry {t:#x}"))),
+                t => return Err(format!("unknown entry {t:#x}")),
             }
         }
         Ok(())
@@ -428,6 +459,11 @@ impl Bsp {
         let mut c = Cursor::new(payload, 0);
         let mut first = None;
         for g in gets {
+            // A reply that ends after a refusal refuses the gets past it: `src` could not read
+            // this process's requests there (see `serve_gets`).
+            if first.is_some() && c.at_end() {
+                break;
+            }
             match c.u8().map_err(bad)? {
                 0 => {
                     let size = code_size(g.code).expect("a number type");
@@ -450,11 +486,19 @@ impl Bsp {
                     }
                 }
                 _ => {
-                    let n = c.usize().map_err(bad)?;
-                    let why = String::from_utf8_lossy(c.bytes(n).map_err(bad)?).into_owned();
+                    let why = refusal(&mut c).map_err(bad)?;
                     first.get_or_insert(self.drma_error(why));
                 }
             }
+        }
+        // A refusal past the last get: `src` served every get and could not read what came
+        // after them.
+        if first.is_none() && !c.at_end() {
+            let e = match c.u8().map_err(bad)? {
+                0 => bad("data past the last get".into()),
+                _ => self.drma_error(refusal(&mut c).map_err(bad)?),
+            };
+            first = Some(e);
         }
         first.map_or(Ok(()), Err)
     }
@@ -469,9 +513,83 @@ fn put_head(c: &mut Cursor<'_>) -> std::result::Result<(u32, u8, usize, usize), 
     Ok((reg, code, offset, n))
 }
 
+/// Reads the reason of a refusal in a get reply, after its mark.
+fn refusal(c: &mut Cursor<'_>) -> std::result::Result<String, String> {
+    let n = c.usize()?;
+    Ok(String::from_utf8_lossy(c.bytes(n)?).into_owned())
+}
+
 /// Appends a refusal to a get reply.
 fn refuse(out: &mut Vec<u8>, why: &str) {
     out.push(1);
     put_varint(out, why.len() as u64);
     out.extend_from_slice(why.as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Error, Options};
+    use std::time::{Duration, Instant};
+
+    /// A get request its server cannot read fails the sync at both ends at once: the server
+    /// names the stream it could not read, and the process that asked is refused the data it
+    /// waits for, where it used to wait for it until the time limit. The unreadable entry
+    /// comes between two gets, so that the refusal stands for the second, or after both, so
+    /// that it follows their data.
+    #[test]
+    fn an_unreadable_get_request_fails_both_ends_at_once() {
+        let limit = Duration::from_secs(10);
+        for between in [true, false] {
+            let opts = Options {
+                sync_timeout: Some(limit),
+                departure_grace: limit,
+                ..Options::default()
+            };
+            let each = crate::run_local_with(2, opts, move |bsp| {
+                let me = bsp.pid() as u64;
+                let a = bsp.register(vec![me + 10; 4])?;
+                let into = bsp.register(vec![0u64; 4])?;
+                if me == 1 {
+                    bsp.get(0, a, 0, 2, into, 0)?;
+                    if between {
+                        bsp.out[0].drma.push(0xee);
+                    }
+                    bsp.get(0, a, 2, 2, into, 2)?;
+                    if !between {
+                        bsp.out[0].drma.push(0xee);
+                    }
+                }
+                let start = Instant::now();
+                let synced = bsp.sync();
+                let took = start.elapsed();
+                Ok((synced, took, bsp.registered(into)?.to_vec()))
+            })
+            .expect("the run");
+            let [(server, t0, _), (asker, t1, got)] = <[_; 2]>::try_from(each).expect("2");
+            match server {
+                Err(Error::Decode {
+                    pid: 0,
+                    src: 1,
+                    reason,
+                    ..
+                }) => {
+                    assert!(reason.contains("unknown entry 0xee"), "{reason}")
+                }
+                other => panic!("between {between}: the server got {other:?}"),
+            }
+            match asker {
+                Err(Error::Drma { pid: 1, what, .. }) => assert!(
+                    what.contains("pid 0 could not read the remote-memory requests of pid 1"),
+                    "{what}"
+                ),
+                other => panic!("between {between}: the process that asked got {other:?}"),
+            }
+            for t in [t0, t1] {
+                assert!(t < limit / 2, "between {between}: a sync of {t:?}");
+            }
+            // The data of the gets the server read before the unreadable entry came.
+            let want: &[u64] = if between { &[10, 10, 0, 0] } else { &[10; 4] };
+            assert_eq!(got, want, "between {between}");
+        }
+    }
 }

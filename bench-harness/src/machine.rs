@@ -62,7 +62,7 @@ pub fn total_memory(meminfo: &str) -> Option<u64> {
         .find(|l| l.starts_with("MemTotal:"))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|kb| kb.parse::<u64>().ok())
-        .map(|kb| kb * 1024)
+        .and_then(|kb| kb.checked_mul(1024))
 }
 
 /// The `PRETTY_NAME` from `/etc/os-release` text.
@@ -133,6 +133,11 @@ mod tests {
         assert_eq!(
             total_memory("MemTotal:       2048 kB\nMemFree: 1 kB\n"),
             Some(2048 * 1024)
+        );
+        // More kB than bytes a u64 holds: unknown, not a panic or a wrapped figure.
+        assert_eq!(
+            total_memory(&format!("MemTotal: {} kB\n", u64::MAX / 2)),
+            None
         );
         assert_eq!(
             os_name("NAME=\"Debian\"\nPRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\n").unwrap(),

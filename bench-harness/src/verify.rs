@@ -69,6 +69,13 @@ fn same_checksum(seq: &RunRecord, run: &RunRecord) -> Verdict {
     }
 }
 
+/// True where `diff` is not within `bound`: also where either is not finite (energies near
+/// the largest double make the bound infinite, and nothing compares above infinity), so that
+/// figures that cannot be checked are not taken as agreeing.
+fn exceeds(diff: f64, bound: f64) -> bool {
+    !(diff.is_finite() && bound.is_finite() && diff <= bound)
+}
+
 fn number(v: &Value, key: &str) -> Option<f64> {
     v.get(key)?.as_f64().filter(|x| x.is_finite())
 }
@@ -125,7 +132,7 @@ pub fn barnes_hut(seq: &Value, run: &Value) -> Verdict {
         _ => {}
     }
     match (number(seq, "total_mass"), number(run, "total_mass")) {
-        (Some(s), Some(r)) if (r - s).abs() > REORDERED_SUM * s.abs() => {
+        (Some(s), Some(r)) if exceeds((r - s).abs(), REORDERED_SUM * s.abs()) => {
             problems.push(format!("total mass {r}, sequential {s}"))
         }
         (Some(_), None) => problems.push("reports no total mass".into()),
@@ -156,7 +163,7 @@ pub fn barnes_hut(seq: &Value, run: &Value) -> Verdict {
             };
             let start_bound = approximation + REORDERED_SUM * scale;
             let start_diff = (r0 - s0).abs();
-            if start_diff > start_bound {
+            if exceeds(start_diff, start_bound) {
                 problems.push(format!(
                     "initial energy {r0}, sequential {s0} (differ by {start_diff:.3e}, \
                      bound {start_bound:.3e})"
@@ -165,7 +172,7 @@ pub fn barnes_hut(seq: &Value, run: &Value) -> Verdict {
             let change = (s1 - s0).abs();
             let end_bound = (4.0 * change).max(1e-5 * scale) + approximation;
             let end_diff = (r1 - s1).abs();
-            if end_diff > end_bound {
+            if exceeds(end_diff, end_bound) {
                 problems.push(format!(
                     "final energy {r1}, sequential {s1} (differ by {end_diff:.3e}, bound \
                      {end_bound:.3e} from the sequential change {change:.3e})"
@@ -186,13 +193,13 @@ pub fn barnes_hut(seq: &Value, run: &Value) -> Verdict {
             let bound = 0.05 * sd;
             let com = ((rc[0] - sc[0]).powi(2) + (rc[1] - sc[1]).powi(2) + (rc[2] - sc[2]).powi(2))
                 .sqrt();
-            if com > bound {
+            if exceeds(com, bound) {
                 problems.push(format!(
                     "centre of mass {com:.3e} from the sequential one (bound {bound:.3e}, 5% of \
                      the displacement {sd:.3e})"
                 ));
             }
-            if (rd - sd).abs() > bound {
+            if exceeds((rd - sd).abs(), bound) {
                 problems.push(format!(
                     "bodies moved {rd:.4e} (rms), sequential {sd:.4e} (bound {bound:.3e})"
                 ));
@@ -243,6 +250,21 @@ mod tests {
     fn barnes_hut_within_bounds_agrees() {
         let (seq, par) = lines();
         assert_eq!(barnes_hut(&seq, &par), Verdict::Agrees);
+    }
+
+    /// Energies so large that the bounds come out infinite cannot be checked, so they do not
+    /// agree: `inf > inf` is false, and the final energy used to pass whatever it was.
+    #[test]
+    fn energies_whose_bounds_overflow_do_not_agree() {
+        let (mut seq, mut par) = lines();
+        seq["energy_start"] = json!(1e308);
+        seq["energy_end"] = json!(-1e308);
+        par["energy_start"] = json!(1e308);
+        par["energy_end"] = json!(5.0);
+        match barnes_hut(&seq, &par) {
+            Verdict::Differs(why) => assert!(why.contains("final energy 5"), "{why}"),
+            v => panic!("{v:?}"),
+        }
     }
 
     #[test]

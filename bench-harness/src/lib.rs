@@ -98,6 +98,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod exec;
+pub mod input;
 pub mod launch;
 pub mod machine;
 pub mod micro;

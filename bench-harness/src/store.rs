@@ -11,7 +11,7 @@ use crate::machine::{GitInfo, Machine};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Version of the on-disk layout, stored in `meta.json`.
@@ -279,26 +279,32 @@ pub fn write_text(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).map_err(|e| Error::io(format!("cannot write {}", path.display()), e))
 }
 
+/// The largest file of a result set read: a bound on memory far above what a sweep writes
+/// (its most runs, [`crate::config::MAX_RUNS`], take a few hundred bytes each).
+pub const MAX_SET_FILE: u64 = 1 << 30;
+
+/// The text of a result set's file, read within [`MAX_SET_FILE`].
+fn read_set_file(path: &Path) -> Result<String> {
+    crate::input::read_text_bounded(path, MAX_SET_FILE).map_err(|reason| Error::BadResultSet {
+        path: path.to_path_buf(),
+        reason,
+    })
+}
+
 /// The records of a JSON-lines file with their line numbers (from 1). The file must exist:
 /// a sweep creates it before its first run, so a missing one means the set lost it.
 fn jsonl<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<(usize, T)>> {
-    let f = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Error::BadResultSet {
-                path: path.to_path_buf(),
-                reason: "missing: every sweep writes it, so the set is incomplete; restore it \
-                         (e.g. from version control) before redrawing, since the tables and \
-                         charts derived from it would be rewritten with less"
-                    .into(),
-            })
-        }
-        Err(e) => return Err(Error::io(format!("cannot read {}", path.display()), e)),
-    };
-    let lines: Vec<String> = BufReader::new(f)
-        .lines()
-        .collect::<std::io::Result<_>>()
-        .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+    if !path.exists() {
+        return Err(Error::BadResultSet {
+            path: path.to_path_buf(),
+            reason: "missing: every sweep writes it, so the set is incomplete; restore it \
+                     (e.g. from version control) before redrawing, since the tables and \
+                     charts derived from it would be rewritten with less"
+                .into(),
+        });
+    }
+    let text = read_set_file(path)?;
+    let lines: Vec<&str> = text.lines().collect();
     let mut out = Vec::new();
     let last = lines.len();
     for (i, line) in lines.iter().enumerate() {
@@ -423,8 +429,7 @@ impl ResultSet {
                 path: dir.to_path_buf(),
             });
         }
-        let text = std::fs::read_to_string(&meta_path)
-            .map_err(|e| Error::io(format!("cannot read {}", meta_path.display()), e))?;
+        let text = read_set_file(&meta_path)?;
         let meta: Meta = serde_json::from_str(&text).map_err(|e| Error::BadResultSet {
             path: meta_path.clone(),
             reason: e.to_string(),
@@ -474,9 +479,10 @@ impl ResultSet {
     /// `runs.jsonl` that lost lines must not overwrite what was measured with less.
     pub fn check_not_less_than_derived(&self) -> Result<()> {
         let path = self.dir.join(files::SUMMARY_JSON);
-        let Ok(text) = std::fs::read_to_string(&path) else {
+        if !path.exists() {
             return Ok(());
-        };
+        }
+        let text = read_set_file(&path)?;
         let Ok(points) = serde_json::from_str::<Vec<serde_json::Value>>(&text) else {
             return Ok(());
         };

@@ -135,8 +135,13 @@ pub fn parse(text: &str, origin: &str) -> Result<Study> {
 /// Reads, checks and charts the study in `csv`: `study-speedup.png` and `.svg` in `out`
 /// (default: beside the file). Returns the charts' paths.
 pub fn chart(csv: &Path, out: Option<&Path>) -> Result<Vec<PathBuf>> {
-    let text = std::fs::read_to_string(csv)
-        .map_err(|e| Error::io(format!("reading {}", csv.display()), e))?;
+    // The rows' bound, read within a bound of its own: 10,000 rows of a few numbers each.
+    let text =
+        crate::input::read_text_bounded(csv, 64 << 20).map_err(|why| Error::InvalidArgument {
+            what: "study file".into(),
+            value: csv.display().to_string(),
+            reason: why,
+        })?;
     let study = parse(&text, &csv.display().to_string())?;
     let dir = match out {
         Some(d) => d.to_path_buf(),

@@ -480,3 +480,28 @@ fn plot_refuses_a_micro_benchmark_output_outside_the_set() {
         assert_eq!(derived(&set), before, "{output}");
     }
 }
+
+/// A result set's files are read only as regular files: `runs.jsonl` or `micro.jsonl` linked to
+/// a device used to be read until memory ran out (`/dev/zero` has no lines), and one linked to
+/// a pipe without a writer never opened.
+#[test]
+fn plot_refuses_a_set_whose_files_are_not_regular_files() {
+    let s = Scratch::new("devices");
+    let set = good_set(&s);
+    let before = derived(&set);
+    for name in ["runs.jsonl", "micro.jsonl"] {
+        let file = set.join(name);
+        let kept = s.0.join(format!("{name}.kept"));
+        std::fs::rename(&file, &kept).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &file).unwrap();
+        let (code, _, err) = plot(&set);
+        assert_eq!(code, Some(1), "{name}: {err}");
+        assert!(
+            err.contains(name) && err.contains("not a regular file"),
+            "{name}: {err}"
+        );
+        std::fs::remove_file(&file).unwrap();
+        std::fs::rename(&kept, &file).unwrap();
+    }
+    assert_eq!(derived(&set), before);
+}

@@ -7,7 +7,6 @@
 use crate::error::{Error, Result};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 /// The ending of the per-process files' names (as `ipl::trace` writes them).
@@ -190,36 +189,18 @@ pub fn files_in(dir: &Path) -> Result<Vec<PathBuf>> {
 
 /// Reads and checks the trace file at `path`.
 pub fn read(path: &Path) -> Result<ProcessTrace> {
-    let meta = std::fs::metadata(path).map_err(|e| bad(path, format!("cannot read: {e}")))?;
     // A device or a pipe has no size to check first, and may never end (/dev/zero) or, for a
     // pipe without a writer, never open.
-    if !meta.is_file() {
-        return Err(bad(
-            path,
-            "not a regular file: give the trace file itself, or the directory holding it",
-        ));
-    }
-    if meta.len() > MAX_FILE {
-        return Err(bad(
-            path,
-            format!(
-                "{} bytes is more than the {MAX_FILE} a trace file may hold",
-                meta.len()
-            ),
-        ));
-    }
-    // Read no further than the bound, should the file grow after its size was looked at.
-    let file = std::fs::File::open(path).map_err(|e| bad(path, format!("cannot read: {e}")))?;
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(MAX_FILE + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| bad(path, format!("cannot read: {e}")))?;
-    if bytes.len() as u64 > MAX_FILE {
-        return Err(bad(
-            path,
-            format!("grew past the {MAX_FILE} bytes a trace file may hold while it was read"),
-        ));
-    }
+    let bytes = crate::input::read_bounded(path, MAX_FILE).map_err(|why| {
+        if why.starts_with("not a regular file") {
+            bad(
+                path,
+                "not a regular file: give the trace file itself, or the directory holding it",
+            )
+        } else {
+            bad(path, format!("{why} (a trace file)"))
+        }
+    })?;
     let doc: Value = serde_json::from_slice(&bytes).map_err(|e| {
         if e.is_eof() {
             bad(

@@ -349,7 +349,7 @@ impl Pool {
     /// Runs the election `name`: the first caller wins; everyone gets the same winner, and a new
     /// winner is chosen once the winner leaves or dies.
     ///
-    /// Names are 1 to [`MAX_ELECTION_NAME`](crate::registry::MAX_ELECTION_NAME) bytes, and a pool
+    /// Names are 1 to [`MAX_ELECTION_NAME`] bytes, and a pool
     /// holds at most [`MAX_ELECTIONS`](crate::registry::MAX_ELECTIONS) elections whose winners
     /// are present; past that the registry refuses new names ([`Error::Registry`]).
     pub fn elect(&self, name: &str) -> Result<NodeId> {

@@ -335,7 +335,14 @@ pub fn summarize(runs: &[RunRecord], cores: usize) -> Vec<PointSummary> {
 
 /// The CPU seconds an app reported for a run (`cpu_seconds` of its result line), if any.
 fn cpu_seconds(r: &RunRecord) -> Option<f64> {
-    r.result.as_ref()?.get("cpu_seconds")?.as_f64()
+    let c = r.result.as_ref()?.get("cpu_seconds")?.as_f64()?;
+    if (0.0..=crate::store::MAX_SECONDS).contains(&c) {
+        Some(c)
+    } else {
+        // A damaged or foreign result line: no figure, rather than a ratio from it.
+        tracing::warn!(app = %r.app, cpu_seconds = c, "ignoring an impossible cpu_seconds");
+        None
+    }
 }
 
 /// Latency percentiles of one transport in `ipl-bench`'s figures, over its repetitions.
@@ -387,7 +394,15 @@ pub fn latency_series(micro: &[MicroRecord]) -> Vec<LatencySeries> {
             }
             let Some(pcts) = v.as_object() else { continue };
             for (k, x) in pcts {
-                if let (Some(p), Some(us)) = (percentile_of(k), x.as_f64()) {
+                let us = x.as_f64().filter(|&us| {
+                    // A log axis has no place for 0 or less, nor a round trip beyond a year.
+                    let sane = us > 0.0 && us <= crate::store::MAX_SECONDS * 1e6;
+                    if !sane {
+                        tracing::warn!(key, percentile = %k, us, "ignoring an impossible latency");
+                    }
+                    sane
+                });
+                if let (Some(p), Some(us)) = (percentile_of(k), us) {
                     values
                         .entry(name.clone())
                         .or_default()
@@ -470,6 +485,17 @@ mod tests {
         assert!((p4.cpu_ratio.unwrap() - 1.2).abs() < 1e-12);
         // No figure where the app reports none.
         assert_eq!(s.iter().find(|p| p.nodes == 2).unwrap().cpu_ratio, None);
+        // Nor from impossible figures: they are left out, not divided.
+        let runs = vec![
+            with_cpu(Sequential, 1, 10.0, Some(-5.0)),
+            with_cpu(Sequential, 1, 10.0, Some(10.0)),
+            with_cpu(Parallel, 4, 6.0, Some(1e300)),
+            with_cpu(Parallel, 4, 6.0, Some(12.0)),
+        ];
+        let s = summarize(&runs, 2);
+        assert_eq!(s[0].cpu_ratio, Some(1.0));
+        let p4 = s.iter().find(|p| p.nodes == 4).unwrap();
+        assert!((p4.cpu_ratio.unwrap() - 1.2).abs() < 1e-12, "{p4:?}");
     }
 
     #[test]
@@ -621,6 +647,13 @@ mod tests {
         let raw = s.iter().find(|x| x.name == "raw tcp busy polling").unwrap();
         assert_eq!(raw.points.len(), 3);
         assert_eq!(raw.points[2].0, 99.9);
+        // Round trips of 0 or less, or of more than a year, have no place on the log axis.
+        let mut bad = rec(10.0);
+        bad.json = Some(serde_json::json!({
+            "rtt_us_ipl_over_tcp": {"median": 0.0, "p99": -3.0, "p99_9": 1e300, "p90": 7.0}
+        }));
+        let s = latency_series(&[bad]);
+        assert_eq!(s[0].points, vec![(90.0, 7.0, 7.0, 7.0)]);
         assert_eq!(percentile_of("p90"), Some(90.0));
         assert_eq!(percentile_of("mean"), None);
     }

@@ -63,8 +63,36 @@ pub fn trace_files(inputs: &[PathBuf]) -> Result<Vec<PathBuf>> {
             files.push(p.clone());
         }
     }
+    if files.len() > MAX_PROCESSES {
+        return Err(Error::InvalidArgument {
+            what: "trace files".into(),
+            value: files.len().to_string(),
+            reason: format!(
+                "one timeline merges at most {MAX_PROCESSES} processes (the most a launch \
+                 starts): the steal matrix grows with their square"
+            ),
+        });
+    }
+    let total: u64 = files
+        .iter()
+        .filter_map(|f| std::fs::metadata(f).ok())
+        .map(|m| m.len())
+        .sum();
+    if total > MAX_TOTAL {
+        return Err(Error::InvalidArgument {
+            what: "trace files".into(),
+            value: format!("{} files of {total} bytes", files.len()),
+            reason: format!("one timeline reads at most {MAX_TOTAL} bytes of traces"),
+        });
+    }
     Ok(files)
 }
+
+/// The most processes one timeline merges: as many as one launch starts.
+pub const MAX_PROCESSES: usize = 4096;
+
+/// The most bytes of traces one timeline reads, all held in memory while they are merged.
+pub const MAX_TOTAL: u64 = 4 << 30;
 
 /// Reads the traces `inputs` name and puts them on one clock.
 pub fn load(inputs: &[PathBuf]) -> Result<Run> {
@@ -174,6 +202,21 @@ fn subtitle(run: &Run) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// More trace files than a launch starts are refused before any is read: the steal
+    /// matrix is square in their number.
+    #[test]
+    fn more_processes_than_a_launch_starts_are_refused_before_reading() {
+        let dir = std::env::temp_dir().join(format!("bh-timeline-many-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for i in 0..=MAX_PROCESSES {
+            std::fs::write(dir.join(format!("{i:05}{}", read::FILE_SUFFIX)), b"").unwrap();
+        }
+        let e = trace_files(std::slice::from_ref(&dir)).map(|f| f.len());
+        std::fs::remove_dir_all(&dir).unwrap();
+        let e = e.unwrap_err().to_string();
+        assert!(e.contains("4097") && e.contains("at most 4096"), "{e}");
+    }
 
     #[test]
     fn clocks_no_run_reaches_are_refused_with_the_file_not_drawn() {

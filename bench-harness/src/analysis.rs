@@ -134,13 +134,11 @@ impl PointSummary {
 }
 
 fn app_order(runs: &[RunRecord]) -> Vec<String> {
-    let mut apps: Vec<String> = Vec::new();
-    for r in runs {
-        if !apps.contains(&r.app) {
-            apps.push(r.app.clone());
-        }
-    }
-    apps
+    let mut seen = std::collections::HashSet::new();
+    runs.iter()
+        .filter(|r| seen.insert(r.app.as_str()))
+        .map(|r| r.app.clone())
+        .collect()
 }
 
 fn note_for(rs: &[(&RunRecord, Option<&Verdict>)]) -> Option<String> {
@@ -207,14 +205,21 @@ pub fn summarize(runs: &[RunRecord], cores: usize) -> Vec<PointSummary> {
         runs[i].status == Status::Ok && !matches!(verdicts[i], Some(Verdict::Differs(_)))
     };
     let mut out = Vec::new();
+    // Grouped in one pass each: a set of many apps or points must not take their product.
+    let mut by_app: std::collections::HashMap<&str, Vec<usize>> = Default::default();
+    for (i, r) in runs.iter().enumerate() {
+        by_app.entry(r.app.as_str()).or_default().push(i);
+    }
     for app in app_order(runs) {
-        let mine: Vec<usize> = (0..runs.len()).filter(|&i| runs[i].app == app).collect();
-        let mut keys: Vec<(Version, u32, u32)> = mine
-            .iter()
-            .map(|&i| (runs[i].version, runs[i].nodes, runs[i].threads))
-            .collect();
-        keys.sort();
-        keys.dedup();
+        let mine = by_app.remove(app.as_str()).unwrap_or_default();
+        let mut points: BTreeMap<(Version, u32, u32), Vec<usize>> = BTreeMap::new();
+        for &i in &mine {
+            let r = &runs[i];
+            points
+                .entry((r.version, r.nodes, r.threads))
+                .or_default()
+                .push(i);
+        }
         let seq_ok: Vec<&RunRecord> = mine
             .iter()
             .copied()
@@ -243,15 +248,7 @@ pub fn summarize(runs: &[RunRecord], cores: usize) -> Vec<PointSummary> {
                     .cloned()
             })
             .unwrap_or(serde_json::Value::Null);
-        for (version, nodes, threads) in keys {
-            let idx: Vec<usize> = mine
-                .iter()
-                .copied()
-                .filter(|&i| {
-                    let r = &runs[i];
-                    r.version == version && r.nodes == nodes && r.threads == threads
-                })
-                .collect();
+        for ((version, nodes, threads), idx) in points {
             let ok: Vec<&RunRecord> = idx
                 .iter()
                 .copied()

@@ -249,15 +249,14 @@ fn commands(set: &ResultSet) -> String {
             .collect::<Vec<_>>()
             .join(" ")
     );
-    let mut seen: Vec<&str> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for c in set
         .runs
         .iter()
         .map(|r| r.command.as_str())
         .chain(set.micro.iter().map(|m| m.command.as_str()))
     {
-        if !seen.contains(&c) {
-            seen.push(c);
+        if seen.insert(c) {
             out += c;
             out.push('\n');
         }

@@ -18,6 +18,10 @@ use crate::{Error, Task};
 /// frames, so workers get more than the usual 2 MiB.
 const DEFAULT_STACK: usize = 16 << 20;
 
+/// The most worker threads one runtime starts: far above any machine's cores, and a bound on
+/// what an absurd `threads(n)` allocates before its threads would fail to start.
+pub const MAX_THREADS: usize = 4096;
+
 /// A set of worker threads that run task trees.
 ///
 /// Configure it with the builder methods, then call [`run`](Runtime::run) as often as needed;
@@ -60,7 +64,7 @@ impl Runtime {
     }
 
     /// Sets the number of worker threads (at least 1; `0` makes every run fail with
-    /// [`Error::NoThreads`]).
+    /// [`Error::NoThreads`], and more than [`MAX_THREADS`] with [`Error::Config`]).
     pub fn threads(mut self, n: usize) -> Runtime {
         self.threads = n;
         self
@@ -96,6 +100,12 @@ impl Runtime {
         }
         if self.threads == 0 {
             return Err(Error::NoThreads);
+        }
+        if self.threads > MAX_THREADS {
+            return Err(Error::Config(format!(
+                "threads({}): at most {MAX_THREADS} worker threads",
+                self.threads
+            )));
         }
         // Conflicting registrations would break distributed runs; report them at once.
         codec::table()?;

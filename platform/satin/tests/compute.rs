@@ -110,6 +110,20 @@ fn zero_threads_is_an_error() {
     assert!(err.to_string().contains("threads(0)"), "{err}");
 }
 
+/// An absurd thread count is an error naming the limit, where it used to allocate a worker
+/// record for each thread first (`usize::MAX`: a capacity overflow, a panic).
+#[test]
+fn absurd_thread_counts_are_an_error() {
+    for n in [satin::MAX_THREADS + 1, usize::MAX] {
+        let err = bounded("threads(absurd)", move || {
+            Runtime::local().threads(n).run(Fib(3))
+        })
+        .unwrap_err();
+        assert!(matches!(err, satin::Error::Config(_)), "{err}");
+        assert!(err.to_string().contains("at most 4096"), "{err}");
+    }
+}
+
 #[test]
 fn a_runtime_runs_many_roots() {
     let m = sized(15, 8);

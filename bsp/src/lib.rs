@@ -245,7 +245,7 @@ pub use crate::core::Bsp;
 pub use drma::Reg;
 pub use error::{Error, Result};
 pub use inbox::Peek;
-pub use local::{run_local, run_local_with};
+pub use local::{run_local, run_local_with, MAX_LOCAL_PROCS};
 pub use net::Stats;
 pub use number::{Number, Op};
 pub use options::Options;

@@ -15,22 +15,26 @@ fn pool_name() -> String {
     )
 }
 
+/// The most processes of a local pool, each a thread of this process: a bound on the threads
+/// and handles an absurd `p` would make before any could fail (`u32::MAX` handles were
+/// allocated at once).
+pub const MAX_LOCAL_PROCS: usize = 4096;
+
 impl Bsp {
     /// `p` processes for `p` threads of this process, connected by the in-process driver (no
     /// network): handle `i` has pid `i`. Move each handle to its own thread; the semantics are
     /// those of [`Bsp::new`] on a pool of `p` nodes. In a traced run (see [`ipl::trace`]) the
     /// first superstep's compute time counts from the handle's creation ([`run_local`]: from
-    /// the start of its thread).
+    /// the start of its thread). `p` is 1 to [`MAX_LOCAL_PROCS`].
     pub fn local(p: usize) -> Result<Vec<Bsp>> {
         Bsp::local_with(p, Options::default())
     }
 
     /// Like [`Bsp::local`] with explicit [`Options`].
     pub fn local_with(p: usize, opts: Options) -> Result<Vec<Bsp>> {
-        if p == 0 || p > u32::MAX as usize {
+        if p == 0 || p > MAX_LOCAL_PROCS {
             return Err(Error::Config(format!(
-                "a local pool needs 1 to {} processes, not {p}",
-                u32::MAX
+                "a local pool needs 1 to {MAX_LOCAL_PROCS} processes, not {p}"
             )));
         }
         let name = pool_name();

@@ -38,6 +38,18 @@ fn options_beyond_their_bounds_are_config_errors() {
     }
 }
 
+/// A local pool of absurd size is refused before a thread or handle is made: `u32::MAX`
+/// processes were accepted, and their handles allocated at once.
+#[test]
+fn absurd_local_pool_sizes_are_config_errors() {
+    for p in [0, bsp::MAX_LOCAL_PROCS + 1, u32::MAX as usize] {
+        match bsp::run_local(p, |_| Ok(())) {
+            Err(Error::Config(why)) => assert!(why.contains("1 to 4096"), "{p}: {why}"),
+            other => panic!("{p}: expected a config error, got {other:?}"),
+        }
+    }
+}
+
 /// The largest options accepted still run.
 #[test]
 fn the_largest_options_run() {

@@ -1202,6 +1202,28 @@ impl Net {
                 theirs: format!("called {}", op::name(m.hdr.op)),
             });
         }
+        // Round messages of `src` come in the order it sent them, on its control connection
+        // (the payload of a large one goes elsewhere, its notice there): one of a later
+        // operation means that `src` went past this one without sending what this process
+        // waits for, as when the processes name different roots. Waiting on would never end.
+        if let Some((k, m)) = self
+            .stash
+            .iter()
+            .find(|(k, _)| k.0 == comm && k.3 as usize == src && k.1 > seq)
+        {
+            return Err(Error::CollectiveMismatch {
+                pid: self.pid,
+                seq,
+                mine: format!("{} {}", op::name(op), self.describe(comm)),
+                peer: src,
+                theirs: format!(
+                    "went on to {} (operation #{}) without sending this process its part of \
+                     operation #{seq}",
+                    op::name(m.hdr.op),
+                    k.1
+                ),
+            });
+        }
         if let Some(e) = self.crossed(src, comm, seq, op) {
             return Err(e);
         }

@@ -50,6 +50,38 @@ fn absurd_local_pool_sizes_are_config_errors() {
     }
 }
 
+/// Processes that name different roots for one broadcast, then sync: the process that
+/// waits for a parent the others never made one finds that parent's next operation instead,
+/// and reports a mismatch naming it, where the run used to hang (no sync timeout is set).
+#[test]
+fn a_broadcast_whose_processes_name_different_roots_is_a_mismatch_not_a_hang() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // The others learn of the failed process's departure after this grace.
+        let opts = Options {
+            departure_grace: Duration::from_millis(200),
+            ..Options::default()
+        };
+        let r = bsp::run_local_with(3, opts, |bsp| {
+            let root = if bsp.pid() == 2 { 1 } else { 0 };
+            let v = bsp.broadcast(root, (bsp.pid() == root).then_some(7u64))?;
+            bsp.sync()?;
+            Ok(v)
+        });
+        let _ = tx.send(r);
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(Err(Error::CollectiveMismatch {
+            pid, peer, theirs, ..
+        })) => {
+            assert_eq!((pid, peer), (2, 1), "{theirs}");
+            assert!(theirs.contains("went on to sync"), "{theirs}");
+        }
+        Ok(other) => panic!("expected a mismatch, got {other:?}"),
+        Err(_) => panic!("the run hung for 60 s"),
+    }
+}
+
 /// The largest options accepted still run.
 #[test]
 fn the_largest_options_run() {

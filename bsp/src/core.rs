@@ -896,10 +896,10 @@ impl Bsp {
         src: usize,
         seq: u64,
         round: u32,
-        op: u8,
+        (op, sig): (u8, u64),
         ctx: &Ctx,
     ) -> Result<Msg> {
-        let mut wait = RoundWait::new(self.members[src], self.comm, seq, round, op);
+        let mut wait = RoundWait::new(self.members[src], self.comm, seq, round, (op, sig));
         let since = self.trace.as_ref().map(|_| std::time::Instant::now());
         // The connections are taken for one step at a time, so that handles of this process
         // on other threads get their turn.

@@ -289,7 +289,7 @@ impl Bsp {
             let (own, received) = if src == self.pid {
                 (replies.remove(&src).unwrap_or_default(), None)
             } else {
-                let msg = self.recv_round(src, seq, GET_ROUND, op::GET_REPLY, ctx)?;
+                let msg = self.recv_round(src, seq, GET_ROUND, (op::GET_REPLY, 0), ctx)?;
                 (Vec::new(), Some(msg))
             };
             let (payload, swap) = match &received {

@@ -534,16 +534,19 @@ impl BoardWait {
 pub(crate) struct RoundWait {
     key: Key,
     op: u8,
+    /// The operation's signature (its arguments, as the messages' `aux` carries them).
+    sig: u64,
     w: Watch,
     /// The notice of a bulk payload, once it came.
     notice: Option<Msg>,
 }
 
 impl RoundWait {
-    pub(crate) fn new(src: usize, comm: u64, seq: u64, round: u32, op: u8) -> Self {
+    pub(crate) fn new(src: usize, comm: u64, seq: u64, round: u32, (op, sig): (u8, u64)) -> Self {
         RoundWait {
             key: (comm, seq, round, src as u32),
             op,
+            sig,
             w: Watch::new(),
             notice: None,
         }
@@ -1200,6 +1203,50 @@ impl Net {
                 mine: format!("{} {}", op::name(op), self.describe(comm)),
                 peer: k.3 as usize,
                 theirs: format!("called {}", op::name(m.hdr.op)),
+            });
+        }
+        // Another process's part of this operation, called with other arguments (a root of
+        // its own, say): the tree it follows is another, and the part awaited may never come.
+        if let Some((k, m)) = self
+            .stash
+            .iter()
+            .find(|(k, m)| k.0 == comm && k.1 == seq && m.hdr.op == op && m.hdr.aux != wait.sig)
+        {
+            return Err(Error::CollectiveMismatch {
+                pid: self.pid,
+                seq,
+                mine: format!(
+                    "{} {} with {}",
+                    op::name(op),
+                    self.describe(comm),
+                    crate::collective::describe(op, wait.sig)
+                ),
+                peer: k.3 as usize,
+                theirs: format!(
+                    "called it with {}",
+                    crate::collective::describe(op, m.hdr.aux)
+                ),
+            });
+        }
+        // A part of an operation this process has ended, never read: its sender followed
+        // another tree than this process did. Get replies are left out: a refusal may come
+        // to a process that asked for nothing (see `drma`).
+        if let Some((k, m)) = self
+            .stash
+            .iter()
+            .find(|(k, m)| k.0 == comm && k.1 < seq && family(m.hdr.op) != op::SYNC)
+        {
+            return Err(Error::CollectiveMismatch {
+                pid: self.pid,
+                seq,
+                mine: format!("{} {}", op::name(op), self.describe(comm)),
+                peer: k.3 as usize,
+                theirs: format!(
+                    "sent this process a part of its {} (operation #{}), which this process \
+                     ended without it",
+                    op::name(m.hdr.op),
+                    k.1
+                ),
             });
         }
         // Round messages of `src` come in the order it sent them, on its control connection

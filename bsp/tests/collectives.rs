@@ -357,3 +357,54 @@ fn all_gather_slice_puts_every_block_in_pid_order_whatever_its_length() {
         }
     }
 }
+
+/// Processes that name different roots for a broadcast, a gather or a scatter, then sync, with
+/// no sync timeout: a mismatch naming both, never a hang. The waiting process finds another
+/// process's part of the operation with the other root, its part of the next operation, or
+/// a part of an operation it ended without reading it. Left out: a gather on the host board's
+/// machine after its first sync, where the process that waits in the gather's messages finds
+/// its peer in the next sync on the board, which no message tells it (it still hangs).
+#[test]
+fn collectives_whose_processes_name_different_roots_are_mismatches_not_hangs() {
+    for net in common::NETS {
+        for (which, name) in ["broadcast", "gather", "scatter"].into_iter().enumerate() {
+            for synced_first in [false, true] {
+                if net == Net::Shm && name == "gather" && synced_first {
+                    continue;
+                }
+                let (tx, rx) = std::sync::mpsc::channel();
+                std::thread::spawn(move || {
+                    let opts = Options {
+                        departure_grace: std::time::Duration::from_millis(200),
+                        sync_timeout: None,
+                        ..Options::default()
+                    };
+                    let r = try_run(net, 3, opts, move |bsp| {
+                        if synced_first {
+                            bsp.sync()?;
+                        }
+                        let root = if bsp.pid() == 2 { 1 } else { 0 };
+                        let me = bsp.pid() == root;
+                        match which {
+                            0 => drop(bsp.broadcast(root, me.then_some(7u64))?),
+                            1 => drop(bsp.gather(root, &7u64)?),
+                            _ => drop(bsp.scatter(root, me.then(|| vec![1u64, 2, 3]))?),
+                        }
+                        bsp.sync()?;
+                        Ok(())
+                    });
+                    let _ = tx.send(r);
+                });
+                let case = format!("{name} over {net:?}, synced first: {synced_first}");
+                match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+                    Ok(Err(e @ Error::CollectiveMismatch { .. })) => {
+                        let text = e.to_string();
+                        assert!(text.contains(name), "{case}: {text}");
+                    }
+                    Ok(other) => panic!("{case}: expected a mismatch, got {other:?}"),
+                    Err(_) => panic!("{case}: hung for 60 s"),
+                }
+            }
+        }
+    }
+}

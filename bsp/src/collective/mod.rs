@@ -31,7 +31,7 @@ pub(crate) type Enc<'a, V> = &'a dyn Fn(&V, &mut Vec<u8>) -> std::result::Result
 pub(crate) type Dec<'a, V> = &'a dyn Fn(&[u8], bool) -> std::result::Result<V, String>;
 
 /// Describes a collective's arguments, as encoded in its signature, for mismatch errors.
-fn describe(op: u8, sig: u64) -> String {
+pub(crate) fn describe(op: u8, sig: u64) -> String {
     let number = |sig: u64| code_name((sig & 0xff) as u8);
     let reduction = |sig: u64| match (sig >> 8) & 0xff {
         1 => "sum",
@@ -317,7 +317,7 @@ impl Bsp {
         round: u32,
         ctx: &Ctx,
     ) -> Result<Msg> {
-        let msg = self.recv_round(from, seq, round, op, ctx)?;
+        let msg = self.recv_round(from, seq, round, (op, sig), ctx)?;
         // Pids of the whole machine, as in the mismatches the connections find.
         let (me, peer) = (self.world_pid(self.pid), self.world_pid(from));
         if msg.hdr.op != op {

@@ -485,15 +485,6 @@ impl Config {
                 *field = parse_duration(key, &v)?;
             }
         }
-        if c.heartbeat.is_zero() || c.heartbeat >= c.death_timeout {
-            return Err(Error::config(
-                "IPL_HEARTBEAT",
-                format!(
-                    "heartbeat {:?} must be non-zero and shorter than the death timeout {:?}",
-                    c.heartbeat, c.death_timeout
-                ),
-            ));
-        }
         if let Some(o) = get("IPL_BYTE_ORDER") {
             c.byte_order = match o.as_str() {
                 "native" => ByteOrder::Native,
@@ -549,9 +540,87 @@ impl Config {
                 }
             };
         }
+        c.validate()?;
         Ok(c)
     }
+
+    /// Checks the settings a node cannot run with, as [`Ibis::join`](crate::Ibis::join) does
+    /// before anything starts, so that a configuration built in code gets the errors
+    /// [`Config::from_env`] gives for the same values: each names the variable that sets the
+    /// field. Durations are at most [`MAX_DURATION`] (deadlines are the clock plus them), the
+    /// heartbeat is non-zero and shorter than the death timeout, a closed pool has 1 to
+    /// 1,000,000 members, a message may hold at least 1 byte, and the shared-memory ring is a
+    /// power of two from 4 KiB to 1 GiB.
+    pub fn validate(&self) -> Result<()> {
+        if self.pool.is_empty() || self.pool.len() > 256 {
+            return Err(Error::config(
+                "IPL_POOL",
+                "pool name must be 1 to 256 bytes",
+            ));
+        }
+        if let Some(n) = self.size {
+            if !(1..=MAX_POOL_SIZE).contains(&n) {
+                return Err(Error::config(
+                    "IPL_POOL_SIZE",
+                    format!("{n} is not a pool size between 1 and {MAX_POOL_SIZE}"),
+                ));
+            }
+        }
+        if self.location.is_empty() || self.location.len() > 128 {
+            return Err(Error::config("IPL_LOCATION", "must be 1 to 128 characters"));
+        }
+        for (key, d) in [
+            ("IPL_HEARTBEAT", self.heartbeat),
+            ("IPL_DEATH_TIMEOUT", self.death_timeout),
+            ("IPL_CONNECT_TIMEOUT", self.connect_timeout),
+            ("IPL_JOIN_TIMEOUT", self.join_timeout),
+            ("IPL_SPIN", self.spin),
+            ("IPL_REGISTRY_LINGER", self.registry_linger),
+            ("IPL_WAN_LATENCY", self.wan.latency),
+        ] {
+            if d > MAX_DURATION {
+                return Err(Error::config(
+                    key,
+                    format!("{d:?} is longer than the longest supported duration, 365 days"),
+                ));
+            }
+        }
+        if self.heartbeat.is_zero() || self.heartbeat >= self.death_timeout {
+            return Err(Error::config(
+                "IPL_HEARTBEAT",
+                format!(
+                    "heartbeat {:?} must be non-zero and shorter than the death timeout {:?}",
+                    self.heartbeat, self.death_timeout
+                ),
+            ));
+        }
+        if self.wan.bandwidth == Some(0) {
+            return Err(Error::config(
+                "IPL_WAN_BANDWIDTH",
+                "a bandwidth of 0 bytes/s carries nothing; the slowest link is 1 byte/s",
+            ));
+        }
+        if self.max_message == 0 {
+            return Err(Error::config(
+                "IPL_MAX_MESSAGE",
+                "a largest message of 0 bytes refuses every message but an empty one",
+            ));
+        }
+        if !self.shm_ring.is_power_of_two() || !(4096..=1 << 30).contains(&self.shm_ring) {
+            return Err(Error::config(
+                "IPL_SHM_RING",
+                format!(
+                    "{} bytes is not a power of two from 4 KiB to 1 GiB",
+                    self.shm_ring
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
+
+/// The most members a closed pool may have.
+const MAX_POOL_SIZE: u32 = 1_000_000;
 
 /// The error for `IPL_DRIVER=mpi` in a build without the `mpi` feature.
 pub(crate) fn no_mpi() -> Error {
@@ -628,10 +697,10 @@ fn server_port(server: &str) -> Result<u16> {
 
 fn parse_count(key: &str, s: &str) -> Result<u32> {
     match s.trim().parse::<u32>() {
-        Ok(n) if (1..=1_000_000).contains(&n) => Ok(n),
+        Ok(n) if (1..=MAX_POOL_SIZE).contains(&n) => Ok(n),
         _ => Err(Error::config(
             key,
-            format!("'{s}' is not a count between 1 and 1000000"),
+            format!("'{s}' is not a count between 1 and {MAX_POOL_SIZE}"),
         )),
     }
 }
@@ -768,6 +837,47 @@ mod tests {
         }
         let c = Config::from_lookup(lookup(&[("IPL_JOIN_TIMEOUT", "365days")])).unwrap();
         assert_eq!(c.join_timeout, MAX_DURATION);
+    }
+
+    #[test]
+    fn a_node_built_in_code_with_absurd_settings_is_refused_naming_them() {
+        type Set = fn(&mut Config);
+        let cases: [(&str, Set); 12] = [
+            ("IPL_JOIN_TIMEOUT", |c| c.join_timeout = Duration::MAX),
+            ("IPL_CONNECT_TIMEOUT", |c| c.connect_timeout = Duration::MAX),
+            ("IPL_DEATH_TIMEOUT", |c| c.death_timeout = Duration::MAX),
+            ("IPL_SPIN", |c| c.spin = Duration::MAX),
+            ("IPL_REGISTRY_LINGER", |c| c.registry_linger = Duration::MAX),
+            ("IPL_HEARTBEAT", |c| c.heartbeat = Duration::ZERO),
+            ("IPL_MAX_MESSAGE", |c| c.max_message = 0),
+            ("IPL_SHM_RING", |c| c.shm_ring = 3),
+            ("IPL_SHM_RING", |c| c.shm_ring = usize::MAX),
+            ("IPL_POOL_SIZE", |c| c.size = Some(0)),
+            ("IPL_POOL_SIZE", |c| c.size = Some(u32::MAX)),
+            ("IPL_WAN_BANDWIDTH", |c| c.wan.bandwidth = Some(0)),
+        ];
+        for (i, (key, set)) in cases.into_iter().enumerate() {
+            let mut c = Config::inproc(format!("absurd-{}-{i}", std::process::id()), 1);
+            set(&mut c);
+            assert!(c.validate().is_err(), "{key}: {c:?}");
+            // Joined and used, each of these hung, spun or panicked (a deadline past what the
+            // clock can count) rather than failing.
+            let e = crate::Ibis::join(c)
+                .and_then(|ibis| {
+                    let ty = crate::PortType::builder().build();
+                    let rp = ibis.receive_port(&ty, "p")?;
+                    let _ = rp.receive_timeout(Duration::from_millis(1));
+                    ibis.pool().wait_closed()?;
+                    Ok(ibis)
+                })
+                .err()
+                .unwrap_or_else(|| panic!("{key}: accepted"))
+                .to_string();
+            assert!(e.contains(key), "{key}: {e}");
+        }
+        let c = Config::inproc(format!("sane-{}", std::process::id()), 1);
+        c.validate().unwrap();
+        crate::Ibis::join(c).unwrap();
     }
 
     #[test]

@@ -62,18 +62,14 @@ pub struct Ibis {
 }
 
 impl Ibis {
-    /// Joins the pool described by `cfg` (see [`Config::from_env`]).
+    /// Joins the pool described by `cfg` (see [`Config::from_env`]), after checking its
+    /// settings ([`Config::validate`]).
     ///
     /// A node with [`Config::registry_bind`] first starts the registry there. A tcp or wan node
     /// with an empty [`Config::host`] listens on, and advertises, the local address of its
     /// connection to the registry.
     pub fn join(mut cfg: Config) -> Result<Ibis> {
-        if cfg.pool.is_empty() || cfg.pool.len() > 256 {
-            return Err(Error::config(
-                "IPL_POOL",
-                "pool name must be 1 to 256 bytes",
-            ));
-        }
+        cfg.validate()?;
         if cfg.driver != Driver::Inproc && cfg.secret.is_empty() {
             return Err(Error::config(
                 "IPL_SECRET",

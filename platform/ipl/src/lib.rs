@@ -93,7 +93,9 @@ pub use node::NodeId;
 pub use pool::Pool;
 pub use port_type::{Connection, PortType, PortTypeBuilder, Receive, Serialization};
 pub use primitive::{primitive_by_tag, Primitive};
-pub use receive_port::{ConnectUpcall, DisconnectUpcall, ReceivePort, ReceivePortBuilder};
+pub use receive_port::{
+    ConnectUpcall, DisconnectUpcall, ReceivePort, ReceivePortBuilder, MAX_PORT_NAME,
+};
 pub use registry::{PoolEvent, RegistryServer};
 pub use send_port::SendPort;
 #[cfg(feature = "mpi")]

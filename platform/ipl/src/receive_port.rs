@@ -34,6 +34,23 @@ pub type MessageUpcall = Box<dyn FnMut(ReadMessage) -> Result<()> + Send>;
 /// The receive ports of one node, by name.
 pub(crate) type PortTable = Mutex<HashMap<String, Arc<PortShared>>>;
 
+/// The longest name of a receive port, in bytes; a name is 1 to this many bytes.
+pub const MAX_PORT_NAME: usize = 1024;
+
+/// Refuses a name no receive port can have, for creating a port and connecting to one alike.
+pub(crate) fn check_port_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > MAX_PORT_NAME {
+        return Err(Error::config(
+            "port name",
+            format!(
+                "a name of {} bytes; receive port names are 1 to {MAX_PORT_NAME} bytes",
+                name.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Messages at least this large switch their connection to small header reads.
 const LARGE_MESSAGE: u64 = 32 * 1024;
 /// How long a receiver checks its connections without giving up the processor, before it
@@ -629,9 +646,7 @@ impl<'a> ReceivePortBuilder<'a> {
             }
             _ => {}
         }
-        if self.name.is_empty() || self.name.len() > 1024 {
-            return Err(Error::config("port name", "must be 1 to 1024 bytes"));
-        }
+        check_port_name(&self.name)?;
         let inner = &self.ibis.inner;
         let waker = Arc::new(Waker::new().map_err(|e| Error::io("create waker", e))?);
         let cfg = &inner.cfg;

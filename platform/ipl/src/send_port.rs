@@ -162,8 +162,13 @@ impl SendPort {
     }
 
     /// Connects to the receive port `name` on `node`. A port that does not exist yet is retried
-    /// until the connect timeout; type mismatches and refusals fail at once.
+    /// until the connect timeout; type mismatches and refusals fail at once, and so does a
+    /// name no receive port can have (empty, or longer than
+    /// [`MAX_PORT_NAME`](crate::MAX_PORT_NAME)).
     pub fn connect(&self, node: &NodeId, name: &str) -> Result<()> {
+        // Such a name would be retried until the timeout as a port not made yet, or, too long
+        // for a connection's setup frame, as a connection cut short.
+        crate::receive_port::check_port_name(name)?;
         let s = &self.shared;
         {
             let st = s.state.lock();

@@ -419,6 +419,35 @@ fn type_mismatch_and_unknown_port_are_named() {
 }
 
 #[test]
+fn a_name_no_receive_port_can_have_is_refused_at_once() {
+    for d in DRIVERS {
+        run_pool(d, 2, move |ibis, all| {
+            let t = ty(Connection::ManyToOne);
+            let peer = &all[1 - ibis.id().rank() as usize];
+            let sp = ibis.send_port(&t)?;
+            let long = "n".repeat(1 << 20);
+            for name in ["", &"n".repeat(ipl::MAX_PORT_NAME + 1), &long] {
+                // Retried until the connect timeout (20 s here) as a port not made yet, or as
+                // a connection cut short where the name overflowed the setup frame.
+                let started = std::time::Instant::now();
+                let e = sp.connect(peer, name).unwrap_err();
+                let s = e.to_string();
+                assert!(matches!(e, Error::Config { .. }), "{d:?}: {s:.200}");
+                assert!(s.contains("port name") && s.len() < 200, "{d:?}: {s:.200}");
+                assert!(
+                    started.elapsed() < Duration::from_secs(5),
+                    "{d:?}: {:?}",
+                    started.elapsed()
+                );
+            }
+            assert!(ibis.receive_port(&t, "").is_err());
+            assert!(ibis.receive_port(&t, &long).is_err());
+            Ok(())
+        });
+    }
+}
+
+#[test]
 fn patterns_refuse_extra_connections_and_upcalls_can_refuse() {
     for d in DRIVERS {
         let ports_up = Arc::new(std::sync::Barrier::new(3));

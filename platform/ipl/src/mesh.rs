@@ -257,7 +257,8 @@ impl<'a> MeshBuilder<'a> {
     }
 
     /// How long a failed connect or send waits for the pool to report the departure behind
-    /// it ([`Mesh::send_error`]); 200 ms by default.
+    /// it ([`Mesh::send_error`]); 200 ms by default, and at most
+    /// [`MAX_DURATION`](crate::config::MAX_DURATION) (`build` refuses more).
     pub fn patience(mut self, d: Duration) -> Self {
         self.patience = d;
         self
@@ -276,6 +277,18 @@ impl<'a> MeshBuilder<'a> {
             return Err(err(
                 "naming the mesh",
                 Error::config("mesh name", "must be 1 to 512 bytes"),
+            ));
+        }
+        if self.patience > crate::config::MAX_DURATION {
+            return Err(err(
+                "setting the patience",
+                Error::config(
+                    "mesh patience",
+                    format!(
+                        "{:?} is longer than the longest supported duration, 365 days",
+                        self.patience
+                    ),
+                ),
             ));
         }
         let Some(data_handler) = self.data else {

@@ -320,6 +320,29 @@ fn a_mesh_needs_a_data_handler_and_a_free_name() {
 }
 
 #[test]
+fn a_patience_past_the_longest_duration_is_refused() {
+    let pool = common::unique("mesh-patience");
+    let ibis = Ibis::join(Config::inproc(&pool, 1)).unwrap();
+    match Mesh::builder(&ibis, "m")
+        .data_upcall(|_| Ok(()))
+        .patience(Duration::MAX)
+        .build()
+    {
+        Err(e) => assert!(e.to_string().contains("patience"), "{e}"),
+        // The deadline of the first failed send is the clock plus the patience.
+        Ok(mesh) => {
+            let e = mesh.send_error(&ibis.id(), "a send", ipl::Error::Closed("port".into()));
+            panic!("accepted; a failed send gave: {e}");
+        }
+    }
+    let year = Mesh::builder(&ibis, "y")
+        .data_upcall(|_| Ok(()))
+        .patience(ipl::config::MAX_DURATION)
+        .build();
+    assert!(year.is_ok());
+}
+
+#[test]
 fn both_lanes_may_be_read_by_handlers() {
     let got = run(Driver::Inproc, 2, |ibis, done| {
         let (tx, rx) = crossbeam_channel::unbounded();

@@ -89,6 +89,31 @@ impl Drop for ClaimedFile {
     }
 }
 
+/// Reads the small text file at `path` (a host file, a secret file): a regular file of at
+/// most `max` bytes, in UTF-8. Anything else fails with an error saying what it is, before
+/// more than `max` bytes are read: a device such as `/dev/zero` would be read until memory
+/// ran out, and a pipe without a writer would never open.
+pub fn read_small_file(path: &Path, max: u64) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    // Opening a FIFO for reading waits for a writer, unless it does not block.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("it is not a regular file"));
+    }
+    let mut bytes = Vec::new();
+    file.take(max + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(std::io::Error::other(format!(
+            "it is larger than {max} bytes"
+        )));
+    }
+    String::from_utf8(bytes).map_err(|_| std::io::Error::other("it is not UTF-8 text"))
+}
+
 /// clap's message without its usage and hint paragraphs, on one line.
 fn one_line(msg: &str) -> String {
     let body = msg

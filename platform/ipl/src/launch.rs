@@ -194,9 +194,13 @@ pub fn parse_hostfile(text: &str, origin: &str) -> Result<Vec<Host>> {
     Ok(hosts)
 }
 
-/// Reads and parses the host file at `path` (see [`parse_hostfile`]).
+/// The largest host file read: room for [`MAX_NODES`] hosts with long names and comments.
+const MAX_HOSTFILE: u64 = 1 << 20;
+
+/// Reads and parses the host file at `path` (see [`parse_hostfile`]): a regular file of at
+/// most 1 MiB.
 pub fn read_hostfile(path: &Path) -> Result<Vec<Host>> {
-    let text = std::fs::read_to_string(path)
+    let text = crate::cli::read_small_file(path, MAX_HOSTFILE)
         .map_err(|e| Error::io(format!("read host file {}", path.display()), e))?;
     parse_hostfile(&text, &path.display().to_string())
 }

@@ -133,6 +133,71 @@ fn ipl_server_refuses_empty_secrets_and_secrets_on_the_command_line() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Like [`refused`], with the program's address space limited to 1 GiB, so that one that
+/// reads a device until memory runs out fails fast rather than taking the machine's memory.
+fn refused_in_bounded_memory(program: &str, args: &[&str], env: &[(&str, &str)], names: &str) {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(program);
+    cmd.args(args).stdin(Stdio::null());
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("IPL_")) {
+        cmd.env_remove(k);
+    }
+    cmd.envs(env.iter().copied());
+    // SAFETY: setrlimit is async-signal-safe; it lowers the child's own limit before exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 1 << 30,
+                rlim_max: 1 << 30,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let (status, _, err) =
+        testkit::Reaped::start(&mut cmd).output(Instant::now() + Duration::from_secs(60));
+    assert_eq!(status.code(), Some(2), "{args:?}: {status:?}: {err}");
+    assert_eq!(err.lines().count(), 1, "{args:?}: not one line: {err}");
+    assert!(err.contains(names), "{args:?}: {err} (should name {names})");
+}
+
+#[test]
+fn host_and_secret_files_are_read_only_when_regular_and_small() {
+    let dir = std::env::temp_dir().join(format!("ipl-cli-files-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid, NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let big = dir.join("big");
+    std::fs::write(&big, "h\n".repeat(1 << 20)).unwrap();
+    // Read until memory ran out (/dev/zero), waited for a writer that never came (a FIFO),
+    // or read whole whatever its size.
+    for (file, why) in [
+        ("/dev/zero", "not a regular file"),
+        (fifo.to_str().unwrap(), "not a regular file"),
+        (big.to_str().unwrap(), "larger than"),
+    ] {
+        refused_in_bounded_memory(
+            env!("CARGO_BIN_EXE_ipl-run"),
+            &["--hostfile", file, "-n", "1", "--", "true"],
+            &[],
+            why,
+        );
+        refused_in_bounded_memory(
+            env!("CARGO_BIN_EXE_ipl-server"),
+            &["--bind", "127.0.0.1:0", "--secret-file", file],
+            &[],
+            why,
+        );
+    }
+    let e = ipl::launch::read_hostfile(std::path::Path::new("/dev/zero")).unwrap_err();
+    assert!(e.to_string().contains("host file /dev/zero"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn ipl_bench_refuses_what_it_cannot_serve() {
     let bench = env!("CARGO_BIN_EXE_ipl-bench");

@@ -22,6 +22,9 @@ struct Args {
     secret: Option<String>,
 }
 
+/// The largest secret file read; only its first line is the secret.
+const MAX_SECRET_FILE: u64 = 64 * 1024;
+
 fn secret(a: &Args) -> Result<String, String> {
     if a.secret.is_some() {
         return Err(
@@ -35,7 +38,7 @@ fn secret(a: &Args) -> Result<String, String> {
             return Err("the secret is given twice, in IPL_SECRET and by --secret-file".into())
         }
         (Some(path), _) => {
-            let text = std::fs::read_to_string(path)
+            let text = ipl::cli::read_small_file(path, MAX_SECRET_FILE)
                 .map_err(|e| format!("--secret-file: cannot read {}: {e}", path.display()))?;
             use std::os::unix::fs::PermissionsExt;
             if let Ok(m) = std::fs::metadata(path) {

@@ -10,6 +10,7 @@
 //! SIGINT, SIGTERM and SIGHUP to the launching process kill every process of every rank's
 //! process group before it exits with 128 + the signal's number.
 
+use crate::config::MAX_DURATION;
 use crate::error::{Error, Result};
 use crate::registry::RegistryServer;
 use std::io::{BufRead, BufReader, Write};
@@ -34,9 +35,9 @@ pub struct Launch {
     pub nodes: u32,
     /// Number of locations (clusters) the ranks are spread over, in contiguous blocks.
     pub clusters: u32,
-    /// Wide-area latency between locations.
+    /// Wide-area latency between locations, at most [`MAX_DURATION`].
     pub wan_latency: Option<Duration>,
-    /// Wide-area bandwidth between locations, bytes per second.
+    /// Wide-area bandwidth between locations, bytes per second (at least 1).
     pub wan_bandwidth: Option<u64>,
     /// The program and its arguments.
     pub command: Vec<String>,
@@ -52,7 +53,8 @@ pub struct RunOptions {
     /// Start the ranks on other hosts through a remote shell; None: local processes.
     pub remote: Option<Remote>,
     /// After one process failed, how long the others get to end on their own (they normally
-    /// see the failure and stop with an error naming the failed rank) before they are killed.
+    /// see the failure and stop with an error naming the failed rank) before they are killed;
+    /// at most [`MAX_DURATION`].
     pub grace: Duration,
     /// For programs that survive crashes: a process that dies leaves the others (and the pool)
     /// going, and the run succeeds when the program succeeded on the survivors (see
@@ -424,6 +426,21 @@ pub fn run_with(l: &Launch, o: &RunOptions) -> Result<i32> {
                 "must be between 1 and the number of processes ({})",
                 l.nodes
             ),
+        ));
+    }
+    // The launcher kills the others at the clock plus the grace once a rank fails.
+    for (key, d) in [("--grace", Some(o.grace)), ("--wan-latency", l.wan_latency)] {
+        if d.is_some_and(|d| d > MAX_DURATION) {
+            return Err(Error::config(
+                key,
+                "longer than the longest supported duration, 365 days",
+            ));
+        }
+    }
+    if l.wan_bandwidth == Some(0) {
+        return Err(Error::config(
+            "--wan-bandwidth",
+            "a bandwidth of 0 bytes/s carries nothing; the slowest link is 1 byte/s",
         ));
     }
     if let Some((k, _)) = l
@@ -963,6 +980,41 @@ mod tests {
         }
         let e = parse_hostfile("# nothing\n", "hf").unwrap_err().to_string();
         assert!(e.contains("no hosts"), "{e}");
+    }
+
+    #[test]
+    fn launch_settings_the_ranks_cannot_run_with_are_refused_before_any_starts() {
+        let launch = Launch {
+            nodes: 2,
+            clusters: 2,
+            wan_latency: None,
+            wan_bandwidth: None,
+            // Fails at once: the launcher then waits the grace for the other rank.
+            command: vec!["false".into()],
+            env: Vec::new(),
+            prefix_output: true,
+        };
+        let grace = RunOptions {
+            grace: Duration::MAX,
+            ..RunOptions::default()
+        };
+        let latency = Launch {
+            wan_latency: Some(Duration::MAX),
+            ..launch.clone()
+        };
+        let bandwidth = Launch {
+            wan_bandwidth: Some(0),
+            ..launch.clone()
+        };
+        for (l, o, key) in [
+            (&launch, &grace, "--grace"),
+            (&latency, &RunOptions::default(), "--wan-latency"),
+            (&bandwidth, &RunOptions::default(), "--wan-bandwidth"),
+        ] {
+            let e = run_with(l, o).map(|code| format!("ran: status {code}"));
+            let e = e.unwrap_or_else(|e| e.to_string());
+            assert!(e.contains(key), "{key}: {e}");
+        }
     }
 
     #[test]

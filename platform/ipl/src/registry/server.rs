@@ -115,18 +115,24 @@ impl RegistryServer {
     }
 
     /// Waits until pool `pool` has no members left (every node left or died), for at most
-    /// `timeout`. Returns whether it emptied.
+    /// `timeout` (a timeout beyond what the clock can count waits as long as it takes).
+    /// Returns whether it emptied.
     pub fn wait_until_empty(&self, pool: &str, timeout: Duration) -> bool {
-        let deadline = std::time::Instant::now() + timeout;
+        let deadline = std::time::Instant::now().checked_add(timeout);
         let mut st = self.shared.state.lock();
         while st.member_count(pool) > 0 {
-            if self
-                .shared
-                .removed
-                .wait_until(&mut st, deadline)
-                .timed_out()
-            {
-                return st.member_count(pool) == 0;
+            match deadline {
+                Some(deadline) => {
+                    if self
+                        .shared
+                        .removed
+                        .wait_until(&mut st, deadline)
+                        .timed_out()
+                    {
+                        return st.member_count(pool) == 0;
+                    }
+                }
+                None => self.shared.removed.wait(&mut st),
             }
         }
         true
@@ -359,5 +365,18 @@ fn serve_client(mut stream: TcpStream, peer: SocketAddr, id: u64, shared: Arc<Sh
     let _ = stream.shutdown(std::net::Shutdown::Both);
     if let Ok(t) = writer_thread {
         let _ = t.join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waiting_beyond_what_the_clock_can_count_for_an_empty_pool_returns_at_once() {
+        let server = RegistryServer::start("127.0.0.1:0", "s").unwrap();
+        // The deadline used to be the clock plus the timeout, which overflowed.
+        assert!(server.wait_until_empty("nobody", Duration::MAX));
+        assert!(server.wait_until_empty("nobody", Duration::ZERO));
     }
 }

@@ -22,6 +22,12 @@ const DEFAULT_STACK: usize = 16 << 20;
 /// what an absurd `threads(n)` allocates before its threads would fail to start.
 pub const MAX_THREADS: usize = 4096;
 
+/// The smallest stack a worker thread gets: what the runtime's own frames (the worker's loop,
+/// a steal, a job run on top of a waiting frame) need in an unoptimized build, with room for
+/// a few levels of tasks. Below it a worker overflows its stack before the first task is
+/// done, and a stack overflow ends the whole process.
+pub const MIN_STACK_SIZE: usize = 256 << 10;
+
 /// A set of worker threads that run task trees.
 ///
 /// Configure it with the builder methods, then call [`run`](Runtime::run) as often as needed;
@@ -77,7 +83,8 @@ impl Runtime {
         self
     }
 
-    /// Sets the stack size of each worker thread, in bytes.
+    /// Sets the stack size of each worker thread, in bytes: at least [`MIN_STACK_SIZE`], or
+    /// every run fails with [`Error::Config`].
     pub fn stack_size(mut self, bytes: usize) -> Runtime {
         self.stack_size = bytes;
         self
@@ -105,6 +112,12 @@ impl Runtime {
             return Err(Error::Config(format!(
                 "threads({}): at most {MAX_THREADS} worker threads",
                 self.threads
+            )));
+        }
+        if self.stack_size < MIN_STACK_SIZE {
+            return Err(Error::Config(format!(
+                "stack_size({}): a worker thread needs a stack of at least {MIN_STACK_SIZE} bytes",
+                self.stack_size
             )));
         }
         // Conflicting registrations would break distributed runs; report them at once.

@@ -124,6 +124,34 @@ fn absurd_thread_counts_are_an_error() {
     }
 }
 
+/// A stack too small for a worker is an error naming the setting and the least it takes;
+/// `stack_size(0)` (or any size up to about 128 KiB in a debug build) used to start the
+/// workers, and the first of them to run a task overflowed its stack, which aborts the whole
+/// process. The smallest stack accepted runs a tree of tasks.
+#[test]
+fn a_stack_too_small_for_a_worker_is_an_error() {
+    for bytes in [0, 1, 64 << 10, satin::MIN_STACK_SIZE - 1] {
+        let err = bounded("stack_size(too small)", move || {
+            Runtime::local().threads(2).stack_size(bytes).run(Fib(12))
+        })
+        .unwrap_err();
+        assert!(matches!(err, satin::Error::Config(_)), "{bytes}: {err}");
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("stack_size({bytes})"))
+                && text.contains(&satin::MIN_STACK_SIZE.to_string()),
+            "{text}"
+        );
+    }
+    let least = bounded("stack_size(MIN_STACK_SIZE)", || {
+        Runtime::local()
+            .threads(2)
+            .stack_size(satin::MIN_STACK_SIZE)
+            .run(Fib(12))
+    });
+    assert_eq!(least.unwrap(), fib(12));
+}
+
 #[test]
 fn a_runtime_runs_many_roots() {
     let m = sized(15, 8);

@@ -118,7 +118,8 @@ impl PoolRuntime {
         self
     }
 
-    /// Sets the stack size of each worker thread of this node, in bytes.
+    /// Sets the stack size of each worker thread of this node, in bytes (at least
+    /// [`MIN_STACK_SIZE`](crate::MIN_STACK_SIZE), as for [`Runtime::stack_size`]).
     pub fn stack_size(mut self, bytes: usize) -> PoolRuntime {
         self.local = self.local.stack_size(bytes);
         self

@@ -512,10 +512,7 @@ impl Node {
                 return true;
             }
         }
-        let patience = std::env::var("SATIN_LEAVE_PATIENCE")
-            .ok()
-            .and_then(|v| ipl::config::parse_duration("SATIN_LEAVE_PATIENCE", &v).ok())
-            .unwrap_or(LEAVE_PATIENCE);
+        let patience = self.patience.leave.unwrap_or(LEAVE_PATIENCE);
         let since = *self.leave_requested_at.lock();
         if since.is_some_and(|t| t.elapsed() >= patience) {
             tracing::warn!(node = %self.me, "leaving with jobs unfinished after {patience:?}: their owners run them again");

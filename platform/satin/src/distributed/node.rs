@@ -206,6 +206,44 @@ pub(crate) struct Node {
     /// Set once this node has left: it takes part in no further run.
     pub(crate) left: AtomicBool,
     pub(crate) leave_requested_at: Mutex<Option<Instant>>,
+    /// The waits the environment sets, read once when the node starts.
+    pub(crate) patience: Patience,
+}
+
+/// Waits of a node that the environment may set: `SATIN_ORPHAN_PATIENCE` and
+/// `SATIN_LEAVE_PATIENCE` (durations such as `500ms` or `2min`, up to 365 days).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Patience {
+    /// How long jobs taken back from a member that is gone wait for its orphans; `None`:
+    /// a share of the run so far (see `results`).
+    pub(crate) orphans: Option<Duration>,
+    /// How long a leaving node waits for the jobs it runs for others; `None`: 60 s.
+    pub(crate) leave: Option<Duration>,
+}
+
+impl Patience {
+    /// The settings of the environment. A variable that is set must hold a duration: read
+    /// when a run needs it, a bad value would otherwise be replaced by the default without
+    /// a word, in the middle of the run it was meant for.
+    pub(crate) fn from_env() -> Result<Patience, Error> {
+        Ok(Patience {
+            orphans: duration_from_env("SATIN_ORPHAN_PATIENCE")?,
+            leave: duration_from_env("SATIN_LEAVE_PATIENCE")?,
+        })
+    }
+}
+
+/// The duration the environment variable `key` holds; `None` when it is unset.
+fn duration_from_env(key: &str) -> Result<Option<Duration>, Error> {
+    match std::env::var(key) {
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(v)) => {
+            Err(Error::Config(format!("{key}={v:?} is not valid text")))
+        }
+        Ok(v) => ipl::config::parse_duration(key, &v)
+            .map(Some)
+            .map_err(|e| Error::Config(e.to_string())),
+    }
 }
 
 impl Node {
@@ -215,6 +253,7 @@ impl Node {
         members: Members,
         remote: Remote,
         policy: Steal,
+        patience: Patience,
     ) -> Node {
         Node {
             ibis: ibis.clone(),
@@ -241,6 +280,7 @@ impl Node {
             leaving: AtomicBool::new(false),
             left: AtomicBool::new(false),
             leave_requested_at: Mutex::new(None),
+            patience,
         }
     }
 

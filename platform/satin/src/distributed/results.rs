@@ -37,11 +37,8 @@ use crate::remote::Event;
 const PATIENCE_MIN: Duration = Duration::from_millis(50);
 const PATIENCE_MAX: Duration = Duration::from_secs(2);
 
-fn orphan_patience(run_so_far: Duration) -> Duration {
-    std::env::var("SATIN_ORPHAN_PATIENCE")
-        .ok()
-        .and_then(|v| ipl::config::parse_duration("SATIN_ORPHAN_PATIENCE", &v).ok())
-        .unwrap_or_else(|| (run_so_far / 4).clamp(PATIENCE_MIN, PATIENCE_MAX))
+fn orphan_patience(fixed: Option<Duration>, run_so_far: Duration) -> Duration {
+    fixed.unwrap_or_else(|| (run_so_far / 4).clamp(PATIENCE_MIN, PATIENCE_MAX))
 }
 
 /// Jobs taken back from a member that is gone, waiting for its orphans.
@@ -129,7 +126,7 @@ impl Node {
             waiting,
             pending,
             jobs,
-            deadline: Instant::now() + orphan_patience(self.run_so_far()),
+            deadline: Instant::now() + orphan_patience(self.patience.orphans, self.run_so_far()),
         });
         let ready = take_ready(&mut rec, Instant::now());
         drop(rec);

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use ipl::{Ibis, Mesh, NodeId, Serialization};
 
-use super::node::{died, ipl_error, left, mesh_error, Members, Node};
+use super::node::{died, ipl_error, left, mesh_error, Members, Node, Patience};
 use super::proto;
 use super::Steal;
 use crate::remote::Remote;
@@ -34,6 +34,7 @@ impl Node {
     /// this node's side of the mesh, greets the master if the pool is running already, and
     /// starts the watcher.
     pub(crate) fn start(ibis: &Ibis, remote: Remote, policy: Steal) -> Result<Started, Error> {
+        let patience = Patience::from_env()?;
         let me = ibis.id();
         let pool = ibis.pool();
         // Subscribed first, so that no departure after the member list is missed.
@@ -61,7 +62,7 @@ impl Node {
             members.add(n, &me);
         }
         members.add(master.clone(), &me);
-        let node = Arc::new(Node::new(ibis, master, members, remote, policy));
+        let node = Arc::new(Node::new(ibis, master, members, remote, policy, patience));
         tracing::debug!(node = %me, master = %node.master, ?policy, "joining the distributed runtime");
 
         let built = build_mesh(ibis, &node);

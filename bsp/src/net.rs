@@ -1114,6 +1114,9 @@ impl Net {
                     theirs: format!("called {}", op::name(m.hdr.op)),
                 });
             }
+            if let Some(e) = self.unread_part(0, seq, op) {
+                return Err(e);
+            }
             let srcs: Vec<usize> = match waiting_for {
                 Some(src) => vec![src],
                 None => self.stash.keys().map(|k| k.3 as usize).collect(),
@@ -1228,26 +1231,8 @@ impl Net {
                 ),
             });
         }
-        // A part of an operation this process has ended, never read: its sender followed
-        // another tree than this process did. Get replies are left out: a refusal may come
-        // to a process that asked for nothing (see `drma`).
-        if let Some((k, m)) = self
-            .stash
-            .iter()
-            .find(|(k, m)| k.0 == comm && k.1 < seq && family(m.hdr.op) != op::SYNC)
-        {
-            return Err(Error::CollectiveMismatch {
-                pid: self.pid,
-                seq,
-                mine: format!("{} {}", op::name(op), self.describe(comm)),
-                peer: k.3 as usize,
-                theirs: format!(
-                    "sent this process a part of its {} (operation #{}), which this process \
-                     ended without it",
-                    op::name(m.hdr.op),
-                    k.1
-                ),
-            });
+        if let Some(e) = self.unread_part(comm, seq, op) {
+            return Err(e);
         }
         // Round messages of `src` come in the order it sent them, on its control connection
         // (the payload of a large one goes elsewhere, its notice there): one of a later
@@ -1275,6 +1260,29 @@ impl Net {
             return Err(e);
         }
         self.pump(&mut wait.w, ctx, Some(key))
+    }
+
+    /// While this process is in operation `seq` (an `op`) of group `comm`: a part of an
+    /// operation of the group it has ended, never read. Its sender followed another tree than
+    /// this process did (the processes named different roots), and a process waiting for a
+    /// part that went here instead would wait for ever. Get replies are left out: a refusal
+    /// may come to a process that asked for nothing (see `drma`).
+    fn unread_part(&self, comm: u64, seq: u64, op: u8) -> Option<Error> {
+        let (k, m) = self.stash.iter().find(|(k, m)| {
+            k.0 == comm && k.1 < seq && m.hdr.op != op::GET_REPLY && m.hdr.op != op::SYNC
+        })?;
+        Some(Error::CollectiveMismatch {
+            pid: self.pid,
+            seq,
+            mine: format!("{} {}", op::name(op), self.describe(comm)),
+            peer: k.3 as usize,
+            theirs: format!(
+                "sent this process a part of its {} (operation #{}), which this process ended \
+                 without it",
+                op::name(m.hdr.op),
+                k.1
+            ),
+        })
     }
 
     /// While this process waits for `src` in operation `seq` of group `comm`: whether `src`

@@ -225,7 +225,7 @@ pub use distributed::{PoolRuntime, Steal};
 pub use error::Error;
 pub use handle::Handle;
 pub use inlining::Inlining;
-pub use runtime::{Runtime, MAX_THREADS, MIN_STACK_SIZE};
+pub use runtime::{Runtime, MAX_STACK_SIZE, MAX_THREADS, MIN_STACK_SIZE};
 pub use stats::Stats;
 pub use task::Task;
 

@@ -28,6 +28,10 @@ pub const MAX_THREADS: usize = 4096;
 /// done, and a stack overflow ends the whole process.
 pub const MIN_STACK_SIZE: usize = 256 << 10;
 
+/// The largest stack a worker thread gets (1 GiB): beyond any task tree's need, and where the
+/// operating system's refusal ("Invalid argument") would not name the setting.
+pub const MAX_STACK_SIZE: usize = 1 << 30;
+
 /// A set of worker threads that run task trees.
 ///
 /// Configure it with the builder methods, then call [`run`](Runtime::run) as often as needed;
@@ -83,8 +87,8 @@ impl Runtime {
         self
     }
 
-    /// Sets the stack size of each worker thread, in bytes: at least [`MIN_STACK_SIZE`], or
-    /// every run fails with [`Error::Config`].
+    /// Sets the stack size of each worker thread, in bytes: from [`MIN_STACK_SIZE`] to
+    /// [`MAX_STACK_SIZE`], or every run fails with [`Error::Config`].
     pub fn stack_size(mut self, bytes: usize) -> Runtime {
         self.stack_size = bytes;
         self
@@ -117,6 +121,12 @@ impl Runtime {
         if self.stack_size < MIN_STACK_SIZE {
             return Err(Error::Config(format!(
                 "stack_size({}): a worker thread needs a stack of at least {MIN_STACK_SIZE} bytes",
+                self.stack_size
+            )));
+        }
+        if self.stack_size > MAX_STACK_SIZE {
+            return Err(Error::Config(format!(
+                "stack_size({}): a worker thread's stack is at most {MAX_STACK_SIZE} bytes",
                 self.stack_size
             )));
         }

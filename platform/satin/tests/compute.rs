@@ -150,6 +150,18 @@ fn a_stack_too_small_for_a_worker_is_an_error() {
             .run(Fib(12))
     });
     assert_eq!(least.unwrap(), fib(12));
+    // Too large a stack: an error naming the setting, where the operating system's refusal
+    // ("Invalid argument" for usize::MAX) named nothing.
+    for bytes in [satin::MAX_STACK_SIZE + 1, usize::MAX] {
+        let err = bounded("stack_size(too large)", move || {
+            Runtime::local().threads(2).stack_size(bytes).run(Fib(12))
+        })
+        .unwrap_err();
+        assert!(
+            err.to_string().contains(&format!("stack_size({bytes})")),
+            "{err}"
+        );
+    }
 }
 
 #[test]

@@ -35,7 +35,8 @@ pub struct Options {
     pub departure_grace: Duration,
     /// Longest one wait of a `sync` or collective (for one round's message, or for the data of
     /// a superstep) may last while every peer is alive; `None` waits as long as the peers live
-    /// (the default: a slow peer is not an error).
+    /// (the default: a slow peer is not an error). Not `Some(0)`, under which every wait would
+    /// fail.
     pub sync_timeout: Option<Duration>,
     /// Whether the large collectives of numbers on the host board (see the crate's front
     /// page) may read each process's data straight from its memory, one copy where the system
@@ -88,6 +89,10 @@ impl Options {
                 "wait_slice must be at most {MAX_WAIT_SLICE:?}, not {:?}",
                 self.wait_slice
             ));
+        }
+        if self.sync_timeout == Some(Duration::ZERO) {
+            // Every wait that waits at all would fail: None is the setting for no limit.
+            return Err("sync_timeout must not be 0 (None: no limit)".into());
         }
         if self.departure_grace > MAX_DEPARTURE_GRACE {
             return Err(format!(

@@ -30,6 +30,13 @@ fn options_beyond_their_bounds_are_config_errors() {
             },
             "small_message",
         ),
+        (
+            Options {
+                sync_timeout: Some(Duration::ZERO),
+                ..Options::default()
+            },
+            "sync_timeout",
+        ),
     ] {
         match bsp::run_local_with(2, opts, |_| Ok(())) {
             Err(Error::Config(why)) => assert!(why.contains(names), "{names}: {why}"),

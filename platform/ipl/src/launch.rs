@@ -220,7 +220,11 @@ pub fn placement(hosts: &[Host], nodes: u32) -> Vec<&str> {
 
 /// The total number of slots in `hosts`: the default number of processes with a host file.
 pub fn total_slots(hosts: &[Host]) -> u32 {
-    hosts.iter().map(|h| h.slots).sum::<u32>().min(MAX_NODES)
+    // Saturating: slots of `Host`s built in code are not bounded as a host file's are.
+    hosts
+        .iter()
+        .fold(0u32, |sum, h| sum.saturating_add(h.slots))
+        .min(MAX_NODES)
 }
 
 /// Quotes `w` for a POSIX shell where it holds anything a shell would interpret (`ssh` hands
@@ -965,6 +969,11 @@ mod tests {
             ]
         );
         assert_eq!(total_slots(&h), 4);
+        let huge = |slots| Host {
+            name: "n".into(),
+            slots,
+        };
+        assert_eq!(total_slots(&[huge(u32::MAX), huge(2)]), MAX_NODES);
         assert_eq!(placement(&h, 6), ["n1", "n1", "n2", "10.0.0.3", "n1", "n1"]);
         for (text, line, what) in [
             ("n1\nn2 slots=0\n", 2, "slots"),

@@ -58,6 +58,9 @@ impl ByteOrder {
     }
 }
 
+/// The longest location name, in bytes: every node's id carries it to every peer.
+pub const MAX_LOCATION: usize = 128;
+
 /// Emulated wide-area link between locations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WanLink {
@@ -401,8 +404,11 @@ impl Config {
         };
         c.launcher = launcher;
         if let Some(l) = get("IPL_LOCATION") {
-            if l.is_empty() || l.len() > 128 {
-                return Err(Error::config("IPL_LOCATION", "must be 1 to 128 characters"));
+            if l.is_empty() || l.len() > MAX_LOCATION {
+                return Err(Error::config(
+                    "IPL_LOCATION",
+                    format!("must be 1 to {MAX_LOCATION} characters"),
+                ));
             }
             c.location = l;
         }
@@ -566,8 +572,21 @@ impl Config {
                 ));
             }
         }
-        if self.location.is_empty() || self.location.len() > 128 {
-            return Err(Error::config("IPL_LOCATION", "must be 1 to 128 characters"));
+        if self.location.is_empty() || self.location.len() > MAX_LOCATION {
+            return Err(Error::config(
+                "IPL_LOCATION",
+                format!("must be 1 to {MAX_LOCATION} characters"),
+            ));
+        }
+        // A host name is at most 253 characters (DNS); the node advertises it to every peer.
+        if self.host.len() > 255 {
+            return Err(Error::config(
+                "IPL_HOST",
+                format!(
+                    "{} bytes: a host name or address is at most 255",
+                    self.host.len()
+                ),
+            ));
         }
         for (key, d) in [
             ("IPL_HEARTBEAT", self.heartbeat),
@@ -842,7 +861,7 @@ mod tests {
     #[test]
     fn a_node_built_in_code_with_absurd_settings_is_refused_naming_them() {
         type Set = fn(&mut Config);
-        let cases: [(&str, Set); 12] = [
+        let cases: [(&str, Set); 13] = [
             ("IPL_JOIN_TIMEOUT", |c| c.join_timeout = Duration::MAX),
             ("IPL_CONNECT_TIMEOUT", |c| c.connect_timeout = Duration::MAX),
             ("IPL_DEATH_TIMEOUT", |c| c.death_timeout = Duration::MAX),
@@ -855,6 +874,7 @@ mod tests {
             ("IPL_POOL_SIZE", |c| c.size = Some(0)),
             ("IPL_POOL_SIZE", |c| c.size = Some(u32::MAX)),
             ("IPL_WAN_BANDWIDTH", |c| c.wan.bandwidth = Some(0)),
+            ("IPL_HOST", |c| c.host = "h".repeat(256)),
         ];
         for (i, (key, set)) in cases.into_iter().enumerate() {
             let mut c = Config::inproc(format!("absurd-{}-{i}", std::process::id()), 1);

@@ -441,6 +441,21 @@ pub fn run_with(l: &Launch, o: &RunOptions) -> Result<i32> {
             ));
         }
     }
+    // Each rank would refuse it as IPL_LOCATION, after all had started.
+    if let Some(j) = o
+        .join
+        .as_ref()
+        .filter(|j| j.location.is_empty() || j.location.len() > crate::config::MAX_LOCATION)
+    {
+        return Err(Error::config(
+            "--location",
+            format!(
+                "{} bytes: a location is 1 to {} characters",
+                j.location.len(),
+                crate::config::MAX_LOCATION
+            ),
+        ));
+    }
     if l.wan_bandwidth == Some(0) {
         return Err(Error::config(
             "--wan-bandwidth",
@@ -1015,7 +1030,19 @@ mod tests {
             wan_bandwidth: Some(0),
             ..launch.clone()
         };
+        let far = RunOptions {
+            join: Some(Join {
+                registry: "127.0.0.1:9".into(),
+                pool: Named {
+                    pool: "p".into(),
+                    secret: "s".into(),
+                },
+                location: "x".repeat(crate::config::MAX_LOCATION + 1),
+            }),
+            ..RunOptions::default()
+        };
         for (l, o, key) in [
+            (&launch, &far, "--location"),
             (&launch, &grace, "--grace"),
             (&latency, &RunOptions::default(), "--wan-latency"),
             (&bandwidth, &RunOptions::default(), "--wan-bandwidth"),

@@ -375,8 +375,8 @@ fn check_in_set(what: &str, path: &str) -> std::result::Result<(), String> {
 }
 
 impl RunRecord {
-    /// Checks every field that the analysis divides by or the charts iterate over: process
-    /// and thread counts, and times.
+    /// Checks every field that the analysis divides by or the charts iterate over (process
+    /// and thread counts, and times), and that its log is inside the set.
     pub fn validate(&self) -> std::result::Result<(), String> {
         check_count("nodes", self.nodes)?;
         check_count("threads", self.threads)?;
@@ -387,7 +387,8 @@ impl RunRecord {
         for (phase, t) in &self.seconds {
             check_seconds(&format!("seconds.{phase}"), *t)?;
         }
-        Ok(())
+        // The run's output, relative to the set: a link out of it is a damaged record.
+        check_in_set("log", &self.log)
     }
 }
 
@@ -677,6 +678,24 @@ mod tests {
         check_name(&n).unwrap();
         for bad in ["", "../x", "a/b", ".hidden", "a b"] {
             assert!(check_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// A run's log is a path inside its set, or the record is damaged; runs without a log
+    /// (figures measured elsewhere) pass.
+    #[test]
+    fn a_log_outside_the_set_is_refused() {
+        let mut r = RunRecord::ok("sor", Version::Parallel, 2, 1, 1.0);
+        r.validate().unwrap();
+        r.log = "logs/sor-p2-r0".into();
+        r.validate().unwrap();
+        for bad in ["../../etc/passwd", "/etc/passwd", "logs/../../x"] {
+            r.log = bad.into();
+            let e = r.validate().unwrap_err();
+            assert!(
+                e.contains("log") && e.contains("not a path inside"),
+                "{bad}: {e}"
+            );
         }
     }
 

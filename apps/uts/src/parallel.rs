@@ -513,21 +513,20 @@ impl satin::Task for Subtrees {
     type Output = Partial;
 
     fn run(mut self, cx: &mut satin::Context) -> Partial {
-        let search = self.search.clone();
-        let state = &*search.0;
+        let state = &*self.search.0;
         let mut out = Partial::default();
         if state.budget.exhausted() {
             return Partial::cut(&state.budget);
         }
-        // The walk takes the task's share of the held nodes with them.
+        // The walk takes the task's share of the held nodes with them: the task, left empty,
+        // gives none back when it is dropped.
         let pending = std::mem::take(&mut self.pending);
-        drop(self);
         let nesting = Nesting::enter();
         let may_split = nesting.0 < MAX_NESTING;
         let mut stretch = Stretch::new(state, pending, may_split);
         let mut children: Vec<satin::Handle<Partial>> = Vec::new();
         while let Some(part) = stretch.next_part(&|| cx.work_wanted()) {
-            children.push(cx.spawn(Subtrees::handed_out(search.clone(), part)));
+            children.push(cx.spawn(Subtrees::handed_out(self.search.clone(), part)));
             if children.len() >= HARVEST_AT {
                 harvest(&mut children, &mut out);
             }

@@ -403,13 +403,8 @@ impl Config {
             }
         };
         c.launcher = launcher;
+        // Its length is checked with the rest, by `validate` below.
         if let Some(l) = get("IPL_LOCATION") {
-            if l.is_empty() || l.len() > MAX_LOCATION {
-                return Err(Error::config(
-                    "IPL_LOCATION",
-                    format!("must be 1 to {MAX_LOCATION} characters"),
-                ));
-            }
             c.location = l;
         }
         if let Some(d) = get("IPL_WAN_LATENCY") {
@@ -794,6 +789,23 @@ mod tests {
         let c = Config::from_lookup(lookup(&[])).unwrap();
         assert_eq!(c.driver, Driver::Inproc);
         assert_eq!(c.size, Some(1));
+    }
+
+    /// A location out of bounds in the environment is refused naming the variable (by
+    /// `validate`, which checks a configuration built in code the same way).
+    #[test]
+    fn a_location_out_of_bounds_names_the_variable() {
+        for l in [String::new(), "x".repeat(MAX_LOCATION + 1)] {
+            let e = Config::from_lookup(lookup(&[("IPL_LOCATION", &l)])).unwrap_err();
+            assert!(e.to_string().contains("IPL_LOCATION"), "{e}");
+        }
+        let l = "x".repeat(MAX_LOCATION);
+        assert_eq!(
+            Config::from_lookup(lookup(&[("IPL_LOCATION", &l)]))
+                .unwrap()
+                .location,
+            l
+        );
     }
 
     #[test]

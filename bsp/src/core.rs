@@ -42,6 +42,9 @@ pub(crate) mod op {
     /// Setting up the host board, at the whole machine's first operation that could use it (a
     /// sync or a small all-reduce, all-gather, reduce-scatter or all-to-all).
     pub const HOST_BOARD: u8 = 20;
+    /// `all_gather_slice`: apart from the serde `all_gather`, so that its signature can hold
+    /// the number type and the length, which a mismatch error then names.
+    pub const ALL_GATHER_SLICE: u8 = 21;
 
     pub fn name(op: u8) -> &'static str {
         match op {
@@ -65,6 +68,7 @@ pub(crate) mod op {
             ALL_TO_ALL_WITH => "all_to_all_with",
             SPLIT => "split",
             HOST_BOARD => "the host board's setup (at the first sync or small collective)",
+            ALL_GATHER_SLICE => "all_gather_slice",
             _ => "an unknown operation",
         }
     }
@@ -78,6 +82,7 @@ pub(crate) mod op {
                 | ALL_REDUCE_WITH
                 | TOTAL_EXCHANGE
                 | ALL_GATHER
+                | ALL_GATHER_SLICE
                 | REDUCE_SCATTER
                 | ALL_TO_ALL
                 | ALL_TO_ALL_WITH

@@ -234,7 +234,7 @@ fn mismatched_collectives_are_errors_not_hangs() {
         "{text}"
     );
     // The same operation with different arguments.
-    let e = try_run(Net::Local, 2, opts, |bsp| {
+    let e = try_run(Net::Local, 2, opts.clone(), |bsp| {
         let op = if bsp.pid() == 0 { Op::Sum } else { Op::Max };
         bsp.all_reduce(1.0f64, op)?;
         Ok(())
@@ -243,6 +243,22 @@ fn mismatched_collectives_are_errors_not_hangs() {
     assert!(matches!(e, Error::CollectiveMismatch { .. }), "{e}");
     let text = e.to_string();
     assert!(text.contains("sum") && text.contains("max"), "{text}");
+    // Slices of different lengths to gather: both lengths named, over messages and over the
+    // host board alike.
+    for net in [Net::Local, Net::Shm] {
+        let e = try_run(net, 2, opts.clone(), |bsp| {
+            let mine = vec![1.0f64; 2 + bsp.pid()];
+            bsp.all_gather_slice(&mine)?;
+            Ok(())
+        })
+        .unwrap_err();
+        assert!(matches!(e, Error::CollectiveMismatch { .. }), "{e}");
+        let text = e.to_string();
+        assert!(
+            text.contains("2 f64 values") && text.contains("3 f64 values"),
+            "{net:?}: {text}"
+        );
+    }
 }
 
 #[test]

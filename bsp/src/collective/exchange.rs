@@ -413,7 +413,9 @@ impl Bsp {
         let (p, me, n) = (self.nprocs, self.pid, values.len());
         let board = self.board_for::<T>(n)?;
         let bulk = self.bulk_for::<T>(n)?;
-        let call = self.begin(op::ALL_GATHER, type_sig::<[T]>(n as u64));
+        // The length in the signature, so that processes giving different lengths are a
+        // mismatch that names both.
+        let call = self.begin(op::ALL_GATHER_SLICE, u64::from(T::TAG) | (n as u64) << 8);
         if let Some(board) = board {
             // Up to 64 bytes each, every process on this host: every row of the host board.
             let mut out = Vec::with_capacity(n * p);

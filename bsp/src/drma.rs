@@ -103,6 +103,15 @@ fn range(offset: usize, len: usize, have: usize) -> Option<std::ops::Range<usize
     (end <= have).then_some(offset..end)
 }
 
+/// A requested range for an error: `offset..end`, or, where the end is past the largest
+/// index, the offset and the length, rather than an end that would be wrong.
+fn shown(offset: usize, len: usize) -> String {
+    match offset.checked_add(len) {
+        Some(end) => format!("{offset}..{end}"),
+        None => format!("{len} elements from {offset}"),
+    }
+}
+
 impl Bsp {
     fn own<T: Number>(&self, reg: Reg<T>, what: &str) -> Result<u32> {
         let ok = reg.instance == self.instance
@@ -209,8 +218,8 @@ impl Bsp {
                 pid: self.pid,
                 superstep: self.superstep,
                 what: format!(
-                    "get into registration {into_id} at {into_offset}..{}: it has {have} elements",
-                    into_offset.saturating_add(len)
+                    "get into registration {into_id} at {}: it has {have} elements",
+                    shown(into_offset, len)
                 ),
             });
         }
@@ -355,9 +364,9 @@ impl Bsp {
                             None => refuse(
                                 out,
                                 &format!(
-                                    "get of {offset}..{} from registration {reg} of pid {}: \
+                                    "get of {} from registration {reg} of pid {}: \
                                          it has {} elements",
-                                    offset.saturating_add(n),
+                                    shown(offset, n),
                                     self.pid,
                                     slot.len()
                                 ),
@@ -417,10 +426,10 @@ impl Bsp {
                         None
                     }
                     None => Some(format!(
-                        "put from pid {} to {offset}..{} of registration {reg}: pid {pid} has {} \
+                        "put from pid {} to {} of registration {reg}: pid {pid} has {} \
                          elements",
                         part.src,
-                        offset.saturating_add(n),
+                        shown(offset, n),
                         slot.len()
                     )),
                 },

@@ -122,6 +122,31 @@ fn out_of_range_puts_and_gets_are_errors_naming_the_processes() {
         "{text}"
     );
 
+    // A range whose end is past the largest index is named by its offset and length, not by
+    // an end that does not exist.
+    let far = usize::MAX - 1;
+    let e = try_run(Net::Local, 2, common::opts(), move |bsp| {
+        let r = bsp.register(vec![0u8; 4])?;
+        let local = bsp.register(vec![0u8; 4])?;
+        let e = bsp.get(1, r, 0, 4, local, far).unwrap_err();
+        assert!(
+            e.to_string().contains(&format!("4 elements from {far}")),
+            "{e}"
+        );
+        if bsp.pid() == 0 {
+            bsp.get(1, r, far, 4, local, 0)?;
+        }
+        bsp.sync()?;
+        Ok(())
+    })
+    .unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, Error::Drma { pid: 0, .. }), "{text}");
+    assert!(
+        text.contains(&format!("get of 4 elements from {far}")),
+        "{text}"
+    );
+
     // A handle of another process's Bsp is refused.
     let mut procs = bsp::Bsp::local(2).unwrap();
     let mut b = procs.pop().unwrap();

@@ -924,9 +924,11 @@ fn wait_child(
 ) -> std::io::Result<std::process::ExitStatus> {
     let pid = child.id();
     loop {
-        // SAFETY: waitid with WNOWAIT only observes that our own child has exited; the zombie
-        // stays, so its pid and group id cannot be reused until `child.wait()` below.
+        // SAFETY: `siginfo_t` is plain data, for which all zero bytes are a valid value.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid with WNOWAIT only observes that our own child has exited, writing into
+        // `info`; the zombie stays, so its pid and group id cannot be reused until
+        // `child.wait()` below.
         let r = unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT) };
         if r == 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
             break;

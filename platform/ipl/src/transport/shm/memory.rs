@@ -198,8 +198,8 @@ pub(crate) unsafe fn copy_in(dst: &mut [u8], src: *const u8) {
     }
     let off = src as usize % 8;
     let mut i = 0;
-    // SAFETY (all blocks below): every read is of an aligned word overlapping the range, which
-    // the caller vouches for; every write is within `dst`.
+    // SAFETY: every read is of an aligned word overlapping the range, which the caller vouches
+    // for; every write is within `dst`.
     unsafe {
         if off != 0 {
             let w = std::ptr::read_volatile(src.sub(off) as *const u64).to_ne_bytes();
@@ -251,8 +251,8 @@ pub(crate) unsafe fn copy_out(dst: *mut u8, src: &[u8]) {
     }
     let off = dst as usize % 8;
     let mut i = 0;
-    // SAFETY (all blocks below): every access is of an aligned word overlapping the range,
-    // which the caller vouches for; every read of `src` is within its length.
+    // SAFETY: every access is of an aligned word overlapping the range, which the caller
+    // vouches for; every read of `src` is within its length.
     unsafe {
         if off != 0 {
             let p = dst.sub(off) as *mut u64;

@@ -695,18 +695,27 @@ pub fn run_with(l: &Launch, o: &RunOptions) -> Result<i32> {
     let mut first_death = None;
     let mut succeeded = 0;
     let mut kill_at: Option<Instant> = None;
+    // A rank whose heartbeats stopped (a process stopped or hung) is dead to its pool but
+    // never exits: it is killed, and its end judged as any other death.
+    let mut silent = registry
+        .as_ref()
+        .map_or_else(crossbeam_channel::never, |r| r.watch_silent(&pool));
     loop {
-        let next = match kill_at {
-            None => rx.recv().map_err(|_| ()),
-            Some(t) => match rx.recv_deadline(t) {
-                Ok(v) => Ok(v),
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                    kill_all(&groups);
-                    kill_at = None;
-                    continue;
+        let timer = kill_at.map_or_else(crossbeam_channel::never, crossbeam_channel::at);
+        let next = crossbeam_channel::select! {
+            recv(rx) -> next => next,
+            recv(timer) -> _ => {
+                kill_all(&groups);
+                kill_at = None;
+                continue;
+            }
+            recv(silent) -> rank => {
+                match rank {
+                    Ok(rank) => kill_silent(&groups, rank, hosts.as_deref()),
+                    Err(_) => silent = crossbeam_channel::never(),
                 }
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(()),
-            },
+                continue;
+            }
         };
         let Ok((rank, status)) = next else { break };
         let (code, signal) = match status {
@@ -943,6 +952,27 @@ fn wait_child(
         *slot = None;
     }
     child.wait()
+}
+
+/// Kills rank `rank`, which the registry declared dead for its silence, if it still runs.
+fn kill_silent(launched: &Mutex<Launched>, rank: u32, hosts: Option<&[&str]>) {
+    let l = launched.lock().expect("group list");
+    let Some(Some(pgid)) = l.groups.get(rank as usize) else {
+        return;
+    };
+    let host = hosts
+        .and_then(|h| h.get(rank as usize))
+        .map(|h| format!(" on {h}"))
+        .unwrap_or_default();
+    eprintln!(
+        "ipl-run: rank {rank}{host} stopped answering the registry (no heartbeat for its \
+         death timeout) and is dead to its pool; killing it"
+    );
+    // SAFETY: kill(2) of the process group our child leads; the child has not been reaped
+    // (its slot is cleared under this lock first), so the group id is still ours.
+    unsafe {
+        libc::kill(-pgid, libc::SIGKILL);
+    }
 }
 
 fn kill_all(launched: &Mutex<Launched>) {

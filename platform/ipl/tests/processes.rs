@@ -125,10 +125,15 @@ fn child_process_entry() {
             let _ = sleeper.kill();
             let _ = sleeper.wait();
         }
-        // Rank 2 dies by a signal; with "survive-fail" rank 1 also fails. The others carry on
-        // and succeed once they see the death.
-        "survive" | "survive-fail" => {
+        // Rank 2 dies by a signal (with "survive-stop" it stops and never answers again);
+        // with "survive-fail" rank 1 also fails. The others carry on and succeed once they see
+        // the death.
+        "survive" | "survive-fail" | "survive-stop" => {
             match me {
+                // SAFETY: kill(2) of this very process.
+                2 if role == "survive-stop" => unsafe {
+                    libc::kill(libc::getpid(), libc::SIGSTOP);
+                },
                 // SAFETY: kill(2) of this very process.
                 2 => unsafe {
                     libc::kill(libc::getpid(), libc::SIGKILL);
@@ -445,6 +450,55 @@ fn tolerate_failures_keeps_the_survivors_going_and_judges_them() {
     let (code, out, err, _) = ipl_run_all(&["-n", "3"], "survive");
     assert_eq!(code, 137, "{out}\n{err}");
     assert!(err.contains("stopping the others"), "{err}");
+}
+
+#[test]
+fn a_stopped_rank_is_killed_once_the_registry_declares_it_dead() {
+    if role().is_some() {
+        return;
+    }
+    // Rank 2 stops itself: the registry declares it dead after a second without heartbeats,
+    // the others see that and succeed, and the launcher, which would wait for the stopped
+    // process for ever, kills it.
+    let quick = [("IPL_HEARTBEAT", "200ms"), ("IPL_DEATH_TIMEOUT", "1s")];
+    let run = |args: &[&str]| {
+        let exe = std::env::current_exe().unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ipl-run"));
+        cmd.args(args)
+            .arg("--")
+            .arg(exe)
+            .args([
+                "child_process_entry",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("IPL_TEST_ROLE", "survive-stop")
+            .envs(quick);
+        let (status, out, err) =
+            testkit::Reaped::start(&mut cmd).output(Instant::now() + Duration::from_secs(60));
+        (status.code().unwrap_or(-1), out, err)
+    };
+    let (code, out, err) = run(&["-n", "3", "--tolerate-failures"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    for rank in [0, 1] {
+        assert!(out.contains(&format!("rank {rank} survived")), "{out}");
+    }
+    assert!(
+        err.contains("rank 2 stopped answering the registry"),
+        "{err}"
+    );
+    assert!(
+        err.contains("rank 2 was killed by signal 9; the others go on"),
+        "{err}"
+    );
+    // Without the flag its death fails the run, as a crash does.
+    let (code, out, err) = run(&["-n", "3"]);
+    assert_eq!(code, 137, "{out}\n{err}");
+    assert!(
+        err.contains("rank 2 stopped answering the registry"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -39,7 +39,13 @@ struct Shared {
     sockets: Mutex<HashMap<(String, u32), TcpStream>>,
     stop: AtomicBool,
     handshakes: Mutex<Handshakes>,
+    /// Who hears of members declared dead for their silence, by pool (see
+    /// [`RegistryServer::watch_silent`]).
+    silent: Mutex<Vec<(String, crossbeam_channel::Sender<u32>)>>,
 }
+
+/// Silent members a watcher may leave unread before newer ones are dropped.
+const SILENT_QUEUE: usize = 1024;
 
 /// A running registry service. Dropping it stops the service and disconnects every node.
 pub struct RegistryServer {
@@ -71,6 +77,7 @@ impl RegistryServer {
             sockets: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
             handshakes: Mutex::new(Handshakes::default()),
+            silent: Mutex::new(Vec::new()),
         });
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let acceptor = {
@@ -92,6 +99,13 @@ impl RegistryServer {
                         for (pool, rank) in expired {
                             shared.state.lock().remove(&pool, rank, true);
                             shared.removed.notify_all();
+                            shared.silent.lock().retain(|(p, tx)| {
+                                *p != pool
+                                    || !matches!(
+                                        tx.try_send(rank),
+                                        Err(crossbeam_channel::TrySendError::Disconnected(_))
+                                    )
+                            });
                             if let Some(s) = shared.sockets.lock().remove(&(pool, rank)) {
                                 let _ = s.shutdown(std::net::Shutdown::Both);
                             }
@@ -136,6 +150,16 @@ impl RegistryServer {
             }
         }
         true
+    }
+
+    /// The ranks of `pool` declared dead from now on because their heartbeats stopped for
+    /// their death timeout (not those whose connection closed): processes that are stopped
+    /// or hung, which the pool has given up on. Bounded; a watcher that stops reading loses
+    /// ranks rather than growing memory.
+    pub fn watch_silent(&self, pool: &str) -> crossbeam_channel::Receiver<u32> {
+        let (tx, rx) = crossbeam_channel::bounded(SILENT_QUEUE);
+        self.shared.silent.lock().push((pool.to_owned(), tx));
+        rx
     }
 
     /// Runs until the process is killed (for the stand-alone server).

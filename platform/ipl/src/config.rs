@@ -105,7 +105,8 @@ pub struct Config {
     pub wan: WanLink,
     /// Interval between heartbeats to the registry.
     pub heartbeat: Duration,
-    /// A node silent for this long is declared dead.
+    /// A node silent for this long is declared dead; a registry that answers none of a
+    /// node's heartbeats for this long cuts the node off from its pool.
     pub death_timeout: Duration,
     /// How long `connect` retries a missing port, and how long joining may take.
     pub connect_timeout: Duration,

@@ -77,7 +77,8 @@ impl PoolInner {
         let ev = match msg {
             FromRegistry::Welcome { .. }
             | FromRegistry::Refused(_)
-            | FromRegistry::Clock { .. } => return,
+            | FromRegistry::Clock { .. }
+            | FromRegistry::Alive => return,
             FromRegistry::NoWinner(name) => {
                 v.vacant.insert(name);
                 drop(v);
@@ -688,7 +689,11 @@ fn join_tcp(cfg: &Config, req: JoinRequest, mut s: TcpStream) -> Result<Pool> {
     } else {
         crate::trace::ClockOffset::SHARED
     };
-    s.set_read_timeout(None)
+    // The registry answers every heartbeat: silence for as long as it gives this node before
+    // declaring it dead means the registry is stopped or hung, and can tell this node of no
+    // failure any more.
+    let silence = cfg.death_timeout;
+    s.set_read_timeout(Some(silence))
         .map_err(|e| Error::io("registry socket", e))?;
     let inner = Pool::make_inner(me.clone(), members, cfg, clock);
     for msg in early {
@@ -714,10 +719,17 @@ fn join_tcp(cfg: &Config, req: JoinRequest, mut s: TcpStream) -> Result<Pool> {
                 match msg {
                     Ok(m) => p.apply(m),
                     Err(e) => {
-                        let e = if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                            "closed by the other side".to_string()
-                        } else {
-                            e.to_string()
+                        let e = match e.kind() {
+                            std::io::ErrorKind::UnexpectedEof => {
+                                "closed by the other side".to_string()
+                            }
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                                format!(
+                                    "no answer to heartbeats for {silence:?} (the registry \
+                                     is stopped or hung)"
+                                )
+                            }
+                            _ => e.to_string(),
                         };
                         p.lost_registry(format!(
                             "connection to the registry at {server} lost: {e}"

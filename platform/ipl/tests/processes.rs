@@ -267,6 +267,55 @@ fn a_hung_process_is_declared_dead_after_the_death_timeout() {
     assert!(stopped.elapsed() >= Duration::from_millis(900));
 }
 
+#[test]
+fn a_stopped_registry_cuts_its_nodes_off_after_their_death_timeout() {
+    if role().is_some() {
+        return;
+    }
+    let secret = "stopped-registry-test";
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ipl-server"));
+    cmd.args(["--bind", "127.0.0.1:0"])
+        .env("IPL_SECRET", secret)
+        .env("RUST_LOG", "off")
+        .stdin(Stdio::null());
+    let mut server = testkit::Reaped::start(&mut cmd);
+    let lines = testkit::lines(server.0.stdout.take().unwrap());
+    let (addr, _) = lines
+        .recv_timeout(Duration::from_secs(30))
+        .expect("ipl-server prints its address");
+    let pool = format!("stopped-registry-{}", std::process::id());
+    let mut cfg = Config::tcp(&pool, 1, addr.trim().to_string(), secret);
+    cfg.rank = Some(0);
+    cfg.heartbeat = Duration::from_millis(200);
+    cfg.death_timeout = Duration::from_secs(1);
+    let ibis = Ibis::join(cfg).unwrap();
+    ibis.pool().wait_closed().unwrap();
+    let ty = PortType::builder()
+        .connection(Connection::ManyToOne)
+        .build();
+    let rp = ibis.receive_port(&ty, "ring").unwrap();
+    // SIGSTOP keeps the registry's connection open, but it answers nothing: it can no longer
+    // tell this node of a peer's death.
+    // SAFETY: plain kill(2) on our own child.
+    unsafe {
+        libc::kill(server.0.id() as i32, libc::SIGSTOP);
+    }
+    let stopped = Instant::now();
+    let e = rp
+        .receive_timeout(Duration::from_secs(20))
+        .err()
+        .expect("no message is ever sent");
+    assert!(matches!(e, ipl::Error::Registry(_)), "{e}");
+    assert!(e.to_string().contains(&addr.trim().to_string()), "{e}");
+    assert!(
+        stopped.elapsed() < Duration::from_secs(10),
+        "cut off only after {:?}",
+        stopped.elapsed()
+    );
+    drop(rp);
+    drop(ibis);
+}
+
 /// Runs `ipl-run ARGS -- (this test binary in ROLE)`: its exit code, standard output and error,
 /// and how long it took.
 fn ipl_run_all(args: &[&str], role: &str) -> (i32, String, String, Duration) {

@@ -91,6 +91,9 @@ pub enum FromRegistry {
         /// The registry's host name: nodes on that host share its clock.
         host: String,
     },
+    /// Answer to `Heartbeat`: the registry is alive. A node that hears nothing from its
+    /// registry for its death timeout is cut off from its pool.
+    Alive,
 }
 
 /// Longest election name, in bytes. The registry keeps each name until its winner goes, so

@@ -348,7 +348,12 @@ fn serve_client(mut stream: TcpStream, peer: SocketAddr, id: u64, shared: Arc<Sh
     let mut died = true;
     loop {
         match read_frame::<ToRegistry>(&mut stream) {
-            Ok(ToRegistry::Heartbeat) => shared.state.lock().heartbeat(&pool, rank),
+            Ok(ToRegistry::Heartbeat) => {
+                shared.state.lock().heartbeat(&pool, rank);
+                // A full queue means the node is not reading: it is removed as unresponsive
+                // when the next event finds the queue full.
+                let _ = replies.try_send(FromRegistry::Alive);
+            }
             Ok(ToRegistry::Elect(name)) => {
                 let mut st = shared.state.lock();
                 st.heartbeat(&pool, rank);

@@ -263,12 +263,13 @@ impl Bsp {
     /// finds, so that all stay in step; the board is used only if every process opened it.
     fn attach_board(&mut self) -> Result<()> {
         let (p, pid) = (self.nprocs, self.pid);
+        let switches = self.net().switches;
         let want = self.ibis.config().driver == ipl::Driver::Shm
-            && std::env::var("BSP_HOST_BOARD").map_or(true, |v| v != "0")
+            && switches.host_board
             && p <= board::MAX_PROCS;
         // The sync over MPI (see `mpi_sync`) is agreed in the same rounds.
         #[cfg(feature = "mpi")]
-        let words = if self.ibis.config().driver == ipl::Driver::Mpi {
+        let words = if self.ibis.config().driver == ipl::Driver::Mpi && switches.mpi_sync {
             let nodes = self.net().nodes.clone();
             crate::mpi_sync::MpiSync::new(&self.ibis, &nodes)
         } else {

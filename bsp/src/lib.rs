@@ -152,7 +152,9 @@
 //! messages. Groups, the local form, values of serde types and the broadcasts and gathers use
 //! messages.
 //! `BSP_HOST_BOARD=0` in the environment of every process turns the board off (to measure the
-//! messages' cost on one host, say); [`Stats::board_operations`] counts what it carried.
+//! messages' cost on one host, say); [`Stats::board_operations`] counts what it carried. It and
+//! `BSP_MPI_SYNC` (below) are `0` or `1` (unset or empty: `1`); any other value fails
+//! [`Bsp::new`] with [`Error::Config`] naming the variable.
 //!
 //! On ipl's mpi driver (feature `mpi`, under `mpirun` or `srun`) the board's counterpart is MPI
 //! itself: the whole machine's `sync` exchanges its message counts over the process's word channel

@@ -72,9 +72,7 @@ impl MpiSync {
     /// The channel for a machine of `nodes` (by pid), if this process can take it: every node
     /// has an MPI rank, and the messages fit it.
     pub(crate) fn new(ibis: &ipl::Ibis, nodes: &[ipl::NodeId]) -> Option<MpiSync> {
-        if nodes.len() + HEAD > ipl::WordChannel::MAX_WORDS
-            || std::env::var("BSP_MPI_SYNC").is_ok_and(|v| v == "0")
-        {
+        if nodes.len() + HEAD > ipl::WordChannel::MAX_WORDS {
             return None;
         }
         let chan = ibis.word_channel()?;

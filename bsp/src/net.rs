@@ -594,11 +594,46 @@ pub(crate) struct Net {
     /// [`mpi_sync`](crate::mpi_sync)).
     #[cfg(feature = "mpi")]
     pub words: Option<crate::mpi_sync::MpiSync>,
+    /// What the environment asks of the host board and of the sync over MPI.
+    pub switches: Switches,
+}
+
+/// The environment's switches, read once when a process is made: `BSP_HOST_BOARD` and
+/// `BSP_MPI_SYNC`, each unset, empty or `1` (on) or `0` (off).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Switches {
+    /// Whether the host board may be used (see [`board`](crate::board)).
+    pub host_board: bool,
+    /// Whether the sync over MPI may be used (see `mpi_sync`, feature `mpi`).
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+    pub mpi_sync: bool,
+}
+
+impl Switches {
+    /// The switches named by the variables that `get` finds; a value other than `0` or `1` is
+    /// refused naming the variable and the value.
+    pub(crate) fn from_lookup(
+        get: impl Fn(&str) -> Option<std::ffi::OsString>,
+    ) -> std::result::Result<Switches, String> {
+        let switch = |name: &str| match get(name) {
+            None => Ok(true),
+            Some(v) => match v.to_str().map(str::trim) {
+                Some("" | "1") => Ok(true),
+                Some("0") => Ok(false),
+                _ => Err(format!("{name}={v:?} is not 0 or 1")),
+            },
+        };
+        Ok(Switches {
+            host_board: switch("BSP_HOST_BOARD")?,
+            mpi_sync: switch("BSP_MPI_SYNC")?,
+        })
+    }
 }
 
 impl Net {
     pub(crate) fn new(ibis: Ibis, opts: Options) -> Result<Net> {
         opts.validate().map_err(Error::Config)?;
+        let switches = Switches::from_lookup(|k| std::env::var_os(k)).map_err(Error::Config)?;
         let pid = ibis.id().rank() as usize;
         let shared = Arc::new(Shared {
             mail: Mutex::new(Mail::default()),
@@ -656,6 +691,7 @@ impl Net {
             board: None,
             #[cfg(feature = "mpi")]
             words: None,
+            switches,
         })
     }
 

@@ -150,13 +150,14 @@ impl Runtime {
     ///
     /// The calling thread waits; the workers do the work. If any task of the tree panics, all
     /// others are cancelled and the run returns [`Error::TaskPanicked`] naming the task. With
-    /// the environment variable `SATIN_STATS=1` the run's statistics are printed to stderr.
+    /// the environment variable `SATIN_STATS=1` the run's statistics are printed to stderr;
+    /// `SATIN_STATS` set to anything but `0` or `1` fails the run with [`Error::Config`].
     pub fn run<T: Task>(&self, task: T) -> Result<T::Output, Error> {
         let sched = self.scheduler()?;
         if Worker::current().is_some_and(|w| Arc::ptr_eq(&w.sched, &sched)) {
             return Err(Error::NestedRun);
         }
-        let report = std::env::var_os("SATIN_STATS").is_some_and(|v| v == "1");
+        let report = stats_from_env()?;
         let before = sched.stats();
         let latch = Arc::new(Latch::new());
         let setter = Arc::clone(&latch);
@@ -196,5 +197,20 @@ impl Drop for Runtime {
         if let Some(s) = self.started.get_mut().take() {
             s.sched.stop(s.handles);
         }
+    }
+}
+
+/// Whether `SATIN_STATS` asks a run to print its statistics: unset, empty or `0` no, `1` yes.
+///
+/// # Errors
+/// [`Error::Config`] naming the variable and the value for any other value.
+pub(crate) fn stats_from_env() -> Result<bool, Error> {
+    match std::env::var_os("SATIN_STATS") {
+        None => Ok(false),
+        Some(v) => match v.to_str().map(str::trim) {
+            Some("" | "0") => Ok(false),
+            Some("1") => Ok(true),
+            _ => Err(Error::Config(format!("SATIN_STATS={v:?} is not 0 or 1"))),
+        },
     }
 }

@@ -180,13 +180,14 @@ impl PoolRuntime {
     /// time only: its work is done again elsewhere and the output is the same. If the master
     /// dies, every other node returns [`Error::NodeFailed`] naming it. After this node has
     /// left, `run` returns [`Error::Left`]. With `SATIN_STATS=1` each node prints its
-    /// statistics of the run to stderr.
+    /// statistics of the run to stderr; any value but `0` or `1` fails the run with
+    /// [`Error::Config`].
     pub fn run<T: Task>(&self, task: T) -> Result<Option<T::Output>, Error> {
         if self.local.remote()?.on_own_worker() {
             return Err(Error::NestedRun);
         }
+        let report = crate::runtime::stats_from_env()?;
         let node = self.node_started()?;
-        let report = std::env::var_os("SATIN_STATS").is_some_and(|v| v == "1");
         let before = self.local.stats();
         let result = node.run(task);
         if report {

@@ -105,6 +105,12 @@ fn ipl_server_refuses_empty_secrets_and_secrets_on_the_command_line() {
     refused(server, &loopback, &[("IPL_SECRET", "")], "empty");
     refused(server, &loopback, &[("IPL_SECRET", "  ")], "empty");
     refused(server, &loopback, &[], "IPL_SECRET");
+    refused(
+        server,
+        &loopback,
+        &[("IPL_SECRET", "s"), ("RUST_LOG", "ipl=degub")],
+        "RUST_LOG",
+    );
     let dir = std::env::temp_dir().join(format!("ipl-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let empty = dir.join("empty");

@@ -139,12 +139,13 @@ impl Drop for TraceGuard {
 /// leaves it cut short.
 ///
 /// # Errors
-/// When the directory or the file cannot be created, `IPL_TRACE_MESSAGES` is not a number, or a
-/// global subscriber is installed already.
+/// When `RUST_LOG` is not a filter (such as `ipl=debug,warn`), the directory or the file cannot
+/// be created, `IPL_TRACE_MESSAGES` is not a number, or a global subscriber is installed
+/// already.
 pub fn init(default_filter: &str, dir: Option<&Path>) -> Result<TraceGuard> {
     let env_dir = std::env::var_os(ENV_DIR).filter(|d| !d.is_empty());
     let dir = dir.map(Path::to_path_buf).or(env_dir.map(PathBuf::from));
-    let logs = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    let logs = log_filter(default_filter)?;
     // Trace events are for the trace alone, whatever RUST_LOG asks for.
     let not_trace =
         tracing_subscriber::filter::filter_fn(|m| !m.target().starts_with(TARGET_PREFIX));
@@ -159,6 +160,25 @@ pub fn init(default_filter: &str, dir: Option<&Path>) -> Result<TraceGuard> {
         return Ok(TraceGuard { path: None });
     };
     start_trace(fmt, &dir)
+}
+
+/// The filter of log lines that `RUST_LOG` names, or `default_filter` where it is unset or
+/// empty; a value that is not a filter is refused naming the variable, rather than replaced by
+/// the default without a word.
+fn log_filter(default_filter: &str) -> Result<EnvFilter> {
+    match std::env::var(EnvFilter::DEFAULT_ENV) {
+        Ok(v) if !v.trim().is_empty() => EnvFilter::try_new(&v).map_err(|e| {
+            Error::config(
+                EnvFilter::DEFAULT_ENV,
+                format!("'{v}' is not a log filter such as ipl=debug,warn: {e}"),
+            )
+        }),
+        Err(std::env::VarError::NotUnicode(v)) => Err(Error::config(
+            EnvFilter::DEFAULT_ENV,
+            format!("{v:?} is not valid text"),
+        )),
+        _ => Ok(EnvFilter::new(default_filter)),
+    }
 }
 
 /// Installs the subscriber with `fmt` and a trace written in `dir`.

@@ -330,6 +330,18 @@ impl Config {
             Launcher::detect(&get)?
         };
         let mut server = get("IPL_SERVER").filter(|s| !s.trim().is_empty());
+        // Read under mpirun or srun only, but checked everywhere: a bad value is refused
+        // rather than ignored.
+        let external = match get("IPL_REGISTRY").as_deref().map(str::trim) {
+            None | Some("") | Some("rank0") => false,
+            Some("external") => true,
+            Some(other) => {
+                return Err(Error::config(
+                    "IPL_REGISTRY",
+                    format!("'{other}' is not one of rank0, external"),
+                ))
+            }
+        };
         let mut c = match &launcher {
             None => {
                 let pool = get("IPL_POOL").unwrap_or_else(|| "default".into());
@@ -379,16 +391,6 @@ impl Config {
                         .map(|h| format!("{h}:{port}"))
                         .collect::<Vec<_>>()
                         .join(","),
-                };
-                let external = match get("IPL_REGISTRY").as_deref().map(str::trim) {
-                    None | Some("") | Some("rank0") => false,
-                    Some("external") => true,
-                    Some(other) => {
-                        return Err(Error::config(
-                            "IPL_REGISTRY",
-                            format!("'{other}' is not one of rank0, external"),
-                        ))
-                    }
                 };
                 let mut c = Config::inproc(key.clone(), l.size);
                 c.rank = Some(l.rank);
@@ -839,6 +841,7 @@ mod tests {
             ("IPL_WAN_LATENCY", "soon"),
             ("IPL_BYTE_ORDER", "middle"),
             ("IPL_RANK", "-1"),
+            ("IPL_REGISTRY", "rank1"),
         ] {
             let e = Config::from_lookup(lookup(&[(k, v)]))
                 .unwrap_err()

@@ -8,14 +8,25 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 fn main() {
+    let cli = Cli::parse();
+    // Log lines as RUST_LOG says (warnings by default); one it cannot read is refused, not
+    // ignored.
+    let logs = match std::env::var("RUST_LOG") {
+        Ok(v) if !v.trim().is_empty() => {
+            tracing_subscriber::EnvFilter::try_new(&v).unwrap_or_else(|e| {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "error: RUST_LOG='{v}' is not a log filter such as bench_harness=debug,warn: {e}"
+                );
+                std::process::exit(2);
+            })
+        }
+        _ => tracing_subscriber::EnvFilter::new("warn"),
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
+        .with_env_filter(logs)
         .init();
-    let cli = Cli::parse();
     // What a run leaves behind outside its process group comes back to the harness, which
     // ends it after the run.
     if !bench_harness::exec::adopt_orphans() {

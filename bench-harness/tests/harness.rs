@@ -459,6 +459,15 @@ fn bad_arguments_give_clear_errors() {
         assert!(err.contains(want), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{err}");
     }
+    // A RUST_LOG it cannot read is refused, not replaced by the default filter.
+    let o = Command::new(HARNESS)
+        .args(["plot", "no-such-set"])
+        .env("RUST_LOG", "bench_harness=degub")
+        .output()
+        .expect("harness runs");
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("RUST_LOG") && err.contains("degub"), "{err}");
     let out = scratch("bad");
     let missing = out.join("no-such-set");
     let o = harness(&["plot", missing.to_str().unwrap()]);

@@ -5,7 +5,7 @@
 //!
 //! Launched under `ipl-run` (or `mpirun`, `srun`), every process joins the pool and the work is
 //! spread over all of them; the master prints the result. `SATIN_STEAL=random` selects random
-//! stealing instead of cluster-aware stealing:
+//! stealing instead of cluster-aware stealing (`cluster-aware`, the default):
 //!
 //! `target/release/ipl-run -n 4 --clusters 2 --wan-latency 20ms -- target/release/examples/fib 42 20 1`
 
@@ -60,6 +60,20 @@ fn arg(i: usize) -> Result<Option<usize>, String> {
         .transpose()
 }
 
+/// The stealing policy `SATIN_STEAL` names: `random`, or `cluster-aware` (also when unset).
+/// Read in every mode, so that a misspelt value is refused even where no pool uses it.
+fn steal_policy() -> Result<satin::Steal, String> {
+    match std::env::var("SATIN_STEAL") {
+        Err(std::env::VarError::NotPresent) => Ok(satin::Steal::ClusterAware),
+        Ok(v) if v == "cluster-aware" => Ok(satin::Steal::ClusterAware),
+        Ok(v) if v == "random" => Ok(satin::Steal::Random),
+        Ok(other) => Err(format!(
+            "SATIN_STEAL={other:?}: expected random or cluster-aware"
+        )),
+        Err(e) => Err(format!("SATIN_STEAL: {e}")),
+    }
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // `RUST_LOG=satin=debug` shows what the runtime does.
     tracing_subscriber::fmt()
@@ -68,10 +82,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .init();
     let n = arg(1)?.unwrap_or(35) as u32;
     let threshold = arg(2)?.unwrap_or(0) as u32;
+    let policy = steal_policy()?;
     // A pool of processes (under `ipl-run`, `mpirun` or `srun`), or else this process alone.
     let config = ipl::Config::from_env()?;
     if config.server.is_some() || config.launcher.is_some() {
-        return distributed(config, n, threshold);
+        return distributed(config, n, threshold, policy);
     }
     let mut rt = satin::Runtime::local();
     if let Some(t) = arg(3)? {
@@ -92,6 +107,7 @@ fn distributed(
     config: ipl::Config,
     n: u32,
     threshold: u32,
+    policy: satin::Steal,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let ibis = ipl::Ibis::join(config)?;
     // Processes at the start: the pool's size, or for a process joining a running pool
@@ -100,10 +116,6 @@ fn distributed(
         .pool()
         .size()
         .map_or_else(|| ibis.pool().members().len(), |n| n as usize);
-    let policy = match std::env::var("SATIN_STEAL").as_deref() {
-        Ok("random") => satin::Steal::Random,
-        _ => satin::Steal::ClusterAware,
-    };
     let mut rt = satin::Runtime::in_pool(ibis).steal(policy);
     if let Some(t) = arg(3)? {
         rt = rt.threads(t);

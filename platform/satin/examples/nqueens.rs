@@ -5,7 +5,7 @@
 //!
 //! Launched under `ipl-run` (or `mpirun`, `srun`), every process joins the pool and the search
 //! is spread over all of them; the master prints the count. `SATIN_STEAL=random` selects
-//! random stealing instead of cluster-aware stealing.
+//! random stealing instead of cluster-aware stealing (`cluster-aware`, the default).
 
 use std::time::Instant;
 
@@ -74,6 +74,20 @@ impl satin::Task for Queens {
 }
 satin::register!(Queens);
 
+/// The stealing policy `SATIN_STEAL` names: `random`, or `cluster-aware` (also when unset).
+/// Read in every mode, so that a misspelt value is refused even where no pool uses it.
+fn steal_policy() -> Result<satin::Steal, String> {
+    match std::env::var("SATIN_STEAL") {
+        Err(std::env::VarError::NotPresent) => Ok(satin::Steal::ClusterAware),
+        Ok(v) if v == "cluster-aware" => Ok(satin::Steal::ClusterAware),
+        Ok(v) if v == "random" => Ok(satin::Steal::Random),
+        Ok(other) => Err(format!(
+            "SATIN_STEAL={other:?}: expected random or cluster-aware"
+        )),
+        Err(e) => Err(format!("SATIN_STEAL: {e}")),
+    }
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // `RUST_LOG=satin=debug` shows what the runtime does.
     tracing_subscriber::fmt()
@@ -93,6 +107,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         d1: 0,
         d2: 0,
     };
+    let policy = steal_policy()?;
     // A pool of processes (under `ipl-run`, `mpirun` or `srun`), or else this process alone.
     let config = ipl::Config::from_env()?;
     if config.server.is_some() || config.launcher.is_some() {
@@ -103,10 +118,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .pool()
             .size()
             .map_or_else(|| ibis.pool().members().len(), |n| n as usize);
-        let policy = match std::env::var("SATIN_STEAL").as_deref() {
-            Ok("random") => satin::Steal::Random,
-            _ => satin::Steal::ClusterAware,
-        };
         let mut rt = satin::Runtime::in_pool(ibis).steal(policy);
         if let Some(t) = threads {
             rt = rt.threads(t);

@@ -735,7 +735,8 @@ pub fn parse_duration(key: &str, s: &str) -> Result<Duration> {
     Ok(d)
 }
 
-/// Parses a byte count with an optional K/M/G (powers of 1000) or Ki/Mi/Gi suffix.
+/// Parses a byte count with an optional K/M/G (powers of 1000) or Ki/Mi/Gi suffix, which `B`
+/// and `/s` may follow (`256KiB`, `10MB/s`).
 pub fn parse_bytes(key: &str, s: &str) -> Result<u64> {
     let t = s.trim();
     let split = t
@@ -745,7 +746,8 @@ pub fn parse_bytes(key: &str, s: &str) -> Result<u64> {
     let n: f64 = num
         .parse()
         .map_err(|_| Error::config(key, format!("'{s}' is not a number of bytes")))?;
-    let mult = match unit.trim().trim_end_matches('B').trim_end_matches("/s") {
+    // `B` and a rate's `/s` may follow the unit: `10MB/s` is `10M`.
+    let mult = match unit.trim().trim_end_matches("/s").trim_end_matches('B') {
         "" => 1.0,
         "K" | "k" => 1e3,
         "M" => 1e6,
@@ -830,6 +832,35 @@ mod tests {
         assert_eq!(c.driver, Driver::Wan);
         assert_eq!(c.wan.latency, Duration::from_millis(20));
         assert_eq!(c.wan.bandwidth, Some(12_500_000));
+    }
+
+    #[test]
+    fn byte_counts_and_bandwidths_take_their_units() {
+        for (text, bytes) in [
+            ("4096", 4096),
+            ("2Gi", 2 << 30),
+            ("256KiB", 256 << 10),
+            ("1.5M", 1_500_000),
+            ("10MB", 10_000_000),
+        ] {
+            assert_eq!(
+                parse_bytes("IPL_MAX_MESSAGE", text).unwrap(),
+                bytes,
+                "{text}"
+            );
+        }
+        for (text, bytes_per_second) in [
+            ("100MB/s", 100_000_000),
+            ("100M/s", 100_000_000),
+            ("100Mbit", 12_500_000),
+            ("100Mbit/s", 12_500_000),
+        ] {
+            assert_eq!(parse_bandwidth(text).unwrap(), bytes_per_second, "{text}");
+        }
+        for bad in ["", "10X", "0", "-1", "5MB/h"] {
+            let e = parse_bytes("IPL_MAX_MESSAGE", bad).unwrap_err().to_string();
+            assert!(e.contains("IPL_MAX_MESSAGE"), "{e}");
+        }
     }
 
     #[test]

@@ -33,11 +33,16 @@ pub struct SweepPoint {
     pub requests: u64,
     /// Requests per second in each report interval.
     pub rates: Vec<f64>,
+    /// The driver the pool ran on, as the master reported it (`tcp` unless `env` said
+    /// otherwise).
+    pub driver: String,
 }
 
 /// Runs `program` (the `master-worker` binary) in bench mode under `ipl_run` once per entry of
 /// `workers`, passing `args` after `--mode bench` and `env` to every process, and reads the
-/// master's JSON line. Each run is killed (with its processes) when it takes longer than
+/// master's JSON line. The processes talk over tcp (`IPL_DRIVER=tcp`, which `env` may
+/// override), as on a cluster, rather than over the shared memory that processes of one host
+/// would take by default. Each run is killed (with its processes) when it takes longer than
 /// `limit`.
 pub fn sweep(
     ipl_run: &Path,
@@ -64,6 +69,7 @@ pub fn sweep(
             .arg(program)
             .args(["--mode", "bench", "--quiet"])
             .args(args)
+            .env("IPL_DRIVER", "tcp")
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -90,6 +96,10 @@ pub fn sweep(
             requests_per_second: field("requests_per_second")?.as_f64().unwrap_or(f64::NAN),
             requests: field("requests")?.as_u64().unwrap_or(0),
             rates: serde_json::from_value(field("rates")?).unwrap_or_default(),
+            driver: field("parameters")?["driver"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
         };
         each(&point);
         points.push(point);

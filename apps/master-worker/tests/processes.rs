@@ -307,6 +307,8 @@ fn the_sweep_measures_each_worker_count_under_ipl_run() {
             "{p:?}"
         );
         assert!(p.rates.len() >= 2, "{p:?}");
+        // On tcp, as the sweep's result line says, not on the default shared memory.
+        assert_eq!(p.driver, "tcp", "{p:?}");
     }
 }
 

@@ -6,9 +6,15 @@ use std::time::Duration;
 
 /// Runs the built `bsp-bench` with `args`; its exit status and standard error.
 fn bench(args: &[&str]) -> (Option<i32>, String) {
+    bench_with(args, &[])
+}
+
+/// [`bench`] with `env` added to the environment.
+fn bench_with(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_bsp-bench"))
         .args(args)
         .env_remove("BSP_BENCH_ROLE")
+        .envs(env.iter().copied())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -76,4 +82,11 @@ fn values_it_cannot_serve_get_one_line_and_status_2() {
 fn help_is_not_an_error() {
     let (code, _) = bench(&["--help"]);
     assert_eq!(code, Some(0));
+    // Whatever RUST_LOG holds: the arguments are read before the log filter.
+    let (code, err) = bench_with(&["--help"], &[("RUST_LOG", "bsp=degub")]);
+    assert_eq!(code, Some(0), "{err}");
+    // A run, though, refuses the filter, naming it.
+    let (code, err) = bench_with(&["--quick"], &[("RUST_LOG", "bsp=degub")]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("RUST_LOG"), "{err}");
 }

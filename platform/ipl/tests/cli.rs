@@ -84,6 +84,13 @@ fn ipl_run_refuses_what_it_cannot_serve() {
     ] {
         refused(run, args, &[], names);
     }
+    // A log filter it cannot read is refused before any rank starts, as the options are.
+    refused(
+        run,
+        &["-n", "1", "--", "true"],
+        &[("RUST_LOG", "ipl=degub")],
+        "RUST_LOG",
+    );
 }
 
 #[test]

@@ -91,7 +91,7 @@ fn steal_policy() -> Result<satin::Steal, String> {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // `RUST_LOG=satin=debug` shows what the runtime does.
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_env_filter(ipl::trace::log_filter("error")?)
         .with_writer(std::io::stderr)
         .init();
     let mut args = std::env::args().skip(1);

@@ -617,14 +617,6 @@ fn parameters(args: &Args, dir: &Path, mpi: Option<&Path>) -> Result<serde_json:
 }
 
 fn main() -> ExitCode {
-    // Logs as RUST_LOG says (errors by default); a trace per process where IPL_TRACE says.
-    let _trace = match ipl::trace::init("error", None) {
-        Ok(guard) => guard,
-        Err(e) => {
-            eprintln!("bsp-bench: {e}");
-            return ExitCode::from(2);
-        }
-    };
     let mut args = match Args::try_parse() {
         Ok(a) => a,
         Err(e) => {
@@ -636,6 +628,15 @@ fn main() -> ExitCode {
             let text = e.to_string();
             let line = text.lines().next().unwrap_or("invalid arguments");
             eprintln!("bsp-bench: {}", line.trim_start_matches("error: "));
+            return ExitCode::from(2);
+        }
+    };
+    // After the arguments, so that --help works whatever RUST_LOG holds. Logs as RUST_LOG
+    // says (errors by default); a trace per process where IPL_TRACE says.
+    let _trace = match ipl::trace::init("error", None) {
+        Ok(guard) => guard,
+        Err(e) => {
+            eprintln!("bsp-bench: {e}");
             return ExitCode::from(2);
         }
     };

@@ -204,11 +204,15 @@ fn launch(a: Args) -> ipl::Result<i32> {
 }
 
 fn main() {
+    let args = ipl::cli::parse("ipl-run");
+    // Log lines as RUST_LOG says (errors by default); one it cannot read is refused, not
+    // ignored.
+    let logs = ipl::trace::log_filter("error").unwrap_or_else(|e| ipl::cli::refuse("ipl-run", e));
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_env_filter(logs)
         .with_writer(std::io::stderr)
         .init();
-    match launch(ipl::cli::parse("ipl-run")) {
+    match launch(args) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("ipl-run: {e}");

@@ -69,17 +69,7 @@ fn secret(a: &Args) -> Result<String, String> {
 fn main() {
     let a: Args = ipl::cli::parse("ipl-server");
     // Log lines as RUST_LOG says (info by default); one it cannot read is refused, not ignored.
-    let logs = match std::env::var("RUST_LOG") {
-        Ok(v) if !v.trim().is_empty() => {
-            tracing_subscriber::EnvFilter::try_new(&v).unwrap_or_else(|e| {
-                ipl::cli::refuse(
-                    "ipl-server",
-                    format!("RUST_LOG='{v}' is not a log filter such as ipl=debug,info: {e}"),
-                )
-            })
-        }
-        _ => tracing_subscriber::EnvFilter::new("info"),
-    };
+    let logs = ipl::trace::log_filter("info").unwrap_or_else(|e| ipl::cli::refuse("ipl-server", e));
     tracing_subscriber::fmt()
         .with_env_filter(logs)
         .with_writer(std::io::stderr)

@@ -164,8 +164,12 @@ pub fn init(default_filter: &str, dir: Option<&Path>) -> Result<TraceGuard> {
 
 /// The filter of log lines that `RUST_LOG` names, or `default_filter` where it is unset or
 /// empty; a value that is not a filter is refused naming the variable, rather than replaced by
-/// the default without a word.
-fn log_filter(default_filter: &str) -> Result<EnvFilter> {
+/// the default without a word. For programs that install a subscriber of their own.
+///
+/// # Errors
+/// [`Error::Config`] naming `RUST_LOG` when it is not a filter (such as `ipl=debug,warn`) or
+/// not valid text.
+pub fn log_filter(default_filter: &str) -> Result<EnvFilter> {
     match std::env::var(EnvFilter::DEFAULT_ENV) {
         Ok(v) if !v.trim().is_empty() => EnvFilter::try_new(&v).map_err(|e| {
             Error::config(

@@ -135,6 +135,9 @@ pub enum ReadError {
         /// Why.
         source: std::io::Error,
     },
+    /// The file is well formed but holds no bodies, which no simulation can start from.
+    #[error("{0} holds no bodies: a simulation needs at least one")]
+    NoBodies(PathBuf),
 }
 
 impl ReadError {

@@ -177,6 +177,9 @@ fn preflight(cli: &Cli) -> Result<(), String> {
     }
     .map_err(|e| e.to_string())?;
     if cli.input.is_none() {
+        if cli.bodies == 0 {
+            return Err("--bodies 0: a simulation needs at least one body".into());
+        }
         let need = (cli.bodies as u64).saturating_mul(BYTES_PER_BODY);
         if let Some(total) = physical_memory().filter(|&t| need > t) {
             let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
@@ -265,7 +268,10 @@ impl Cli {
 
     fn initial_bodies(&self) -> Result<Vec<Body>, ReadError> {
         match &self.input {
-            Some(path) => io::read_file(path),
+            Some(path) => match io::read_file(path)? {
+                b if b.is_empty() => Err(ReadError::NoBodies(path.clone())),
+                b => Ok(b),
+            },
             None => Ok(plummer::generate(self.bodies, self.seed)),
         }
     }

@@ -288,6 +288,11 @@ fn values_it_cannot_serve_are_refused_with_one_line_and_status_2() {
         );
         assert!(!err.contains("unexpected argument"), "{err}");
         refused(barnes_hut().args(mode).args(["-tstop", "-1"]), "end time");
+        // No bodies ran to a result of zeros, as if a simulation had taken place.
+        refused(
+            barnes_hut().args(mode).args(["-n", "0"]),
+            "at least one body",
+        );
         // 999,999,999 bodies aborted on allocation.
         if 999_999_999u64 * 380 > memory() {
             refused(
@@ -305,6 +310,18 @@ fn values_it_cannot_serve_are_refused_with_one_line_and_status_2() {
         "2 to 65536 histogram bins",
     );
     refused(barnes_hut().args(["--imbalance", "0.5"]), "load-imbalance");
+}
+
+#[test]
+fn an_input_of_no_bodies_is_an_error() {
+    let path = temp_path("no-bodies.txt");
+    std::fs::write(&path, "0\n").unwrap();
+    let (status, out, err) = Reaped::start(barnes_hut().arg("--seq").arg("--input").arg(&path))
+        .output(Instant::now() + LIMIT);
+    let _ = std::fs::remove_file(&path);
+    assert!(!status.success(), "{status}: {out}");
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("holds no bodies"), "{err}");
 }
 
 #[test]

@@ -140,12 +140,15 @@ impl Drop for TraceGuard {
 ///
 /// # Errors
 /// When `RUST_LOG` is not a filter (such as `ipl=debug,warn`), the directory or the file cannot
-/// be created, `IPL_TRACE_MESSAGES` is not a number, or a global subscriber is installed
+/// be created, `IPL_TRACE_MESSAGES` is not a byte count, or a global subscriber is installed
 /// already.
 pub fn init(default_filter: &str, dir: Option<&Path>) -> Result<TraceGuard> {
     let env_dir = std::env::var_os(ENV_DIR).filter(|d| !d.is_empty());
     let dir = dir.map(Path::to_path_buf).or(env_dir.map(PathBuf::from));
     let logs = log_filter(default_filter)?;
+    // Checked whether or not a trace is asked for: a bad value is found on the first run, not
+    // on the first traced one.
+    let message_min = message_min()?;
     // Trace events are for the trace alone, whatever RUST_LOG asks for.
     let not_trace =
         tracing_subscriber::filter::filter_fn(|m| !m.target().starts_with(TARGET_PREFIX));
@@ -159,7 +162,20 @@ pub fn init(default_filter: &str, dir: Option<&Path>) -> Result<TraceGuard> {
             .map_err(|e| Error::config("tracing", format!("cannot install the subscriber: {e}")))?;
         return Ok(TraceGuard { path: None });
     };
-    start_trace(fmt, &dir)
+    start_trace(fmt, &dir, message_min)
+}
+
+/// The size from which sent messages are traced, as `IPL_TRACE_MESSAGES` says (a byte count
+/// such as `4096` or `64Ki`); none when it is unset or empty.
+fn message_min() -> Result<u64> {
+    match std::env::var(ENV_MESSAGES) {
+        Ok(v) if !v.trim().is_empty() => crate::config::parse_bytes(ENV_MESSAGES, &v),
+        Err(std::env::VarError::NotUnicode(v)) => Err(Error::config(
+            ENV_MESSAGES,
+            format!("{v:?} is not valid text"),
+        )),
+        _ => Ok(u64::MAX),
+    }
 }
 
 /// The filter of log lines that `RUST_LOG` names, or `default_filter` where it is unset or
@@ -187,19 +203,10 @@ pub fn log_filter(default_filter: &str) -> Result<EnvFilter> {
 
 /// Installs the subscriber with `fmt` and a trace written in `dir`.
 #[cfg(feature = "trace")]
-fn start_trace<L>(fmt: L, dir: &Path) -> Result<TraceGuard>
+fn start_trace<L>(fmt: L, dir: &Path, message_min: u64) -> Result<TraceGuard>
 where
     L: Layer<tracing_subscriber::Registry> + Send + Sync + 'static,
 {
-    let message_min = match std::env::var(ENV_MESSAGES) {
-        Ok(v) if !v.trim().is_empty() => v.trim().parse::<u64>().map_err(|_| {
-            Error::config(
-                ENV_MESSAGES,
-                format!("'{v}' is not a number of bytes (messages at least this large are traced)"),
-            )
-        })?,
-        _ => u64::MAX,
-    };
     std::fs::create_dir_all(dir)
         .map_err(|e| Error::io(format!("creating the trace directory {}", dir.display()), e))?;
     let (host, os_pid) = (host_name(), std::process::id());
@@ -231,7 +238,7 @@ where
 /// Without the `trace` feature nothing can write a trace: asking for one is an error rather
 /// than a run that silently leaves no file.
 #[cfg(not(feature = "trace"))]
-fn start_trace<L>(_fmt: L, dir: &Path) -> Result<TraceGuard> {
+fn start_trace<L>(_fmt: L, dir: &Path, _message_min: u64) -> Result<TraceGuard> {
     Err(Error::config(
         ENV_DIR,
         format!(

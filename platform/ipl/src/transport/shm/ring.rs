@@ -516,10 +516,17 @@ impl Consumer {
     }
 
     /// Starts the next chunk if it is there; `before` is the position of the next descriptor,
-    /// which no chunk may cross.
+    /// past the head, which no chunk may cross.
     fn next_chunk_before(&mut self, before: Option<u64>) -> io::Result<bool> {
         let h = self.ring.header(self.head).load(Ordering::Acquire);
         if (h >> 32) as u32 != self.number {
+            // The producer publishes every chunk in front of a descriptor before the
+            // descriptor, which was acquired: one ahead of a chunk that is not there names
+            // bytes never written, which no wait would bring (and while the descriptor is
+            // there, `has_data` says there is data, so the receiver would never park).
+            if before.is_some() {
+                return Err(corrupt("a descriptor ahead of bytes never written"));
+            }
             return Ok(false);
         }
         let len = h & 0xffff_ffff;
@@ -1407,6 +1414,28 @@ mod tests {
         assert!(c
             .read(&mut buf, Some(&me()), &mut Signal::default())
             .is_err());
+    }
+
+    /// A descriptor posted ahead of the reader with no chunk in front of it, as a producer
+    /// that misbehaves might leave: an error naming it, where the consumer said it had data
+    /// (so its receiver never parked, nor looked at whether the producer had died) and read
+    /// none, for ever.
+    #[test]
+    fn a_descriptor_ahead_of_bytes_never_written_is_an_error() {
+        let (p, mut c) = pair(4096, false);
+        for (f, v) in [(1, 64), (2, 100), (3, 8), (0, 1 << 2 | OFFERED)] {
+            p.ring.slot(1, f).store(v, Ordering::SeqCst);
+        }
+        assert!(!c.prepare_park(), "the descriptor counts as data");
+        let mut buf = [0u8; 64];
+        match c.read(&mut buf, None, &mut Signal::default()) {
+            Err(e) => assert!(
+                e.to_string()
+                    .contains("a descriptor ahead of bytes never written"),
+                "{e}"
+            ),
+            Ok(n) => panic!("read {n} bytes of a ring that said it had data"),
+        }
     }
 
     #[test]

@@ -13,7 +13,9 @@
 //! written and read whole, a word at a time ([`Producer::write_small`] and
 //! [`Consumer::read_small`]); everything else takes the general path. A byte becomes visible only
 //! with its chunk's header, so a producer that dies half-way leaves nothing torn behind, only a
-//! message that stops. Each side keeps its own indices privately and reads the other's from
+//! message that stops. The line where the consumer looks for the next header may hold payload
+//! of an earlier lap, which could read as that header: the producer overwrites it before it
+//! publishes the chunk that ends there (see [`Producer::close_chunk`]). Each side keeps its own indices privately and reads the other's from
 //! shared memory, where the other (or a misbehaving process in its place) may write anything:
 //! every value read from there is checked before it is used, and the shared bytes are touched
 //! only through atomics and volatile copies (the small paths' words are atomics too).
@@ -562,6 +564,54 @@ impl Consumer {
     }
 }
 
+/// The producer's record of which line starts of the ring hold payload (a chunk covered them)
+/// rather than a header: private memory, one bit a line, so that only a chunk that ends where
+/// payload lies costs a store to shared memory (see [`Producer::close_chunk`]).
+struct PayloadLines {
+    bits: Vec<u64>,
+    /// Lines of the ring: a power of two, and a multiple of 64.
+    lines: u64,
+}
+
+impl PayloadLines {
+    fn new(cap: u64) -> PayloadLines {
+        let lines = cap / CHUNK_ALIGN;
+        PayloadLines {
+            bits: vec![0; lines.div_ceil(64) as usize],
+            lines,
+        }
+    }
+
+    /// Notes a chunk written from ring position `at` up to `end` (line-aligned): a header at
+    /// its first line, payload at the others.
+    fn chunk(&mut self, at: u64, end: u64) {
+        self.take(at);
+        let (mut line, last) = (at / CHUNK_ALIGN + 1, end / CHUNK_ALIGN);
+        // Whole words of bits at a time: a chunk of 32 KiB covers 511 lines.
+        while line < last {
+            let i = line & (self.lines - 1);
+            let bit = i % 64;
+            let n = (64 - bit).min(last - line);
+            let mask = if n == 64 {
+                u64::MAX
+            } else {
+                ((1 << n) - 1) << bit
+            };
+            self.bits[(i / 64) as usize] |= mask;
+            line += n;
+        }
+    }
+
+    /// Whether the line at ring position `pos` holds payload; from now on it does not.
+    fn take(&mut self, pos: u64) -> bool {
+        let i = (pos / CHUNK_ALIGN) & (self.lines - 1);
+        let (word, bit) = (&mut self.bits[(i / 64) as usize], 1 << (i % 64));
+        let was = *word & bit != 0;
+        *word &= !bit;
+        was
+    }
+}
+
 /// A descriptor the producer posted and the consumer has not finished.
 struct Lent {
     seq: u64,
@@ -615,6 +665,9 @@ pub(crate) struct Producer {
     eager_left: u32,
     /// The next value of `eager_left` after a failed offer.
     eager_next: u32,
+    /// Which line starts of the ring hold payload of a chunk that covered them, rather than a
+    /// header (see [`PayloadLines`]).
+    payload_lines: PayloadLines,
 }
 
 /// What the producer should tell the consumer.
@@ -628,6 +681,7 @@ impl Producer {
     /// A producer whose consumer can read our memory if `remote`, and which offers large parts
     /// from the caller's memory if `offers` as well.
     pub(crate) fn new(ring: Ring, remote: bool, offers: bool) -> Producer {
+        let payload_lines = PayloadLines::new(ring.cap);
         Producer {
             ring,
             tail: 0,
@@ -644,6 +698,7 @@ impl Producer {
             buffers_full: false,
             eager_left: 0,
             eager_next: FIRST_EAGER,
+            payload_lines,
         }
     }
 
@@ -723,13 +778,28 @@ impl Producer {
                 self.tail = at;
                 return;
             }
+            let end = at + chunk_size(len);
+            // The consumer looks for the next header at `end` once it has read this chunk.
+            // Where a chunk of an earlier lap covered that line, its word is payload, which
+            // may read as the header the consumer waits for (bytes never sent, taken as a
+            // chunk): it gets this chunk's number first, which the next chunk's never is,
+            // made visible with this header. Only then, so small chunks one after another
+            // store nothing more, and the line is the next chunk's anyway. The line is
+            // behind the head: a chunk that fills the ring ends at the head's line, which
+            // holds a header.
+            self.payload_lines.chunk(at, end);
+            if self.payload_lines.take(end) {
+                self.ring
+                    .header(end)
+                    .store(header_word(self.number, 0), Ordering::Relaxed);
+            }
             // Sequentially consistent, as are the consumer's announcement that it parks and
             // its look at this header after it: one of the two sides sees the other.
             self.ring
                 .header(at)
                 .store(header_word(self.number, len), Ordering::SeqCst);
             self.number = self.number.wrapping_add(1);
-            self.tail = at + chunk_size(len);
+            self.tail = end;
         }
     }
 
@@ -1414,6 +1484,35 @@ mod tests {
         assert!(c
             .read(&mut buf, Some(&me()), &mut Signal::default())
             .is_err());
+    }
+
+    /// A consumer that has read everything and looks for the next chunk where an earlier lap
+    /// left payload, whose word there reads as the header of the chunk it waits for: it must
+    /// find nothing there, as the producer has written nothing since.
+    #[test]
+    fn payload_of_an_earlier_lap_is_not_taken_for_the_next_header() {
+        // A frame of six whole chunks of 512 bytes whose payload is `word` throughout, then
+        // frames of one line up to the wrap and one past it, each read as it is written: the
+        // consumer then looks at ring offset 64, inside the first chunk's payload of the lap
+        // before. Returns what was sent, what was read, and where the consumer waits at the
+        // end for which chunk.
+        let run = |word: u64| {
+            let (mut p, mut c) = pair(4096, false);
+            let part: Vec<u8> = (0..375).flat_map(|_| word.to_le_bytes()).collect();
+            let parts: [&[u8]; 1] = [&part];
+            let (mut sent, mut got) = (expected(1, &parts), send(&mut p, &mut c, None, 1, &parts));
+            for k in 0..17 {
+                sent.extend(expected(k, &[]));
+                got.extend(send(&mut p, &mut c, None, k, &[]));
+            }
+            (sent, got, c.head % 4096, c.number)
+        };
+        let (_, _, at, waits_for) = run(0);
+        assert_eq!(at, 64);
+        // The payload of the first lap now reads as the header of a chunk of 8 bytes.
+        let (sent, got, _, _) = run(u64::from(waits_for) << 32 | 8);
+        assert_eq!(got.len(), sent.len(), "bytes read that were never sent");
+        assert!(got == sent, "the bytes read differ from the bytes written");
     }
 
     /// A descriptor posted ahead of the reader with no chunk in front of it, as a producer

@@ -453,13 +453,16 @@ impl Board {
     }
 
     /// Whether `pid` has written board operation `b` or a later one in the same slot (which
-    /// it may have, when this process is not reading `b`).
+    /// it may have, when this process is not reading `b`). Asked only where every process has
+    /// written `b - slots` (see [`Board::room_for`] and [`Board::known_reached`]).
     pub(crate) fn reached(&self, pid: usize, b: u64) -> Result<bool, String> {
         let stamp = self.word(self.slot(pid, b) + STAMP).load(Ordering::Acquire);
         let k = self.slots;
         match stamp.checked_sub(b) {
             Some(d) if d % k == 0 => Ok(true),
-            None if stamp == 0 || (b - stamp) % k == 0 => Ok(false),
+            // Before it writes `b`, the slot holds `b - slots`, which it has written (or
+            // nothing yet): anything older is no state of a process of this machine.
+            None if stamp.wrapping_add(k) == b || (stamp == 0 && b <= k) => Ok(false),
             _ => Err(format!(
                 "its row of the host board holds operation {stamp} in the slot of {b}"
             )),
@@ -825,6 +828,32 @@ mod tests {
         assert_eq!(a.reached(1, 1), Ok(true));
         assert_eq!(a.reached(1, k + 2), Ok(false));
         assert_eq!(a.reached(1, 2 * k), Ok(false));
+    }
+
+    /// A slot that holds an operation older than the one its writer must have written there,
+    /// or none, as a process that misbehaves might leave it: an error naming it, where the
+    /// writer waiting for room took it for an operation not yet written and waited for ever
+    /// (with no sync timeout).
+    #[test]
+    fn a_row_behind_what_its_writer_has_written_is_an_error() {
+        let (a, name) = Board::create(2).expect("create");
+        let b = Board::open(&name, 2, 1).expect("open");
+        Board::remove(&name);
+        let k = slots(2) as u64;
+        for _ in 0..=2 * k {
+            b.publish(0, 1, 0, &[], false);
+            b.all_reached(b.next_op() - 1);
+        }
+        // Pid 1 has written 1 to 2k + 1: operation 2's slot holds k + 2, which 2k + 2 reuses.
+        assert_eq!(a.reached(1, 2 * k + 2), Ok(false));
+        let stamp = a.word(a.slot(1, 2) + STAMP);
+        for bogus in [0, 2] {
+            stamp.store(bogus, Ordering::SeqCst);
+            match a.reached(1, 2 * k + 2) {
+                Err(e) => assert!(e.contains(&format!("operation {bogus} ")), "{e}"),
+                Ok(r) => panic!("a slot of operation {bogus} read as reached: {r}"),
+            }
+        }
     }
 
     #[test]

@@ -61,8 +61,8 @@
 //!
 //! Pid 0 creates the mapping as a file in `/dev/shm` with a random name, readable and writable
 //! by this user only, and sends the name to every process, which opens it, checks its size,
-//! owner and layout, and answers whether it could; pid 0 then removes the name and tells every
-//! process whether all could (see `Bsp::attach_board`).
+//! owner, reservation and layout, and answers whether it could; pid 0 then removes the name
+//! and tells every process whether all could (see `Bsp::attach_board`).
 //! A process on another host finds no such file, and then nobody uses the board. The name is
 //! not a secret: the file's mode keeps other users out, as it keeps them from the processes
 //! themselves.
@@ -254,7 +254,8 @@ impl Board {
     }
 
     /// Opens the board pid 0 created under `name`, as process `me` of `p`, after checking that
-    /// it is a regular file of this user only, of the size and layout `p` processes need.
+    /// it is a regular file of this user only, of the size and layout `p` processes need, with
+    /// its memory reserved.
     pub(crate) fn open(name: &str, p: usize, me: usize) -> io::Result<Board> {
         let valid = name.len() == PREFIX.len() + 32
             && name.starts_with(PREFIX)
@@ -282,6 +283,15 @@ impl Board {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("'{name}' is not a board of this user for {p} processes"),
+            ));
+        }
+        // The creator reserves every page (see `reserve`); a store to one that `/dev/shm` has
+        // no room for would kill this process with SIGBUS rather than fail.
+        let reserved = st.blocks().saturating_mul(512);
+        if reserved < len as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("'{name}' has {reserved} of its {len} bytes reserved"),
             ));
         }
         let board = Board::map(&file, len, p, me)?;
@@ -912,6 +922,42 @@ mod tests {
             !std::path::Path::new(name).exists(),
             "'{name}' left behind: {msg}"
         );
+    }
+
+    /// A board file of the right size, owner and layout whose memory was never reserved, as
+    /// a creator that does not reserve it (another version) would leave: an error naming it,
+    /// where it was mapped, and a store to a page that `/dev/shm` had no room for would have
+    /// killed the process with SIGBUS.
+    #[test]
+    fn opening_refuses_a_board_whose_memory_is_not_reserved() {
+        use std::os::unix::fs::FileExt;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("a clock after 1970")
+            .as_nanos() as u64;
+        let name = format!("{PREFIX}{:016x}{now:016x}", std::process::id());
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&name)
+            .expect("a board file");
+        let _unlink = Unlink(name.clone());
+        file.set_len(board_bytes(2) as u64).expect("a sparse file");
+        let layout = [
+            MAGIC,
+            2,
+            slot_cap(2) as u64,
+            slots(2) as u64,
+            bulk_bytes(2) as u64,
+        ];
+        let bytes: Vec<u8> = layout.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        file.write_all_at(&bytes, 0).expect("the layout");
+        match Board::open(&name, 2, 1) {
+            Err(e) => assert!(e.to_string().contains("reserved"), "{e}"),
+            Ok(_) => panic!("a board whose memory is not reserved was opened"),
+        }
     }
 
     #[test]

@@ -15,10 +15,11 @@
 //! with its chunk's header, so a producer that dies half-way leaves nothing torn behind, only a
 //! message that stops. The line where the consumer looks for the next header may hold payload
 //! of an earlier lap, which could read as that header: the producer overwrites it before it
-//! publishes the chunk that ends there (see [`Producer::close_chunk`]). Each side keeps its own indices privately and reads the other's from
-//! shared memory, where the other (or a misbehaving process in its place) may write anything:
-//! every value read from there is checked before it is used, and the shared bytes are touched
-//! only through atomics and volatile copies (the small paths' words are atomics too).
+//! publishes the chunk that ends there (see [`Producer::close_chunk`]). Each side keeps its
+//! own indices privately and reads the other's from shared memory, where the other (or a
+//! misbehaving process in its place) may write anything: every value read from there is
+//! checked before it is used, and the shared bytes are touched only through atomics and
+//! volatile copies (the small paths' words are atomics too).
 //!
 //! Where the consumer can read the producer's memory ([`super::remote`]), parts of a message
 //! may travel by reference: the producer posts a descriptor (ring position, length, address in

@@ -528,6 +528,20 @@ impl Master {
             tracing::warn!(worker = %from, job = r.job, "result of a job never handed out ignored");
             return;
         }
+        let range = job(r.job, f.n, f.chunk);
+        if r.value > range.end - range.start {
+            // A worker that misbehaves, or that another program version runs: the count would
+            // be wrong, and could overflow the total. The job stays with the worker, which
+            // gives it up (to be handed out again) with its next request.
+            tracing::warn!(
+                worker = %from,
+                job = r.job,
+                value = r.value,
+                "result of more primes than the job's {} numbers ignored",
+                range.end - range.start
+            );
+            return;
+        }
         if let Some(w) = self.workers.get_mut(from) {
             if w.job == Some(r.job) {
                 w.job = None;

@@ -251,3 +251,43 @@ fn a_worker_whose_master_leaves_gets_master_gone() {
         leaver.join().unwrap();
     });
 }
+
+#[test]
+fn a_result_larger_than_its_jobs_range_is_ignored_and_the_job_runs_again() {
+    within(LIMIT, "impossible result", || {
+        let net = Net::new(Driver::Inproc);
+        let (n, chunk) = (20_000, 2_000);
+        let (master_id, master) =
+            start_master(&net, None, MasterOptions::new(Mode::Farm { n, chunk }));
+        let a = Ibis::join(net.config(None)).unwrap();
+        let mut client = Client::connect(&a, &master_id).unwrap();
+        let Task::Job(first) = client.request(None).unwrap().task else {
+            panic!("the only worker gets a job");
+        };
+        // More primes than the range has numbers: a worker that misbehaves, and a count that
+        // the honest result of the same job would overflow.
+        let bogus = master_worker::JobResult {
+            job: first.id,
+            value: u64::MAX,
+        };
+        let Task::Job(again) = client.request(Some(bogus)).unwrap().task else {
+            panic!("the only worker gets a job");
+        };
+        let Task::Job(held) = client.request(Some(again.run())).unwrap().task else {
+            panic!("the only worker gets a job");
+        };
+        assert_eq!(
+            again, first,
+            "the job whose result was refused is handed out again"
+        );
+        client.leave(Some(held.run())).unwrap();
+
+        let b = Ibis::join(net.config(None)).unwrap();
+        within(LIMIT, "worker B", move || run_worker(&b, &master_id)).unwrap();
+        let r = finish(master, "master");
+        drop(a);
+        let f = r.farm.expect("farm report");
+        assert_eq!(f.primes, sieve_count(n), "{f:?}");
+        assert_eq!(f.duplicates, 0, "{f:?}");
+    });
+}

@@ -18,10 +18,26 @@ use crate::transport::{poll, Acceptor, Admission, Inbox, Stream, Waker, WAIT_SLI
 use crate::wire::{FrameKind, Header, HEADER_LEN};
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+/// The text of a panic raised in a user's upcall, for the error or log line that reports it.
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    match payload.downcast::<String>() {
+        Ok(s) => *s,
+        Err(p) => match p.downcast::<&'static str>() {
+            Ok(s) => (*s).to_owned(),
+            Err(other) => {
+                // A payload of another type may panic in its own drop.
+                let _ = catch_unwind(AssertUnwindSafe(move || drop(other)));
+                "a panic without a message".to_owned()
+            }
+        },
+    }
+}
 
 /// Decides whether a sender may connect: `Err(reason)` refuses it.
 pub type ConnectUpcall = Box<dyn Fn(&NodeId) -> std::result::Result<(), String> + Send + Sync>;
@@ -173,8 +189,20 @@ impl PortShared {
             ));
         }
         if let Some(up) = &self.on_connect {
-            if let Err(why) = up(&req.from) {
-                return ConnectReply::Refused(why);
+            // The upcall runs on the driver's listener thread (tcp, shm) or on the connecting
+            // peer's thread (inproc): a panic must not end the one or reach the other.
+            match catch_unwind(AssertUnwindSafe(|| up(&req.from))) {
+                Ok(Ok(())) => {}
+                Ok(Err(why)) => return ConnectReply::Refused(why),
+                Err(payload) => {
+                    let why = format!(
+                        "the connection upcall of port '{}' panicked: {}",
+                        self.name,
+                        panic_message(payload)
+                    );
+                    tracing::warn!(port = %self.name, from = %req.from, "{why}");
+                    return ConnectReply::Refused(why);
+                }
             }
         }
         senders.push((req.from.clone(), req.send_port));
@@ -227,7 +255,15 @@ impl PortShared {
             None => tracing::debug!(port = %self.name, "{} disconnected", c.origin),
         }
         if let Some(up) = &self.on_disconnect {
-            up(&c.origin, why.as_ref());
+            // Runs inside a receive, or on the upcall thread, which a panic would end.
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| up(&c.origin, why.as_ref()))) {
+                tracing::warn!(
+                    port = %self.name,
+                    "the disconnection upcall for {} panicked: {}",
+                    c.origin,
+                    panic_message(payload)
+                );
+            }
         }
     }
 
@@ -594,8 +630,9 @@ impl<'a> ReceivePortBuilder<'a> {
         self
     }
 
-    /// Called for each sender that connects; returning `Err(reason)` refuses the connection.
-    /// Needs a port type with connection upcalls.
+    /// Called for each sender that connects; returning `Err(reason)` refuses the connection,
+    /// and so does a panic, whose message the sender's error carries. Needs a port type with
+    /// connection upcalls.
     pub fn on_connect(
         mut self,
         f: impl Fn(&NodeId) -> std::result::Result<(), String> + Send + Sync + 'static,
@@ -604,8 +641,8 @@ impl<'a> ReceivePortBuilder<'a> {
         self
     }
 
-    /// Called when a sender disconnects (error `None`) or its connection is lost.
-    /// Needs a port type with connection upcalls.
+    /// Called when a sender disconnects (error `None`) or its connection is lost. A panic is
+    /// logged and the port goes on. Needs a port type with connection upcalls.
     pub fn on_disconnect(
         mut self,
         f: impl Fn(&NodeId, Option<&Error>) + Send + Sync + 'static,

@@ -658,3 +658,40 @@ fn a_message_over_either_limit_fails_its_send_naming_the_limit() {
         );
     }
 }
+
+#[test]
+fn a_connection_upcall_that_panics_refuses_that_connection_and_the_node_accepts_others() {
+    for d in DRIVERS {
+        let ports_up = Arc::new(std::sync::Barrier::new(2));
+        run_pool(d, 2, move |ibis, all| {
+            let t = PortType::builder()
+                .connection(Connection::ManyToOne)
+                .connection_upcalls(true)
+                .build();
+            let _picky = ibis
+                .receive_port_builder(&t, "picky")
+                .on_connect(|from| panic!("no one from {from}"))
+                .create()?;
+            let plain = ibis.receive_port(&t, "plain")?;
+            ports_up.wait();
+            if ibis.id().rank() == 0 {
+                let sp = ibis.send_port(&t)?;
+                let e = sp.connect(&all[1], "picky").unwrap_err();
+                assert!(matches!(e, Error::Refused { .. }), "{d:?}: {e}");
+                assert!(
+                    e.to_string().contains("panicked: no one from"),
+                    "{d:?}: {e}"
+                );
+                // The panic took nothing else with it: the node still accepts connections.
+                sp.connect(&all[1], "plain")?;
+                let mut w = sp.message();
+                w.write_u32(5);
+                w.finish()?;
+            } else {
+                let mut m = plain.receive_timeout(Duration::from_secs(30))?;
+                assert_eq!(m.read_u32()?, 5);
+            }
+            Ok(())
+        });
+    }
+}

@@ -141,7 +141,8 @@ impl Ibis {
     }
 
     /// Creates a receive port that runs `upcall` for every message (one at a time, in order per
-    /// connection). The port type must have `Receive::Upcall`.
+    /// connection). The port type must have `Receive::Upcall`. An error the upcall returns, or
+    /// a panic, is logged, and the next message is delivered.
     pub fn receive_port_with_upcall<F>(
         &self,
         ty: &PortType,

@@ -651,7 +651,8 @@ impl<'a> ReceivePortBuilder<'a> {
         self
     }
 
-    /// The message handler of an upcall port.
+    /// The message handler of an upcall port. An error it returns, or a panic, is logged, and
+    /// the next message is delivered.
     pub fn upcall(mut self, f: impl FnMut(ReadMessage) -> Result<()> + Send + 'static) -> Self {
         self.upcall = Some(Box::new(f));
         self
@@ -727,8 +728,20 @@ impl<'a> ReceivePortBuilder<'a> {
                         match s.receive_until(Wait::Forever) {
                             Ok(None) => {}
                             Ok(Some(m)) => {
-                                if let Err(e) = handler(m) {
-                                    tracing::warn!(port = %s.name, "message upcall failed: {e}");
+                                // A panic would end this thread, and with it the port's
+                                // delivery, while senders kept sending into it: it counts
+                                // as a failed upcall. The message, dropped as the panic
+                                // unwinds, is finished.
+                                match catch_unwind(AssertUnwindSafe(|| handler(m))) {
+                                    Ok(Ok(())) => {}
+                                    Ok(Err(e)) => {
+                                        tracing::warn!(port = %s.name, "message upcall failed: {e}")
+                                    }
+                                    Err(payload) => tracing::warn!(
+                                        port = %s.name,
+                                        "message upcall panicked: {}",
+                                        panic_message(payload)
+                                    ),
                                 }
                             }
                             Err(Error::Closed(_)) => break,

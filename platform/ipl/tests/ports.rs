@@ -695,3 +695,35 @@ fn a_connection_upcall_that_panics_refuses_that_connection_and_the_node_accepts_
         });
     }
 }
+
+#[test]
+fn a_message_upcall_that_panics_is_a_failed_upcall_and_the_next_message_is_delivered() {
+    for d in DRIVERS {
+        run_pool(d, 2, move |ibis, all| {
+            let t = PortType::builder()
+                .connection(Connection::OneToOne)
+                .receive(Receive::Upcall)
+                .build();
+            if ibis.id().rank() == 1 {
+                let (tx, rx) = crossbeam_channel::unbounded();
+                let _rp = ibis.receive_port_with_upcall(&t, "up", move |mut m| {
+                    let v = m.read_u32()?;
+                    assert_ne!(v, 0, "the first message makes the handler panic");
+                    let _ = tx.send(v);
+                    Ok(())
+                })?;
+                let got = rx.recv_timeout(Duration::from_secs(30));
+                assert_eq!(got, Ok(1), "{d:?}: the message after the panic");
+            } else {
+                let sp = ibis.send_port(&t)?;
+                sp.connect(&all[1], "up")?;
+                for v in [0, 1] {
+                    let mut w = sp.message();
+                    w.write_u32(v);
+                    w.finish()?;
+                }
+            }
+            Ok(())
+        });
+    }
+}

@@ -181,14 +181,20 @@ impl PortShared {
         if req.port_type != self.ty {
             return ConnectReply::TypeMismatch(self.ty);
         }
-        let mut senders = self.senders.lock();
-        if !self.ty.connection.many_senders() && !senders.is_empty() {
-            return ConnectReply::Refused(format!(
-                "port type {} allows one sender and {} is connected",
-                self.ty, senders[0].0
-            ));
+        let taken = |senders: &[(NodeId, u64)]| {
+            (!self.ty.connection.many_senders() && !senders.is_empty()).then(|| {
+                ConnectReply::Refused(format!(
+                    "port type {} allows one sender and {} is connected",
+                    self.ty, senders[0].0
+                ))
+            })
+        };
+        if let Some(refused) = taken(&self.senders.lock()) {
+            return refused;
         }
         if let Some(up) = &self.on_connect {
+            // Called without the lock on the senders: the upcall may ask the port who is
+            // connected.
             // The upcall runs on the driver's listener thread (tcp, shm) or on the connecting
             // peer's thread (inproc): a panic must not end the one or reach the other.
             match catch_unwind(AssertUnwindSafe(|| up(&req.from))) {
@@ -204,6 +210,11 @@ impl PortShared {
                     return ConnectReply::Refused(why);
                 }
             }
+        }
+        let mut senders = self.senders.lock();
+        // Another sender may have been admitted while the upcall ran.
+        if let Some(refused) = taken(&senders) {
+            return refused;
         }
         senders.push((req.from.clone(), req.send_port));
         ConnectReply::Accepted {
@@ -631,8 +642,9 @@ impl<'a> ReceivePortBuilder<'a> {
     }
 
     /// Called for each sender that connects; returning `Err(reason)` refuses the connection,
-    /// and so does a panic, whose message the sender's error carries. Needs a port type with
-    /// connection upcalls.
+    /// and so does a panic, whose message the sender's error carries. It may call the port's
+    /// own methods, such as [`ReceivePort::connected`], and may run for several senders at
+    /// once. Needs a port type with connection upcalls.
     pub fn on_connect(
         mut self,
         f: impl Fn(&NodeId) -> std::result::Result<(), String> + Send + Sync + 'static,

@@ -727,3 +727,39 @@ fn a_message_upcall_that_panics_is_a_failed_upcall_and_the_next_message_is_deliv
         });
     }
 }
+
+#[test]
+fn a_connection_upcall_may_ask_its_own_port_who_is_connected() {
+    for d in DRIVERS {
+        let ports_up = Arc::new(std::sync::Barrier::new(2));
+        run_pool(d, 2, move |ibis, all| {
+            let t = PortType::builder()
+                .connection(Connection::ManyToOne)
+                .connection_upcalls(true)
+                .build();
+            // A port that takes one sender at a time, asking itself how many it has.
+            let me = Arc::new(std::sync::OnceLock::<ipl::ReceivePort>::new());
+            let seen = me.clone();
+            let rp = ibis
+                .receive_port_builder(&t, "one-at-a-time")
+                .on_connect(
+                    move |_| match seen.get().map_or(0, |rp| rp.connected().len()) {
+                        0 => Ok(()),
+                        n => Err(format!("{n} sender already")),
+                    },
+                )
+                .create()?;
+            assert!(me.set(rp).is_ok());
+            ports_up.wait();
+            if ibis.id().rank() == 0 {
+                let first = ibis.send_port(&t)?;
+                first.connect(&all[1], "one-at-a-time")?;
+                let second = ibis.send_port(&t)?;
+                let e = second.connect(&all[1], "one-at-a-time").unwrap_err();
+                assert!(e.to_string().contains("1 sender already"), "{d:?}: {e}");
+            }
+            ports_up.wait();
+            Ok(())
+        });
+    }
+}

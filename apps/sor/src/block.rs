@@ -28,8 +28,14 @@ impl Block {
     /// state; the ghost rows hold the initial values of the rows they mirror.
     ///
     /// # Panics
-    /// If `range` is empty or leaves `1..=n`.
+    /// If `n` is more than [`MAX_N`](crate::params::MAX_N), or `range` is empty or leaves
+    /// `1..=n`.
     pub fn new(n: usize, range: Range<usize>) -> Block {
+        assert!(
+            n <= crate::params::MAX_N,
+            "an interior of {n} is more than the {} a grid may have",
+            crate::params::MAX_N
+        );
         assert!(
             !range.is_empty() && range.start >= 1 && range.end <= n + 1,
             "block rows {range:?} are not a non-empty part of 1..={n}"

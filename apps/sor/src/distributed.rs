@@ -45,6 +45,12 @@ use crate::sweep::{Colour, SplitSweep};
 /// Why a row-distributed solve, or gathering its result, failed.
 #[derive(Debug, Error)]
 pub enum DistributedError {
+    /// The interior is larger than a grid may be.
+    #[error("an interior of {n} rows is more than the {max} a grid may have", max = crate::params::MAX_N)]
+    Size {
+        /// Interior rows asked for.
+        n: usize,
+    },
     /// The interior rows cannot be split over the processes.
     #[error("cannot distribute the {n} interior rows over {p} processes: {source}")]
     Partition {
@@ -148,8 +154,9 @@ pub struct Distributed {
 /// own block back (see [`gather_checksum`] and [`gather_grid`]).
 ///
 /// # Errors
-/// [`DistributedError::Partition`] if there are more processes than rows;
-/// otherwise whatever failed, naming the process.
+/// [`DistributedError::Size`] if `params.n` is more than
+/// [`MAX_N`](crate::params::MAX_N); [`DistributedError::Partition`] if there are more
+/// processes than rows; otherwise whatever failed, naming the process.
 pub fn solve_distributed(
     bsp: &mut Bsp,
     params: &Params,
@@ -158,6 +165,10 @@ pub fn solve_distributed(
 ) -> Result<Distributed, DistributedError> {
     let init_start = Instant::now();
     let (pid, p, n) = (bsp.pid(), bsp.nprocs(), params.n);
+    // Parameters are plain data: their size is checked here, before any grid is made.
+    if n > crate::params::MAX_N {
+        return Err(DistributedError::Size { n });
+    }
     let rows = row_blocks(n, p)
         .map_err(|source| DistributedError::Partition { n, p, source })?
         .swap_remove(pid);

@@ -53,7 +53,15 @@ pub struct Grid {
 impl Grid {
     /// The initial grid for an `n x n` interior: fixed borders, interior
     /// at [`INTERIOR`](crate::params::INTERIOR).
+    ///
+    /// # Panics
+    /// If `n` is more than [`MAX_N`](crate::params::MAX_N).
     pub fn new(n: usize) -> Grid {
+        assert!(
+            n <= crate::params::MAX_N,
+            "an interior of {n} is more than the {} a grid may have",
+            crate::params::MAX_N
+        );
         let w = n + 2;
         let mut data = Vec::with_capacity(w * w);
         for i in 0..w {

@@ -33,7 +33,7 @@ struct Args {
 
     /// Interior size N: the grid has N + 2 rows and columns.
     #[arg(long, short, default_value_t = 1024,
-          value_parser = clap::value_parser!(u64).range(1..=65536))]
+          value_parser = clap::value_parser!(u64).range(1..=sor::params::MAX_N as u64))]
     n: u64,
 
     /// Run exactly this many iterations instead of iterating until the

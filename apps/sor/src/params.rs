@@ -37,6 +37,9 @@ pub fn initial_value(n: usize, i: usize, j: usize) -> f64 {
     }
 }
 
+/// The largest interior size: a grid of `(MAX_N + 2)^2` values takes 32 GiB.
+pub const MAX_N: usize = 65_536;
+
 /// Parameters of one SOR problem.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Params {
@@ -57,7 +60,14 @@ impl Params {
     /// `omega = 0.8 * omega_opt`, and the stopping tolerance is
     /// `1e-5 / (2 - omega_opt)`. The Ibis code scales the tolerance with the
     /// optimal factor, before the 0.8 reduction, and so does this.
+    ///
+    /// # Panics
+    /// If `n` is more than [`MAX_N`].
     pub fn reference(n: usize) -> Params {
+        assert!(
+            n <= MAX_N,
+            "an interior of {n} is more than the {MAX_N} a grid may have"
+        );
         let size = (n + 2) as f64;
         let r =
             0.5 * (libm::cos(std::f64::consts::PI / size) + libm::cos(std::f64::consts::PI / size));

@@ -144,3 +144,25 @@ fn gathered_checksums_tell_grids_apart() {
         assert_eq!(a.checksum, a.grid.as_ref().map(Grid::checksum));
     });
 }
+
+/// Parameters are plain data: an interior larger than a grid may have is an error naming it,
+/// where the solver overflowed working out the grid's size.
+#[test]
+fn an_interior_larger_than_a_grid_may_have_is_an_error() {
+    let params = Params {
+        n: usize::MAX,
+        ..Params::reference(4)
+    };
+    let each = bsp::run_local(2, move |bsp| {
+        Ok(solve_distributed(bsp, &params, Stop::Iterations(1), 1).map(|_| ()))
+    })
+    .expect("the processes end");
+    for r in each {
+        match r {
+            Err(e @ DistributedError::Size { .. }) => {
+                assert!(e.to_string().contains(&usize::MAX.to_string()), "{e}")
+            }
+            other => panic!("expected a size error, got {other:?}"),
+        }
+    }
+}

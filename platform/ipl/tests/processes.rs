@@ -102,9 +102,18 @@ fn child_process_entry() {
                 w.write_u64(v + 1);
                 w.finish().unwrap();
             }
-            // Stay until everyone has passed the token on.
-            let _ = ibis.pool().elect("ring-done");
-            std::thread::sleep(Duration::from_millis(200));
+            // Stay until everyone has passed the token on: rank 0 receives it last, and leaves
+            // once it has.
+            if me != 0 {
+                let until = Instant::now() + Duration::from_secs(60);
+                loop {
+                    match events.recv_deadline(until) {
+                        Ok(PoolEvent::Left(n) | PoolEvent::Died(n)) if n.rank() == 0 => break,
+                        Ok(_) => continue,
+                        Err(e) => panic!("rank {me}: rank 0 did not leave within 60 s: {e}"),
+                    }
+                }
+            }
         }
         // Rank 1 fails; the others would wait for a long time.
         "fail" => {

@@ -400,14 +400,27 @@ mod tests {
             .parse()
             .unwrap();
         // The grandchild was in the group and is gone (or a zombie about to be reaped by
-        // init): signal 0 fails, or /proc shows state Z.
-        std::thread::sleep(Duration::from_millis(100));
-        // SAFETY: signal 0 only checks for existence.
-        let alive = unsafe { libc::kill(pid, 0) } == 0;
-        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| s.contains(") Z "))
-            .unwrap_or(true);
-        assert!(!alive || zombie, "grandchild {pid} survived the timeout");
+        // init): signal 0 fails, or /proc shows state Z. A SIGKILL sent is not yet one
+        // delivered, so this waits for it, up to 10 s.
+        let gone = || {
+            // SAFETY: signal 0 only checks for existence.
+            let alive = unsafe { libc::kill(pid, 0) } == 0;
+            let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map(|s| s.contains(") Z "))
+                .unwrap_or(true);
+            !alive || zombie
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !gone() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if !gone() {
+            // SAFETY: kill(2) of the grandchild this test's script started.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+            panic!("grandchild {pid} survived the timeout by 10 s");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -35,12 +35,22 @@ fn scratch(name: &str) -> PathBuf {
     d
 }
 
+/// Longest one run of the harness may take before the test fails (and kills it).
+const LIMIT: Duration = Duration::from_secs(300);
+
+/// What `cmd` printed and its status, like [`Command::output`] but bounded by [`LIMIT`].
+fn output(cmd: &mut Command) -> Output {
+    let child = testkit::Reaped::start(cmd.stdin(Stdio::null()));
+    let (status, stdout, stderr) = child.output(Instant::now() + LIMIT);
+    Output {
+        status,
+        stdout: stdout.into_bytes(),
+        stderr: stderr.into_bytes(),
+    }
+}
+
 fn harness(args: &[&str]) -> Output {
-    Command::new(HARNESS)
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("harness runs")
+    output(Command::new(HARNESS).args(args).env("RUST_LOG", "warn"))
 }
 
 fn text(b: &[u8]) -> String {
@@ -460,11 +470,11 @@ fn bad_arguments_give_clear_errors() {
         assert!(!err.contains("panicked"), "{err}");
     }
     // A RUST_LOG it cannot read is refused, not replaced by the default filter.
-    let o = Command::new(HARNESS)
-        .args(["plot", "no-such-set"])
-        .env("RUST_LOG", "bench_harness=degub")
-        .output()
-        .expect("harness runs");
+    let o = output(
+        Command::new(HARNESS)
+            .args(["plot", "no-such-set"])
+            .env("RUST_LOG", "bench_harness=degub"),
+    );
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("RUST_LOG") && err.contains("degub"), "{err}");
@@ -677,28 +687,28 @@ fn cluster_launchers_build_command_lines_and_say_when_missing() {
     let no_tools = out.join("no-tools");
     std::fs::create_dir_all(&no_tools).unwrap();
     for launcher in ["mpirun", "srun"] {
-        let o = Command::new(HARNESS)
-            .args([
-                "run",
-                "--apps",
-                "sor",
-                "--size",
-                "tiny",
-                "--nodes",
-                "2",
-                "--repeat",
-                "1",
-                "--launcher",
-                launcher,
-                "--bin-dir",
-                b,
-                "--results-dir",
-                out.to_str().unwrap(),
-            ])
-            .env("PATH", &no_tools)
-            .env("RUST_LOG", "warn")
-            .output()
-            .expect("harness runs");
+        let o = output(
+            Command::new(HARNESS)
+                .args([
+                    "run",
+                    "--apps",
+                    "sor",
+                    "--size",
+                    "tiny",
+                    "--nodes",
+                    "2",
+                    "--repeat",
+                    "1",
+                    "--launcher",
+                    launcher,
+                    "--bin-dir",
+                    b,
+                    "--results-dir",
+                    out.to_str().unwrap(),
+                ])
+                .env("PATH", &no_tools)
+                .env("RUST_LOG", "warn"),
+        );
         let err = text(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{err}");
         assert!(
@@ -759,29 +769,24 @@ fn timeouts_are_recorded_and_interrupts_keep_measured_runs() {
     assert!(svg.contains("sequential baseline has no successful run"));
 
     // Ctrl-C: the current run is killed, the runs already measured are kept, exit status 130.
-    let child = Command::new(HARNESS)
-        .args([
-            "run",
-            "--apps",
-            "sor",
-            "--size",
-            "tiny",
-            "--nodes",
-            "1",
-            "--repeat",
-            "200",
-            "--no-progress",
-            "--bin-dir",
-            &bins,
-            "--results-dir",
-            out.to_str().unwrap(),
-            "--name",
-            "interrupted",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = testkit::Reaped::start(Command::new(HARNESS).args([
+        "run",
+        "--apps",
+        "sor",
+        "--size",
+        "tiny",
+        "--nodes",
+        "1",
+        "--repeat",
+        "200",
+        "--no-progress",
+        "--bin-dir",
+        &bins,
+        "--results-dir",
+        out.to_str().unwrap(),
+        "--name",
+        "interrupted",
+    ]));
     let runs_file = out.join("interrupted").join("runs.jsonl");
     let start = Instant::now();
     while std::fs::read_to_string(&runs_file).map_or(0, |s| s.lines().count()) < 2 {
@@ -793,10 +798,10 @@ fn timeouts_are_recorded_and_interrupts_keep_measured_runs() {
     }
     // SAFETY: SIGINT to the child we started.
     unsafe {
-        libc::kill(child.id() as libc::pid_t, libc::SIGINT);
+        libc::kill(child.0.id() as libc::pid_t, libc::SIGINT);
     }
-    let o = child.wait_with_output().unwrap();
-    assert_eq!(o.status.code(), Some(130), "{}", text(&o.stderr));
+    let (status, stdout, stderr) = child.output(Instant::now() + LIMIT);
+    assert_eq!(status.code(), Some(130), "{stderr}");
     let meta: serde_json::Value =
         serde_json::from_str(&read(&out.join("interrupted").join("meta.json"))).unwrap();
     assert_eq!(meta["interrupted"], true);
@@ -809,11 +814,7 @@ fn timeouts_are_recorded_and_interrupts_keep_measured_runs() {
         .all(|r| r["status"] == "ok" || r["status"] == "interrupted"));
     let readme = read(&out.join("interrupted").join("README.md"));
     assert!(readme.contains("interrupted"), "{readme}");
-    assert!(
-        text(&o.stdout).contains("interrupted"),
-        "{}",
-        text(&o.stdout)
-    );
+    assert!(stdout.contains("interrupted"), "{stdout}");
     std::fs::remove_dir_all(&out).unwrap();
 }
 

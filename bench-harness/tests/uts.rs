@@ -3,7 +3,8 @@
 //! every checksum equals the sequential one, and the set gets its speedup chart.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 const HARNESS: &str = env!("CARGO_BIN_EXE_bench-harness");
 
@@ -16,12 +17,17 @@ fn bin_dir() -> PathBuf {
     dir
 }
 
+/// The harness's output and status, before 300 s are up (then the test fails and kills it).
 fn harness(args: &[&str]) -> Output {
-    Command::new(HARNESS)
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("harness runs")
+    let mut cmd = Command::new(HARNESS);
+    cmd.args(args).env("RUST_LOG", "warn").stdin(Stdio::null());
+    let (status, stdout, stderr) =
+        testkit::Reaped::start(&mut cmd).output(Instant::now() + Duration::from_secs(300));
+    Output {
+        status,
+        stdout: stdout.into_bytes(),
+        stderr: stderr.into_bytes(),
+    }
 }
 
 #[test]

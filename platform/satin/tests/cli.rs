@@ -1,7 +1,8 @@
 //! The benchmark binaries refuse what they cannot serve with one line and exit status 2, and
 //! report failures as one line of text, never a panic or a debug dump.
 
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 fn run(binary: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut command = Command::new(binary);
@@ -17,8 +18,14 @@ fn run(binary: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
     command
         .args(args)
         .envs(env.iter().copied())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot start {binary}: {e}"))
+        .stdin(Stdio::null());
+    let (status, stdout, stderr) =
+        testkit::Reaped::start(&mut command).output(Instant::now() + Duration::from_secs(120));
+    Output {
+        status,
+        stdout: stdout.into_bytes(),
+        stderr: stderr.into_bytes(),
+    }
 }
 
 /// Checks that `args` are refused with status 2 and one line on stderr that names `mentions`.

@@ -367,9 +367,10 @@ pub mod netns {
         }
     }
 
-    /// Whether tests must not skip for want of a facility (`CI=true`).
+    /// Whether tests must not skip for want of a facility: `CI` is `true` in any case, or
+    /// `1`, as `.ci/run` reads it.
     pub fn required() -> bool {
-        std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+        std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
     }
 
     impl Hosts {

@@ -8,13 +8,16 @@ mod common;
 use common::run_pool_with;
 use ipl::{Connection, Driver, PortType};
 
+/// The process's peak memory (VmHWM); a status without it fails the test, which would
+/// otherwise read 0 and pass whatever the peak.
 fn peak_rss_bytes() -> u64 {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let s = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
     s.lines()
         .find(|l| l.starts_with("VmHWM:"))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|kb| kb.parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
+        .map(|kb| kb * 1024)
+        .unwrap_or_else(|| panic!("no VmHWM in /proc/self/status:\n{s}"))
 }
 
 #[test]

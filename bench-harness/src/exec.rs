@@ -399,6 +399,7 @@ mod tests {
             .trim()
             .parse()
             .unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
         // The grandchild was in the group and is gone (or a zombie about to be reaped by
         // init): signal 0 fails, or /proc shows state Z. A SIGKILL sent is not yet one
         // delivered, so this waits for it, up to 10 s.
@@ -421,7 +422,6 @@ mod tests {
             }
             panic!("grandchild {pid} survived the timeout by 10 s");
         }
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -74,20 +74,6 @@ impl satin::Task for Queens {
 }
 satin::register!(Queens);
 
-/// The stealing policy `SATIN_STEAL` names: `random`, or `cluster-aware` (also when unset).
-/// Read in every mode, so that a misspelt value is refused even where no pool uses it.
-fn steal_policy() -> Result<satin::Steal, String> {
-    match std::env::var("SATIN_STEAL") {
-        Err(std::env::VarError::NotPresent) => Ok(satin::Steal::ClusterAware),
-        Ok(v) if v == "cluster-aware" => Ok(satin::Steal::ClusterAware),
-        Ok(v) if v == "random" => Ok(satin::Steal::Random),
-        Ok(other) => Err(format!(
-            "SATIN_STEAL={other:?}: expected random or cluster-aware"
-        )),
-        Err(e) => Err(format!("SATIN_STEAL: {e}")),
-    }
-}
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // `RUST_LOG=satin=debug` shows what the runtime does.
     tracing_subscriber::fmt()
@@ -107,7 +93,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         d1: 0,
         d2: 0,
     };
-    let policy = steal_policy()?;
+    let policy = satin::Steal::from_env()?;
     // A pool of processes (under `ipl-run`, `mpirun` or `srun`), or else this process alone.
     let config = ipl::Config::from_env()?;
     if config.server.is_some() || config.launcher.is_some() {

@@ -50,6 +50,30 @@ pub enum Steal {
     ClusterAware,
 }
 
+impl Steal {
+    /// The policy `SATIN_STEAL` names: `random` or `cluster-aware`; the default
+    /// ([`Steal::ClusterAware`]) when the variable is unset. For programs that let their users
+    /// choose, as the fib and nqueens examples do.
+    ///
+    /// # Errors
+    /// A message naming the variable and the value when it is neither.
+    pub fn from_env() -> Result<Steal, String> {
+        match std::env::var("SATIN_STEAL") {
+            Err(std::env::VarError::NotPresent) => Ok(Steal::default()),
+            Err(std::env::VarError::NotUnicode(v)) => {
+                Err(format!("SATIN_STEAL={v:?} is not valid text"))
+            }
+            Ok(v) => match v.trim() {
+                "cluster-aware" => Ok(Steal::ClusterAware),
+                "random" => Ok(Steal::Random),
+                _ => Err(format!(
+                    "SATIN_STEAL={v:?}: expected random or cluster-aware"
+                )),
+            },
+        }
+    }
+}
+
 /// A runtime whose work is spread over the nodes of an `ipl` pool; from
 /// [`Runtime::in_pool`].
 ///

@@ -523,14 +523,9 @@ impl Config {
             }
         }
         if let Some(r) = get("IPL_SHM_RING") {
-            let n = parse_bytes("IPL_SHM_RING", &r)?;
-            if !n.is_power_of_two() || !(4096..=1 << 30).contains(&n) {
-                return Err(Error::config(
-                    "IPL_SHM_RING",
-                    format!("'{r}' is not a power of two from 4 KiB to 1 GiB"),
-                ));
-            }
-            c.shm_ring = n as usize;
+            // Its bounds are checked with the rest, by `validate` below; a count past what
+            // `usize` holds stays past them.
+            c.shm_ring = usize::try_from(parse_bytes("IPL_SHM_RING", &r)?).unwrap_or(usize::MAX);
         }
         if let Some(v) = get("IPL_SHM_SINGLE_COPY") {
             c.shm_single_copy = match v.trim() {
@@ -570,12 +565,7 @@ impl Config {
                 ));
             }
         }
-        if self.location.is_empty() || self.location.len() > MAX_LOCATION {
-            return Err(Error::config(
-                "IPL_LOCATION",
-                format!("must be 1 to {MAX_LOCATION} characters"),
-            ));
-        }
+        check_location("IPL_LOCATION", &self.location)?;
         // A host name is at most 253 characters (DNS); the node advertises it to every peer.
         if self.host.len() > 255 {
             return Err(Error::config(
@@ -595,12 +585,7 @@ impl Config {
             ("IPL_REGISTRY_LINGER", self.registry_linger),
             ("IPL_WAN_LATENCY", self.wan.latency),
         ] {
-            if d > MAX_DURATION {
-                return Err(Error::config(
-                    key,
-                    format!("{d:?} is longer than the longest supported duration, 365 days"),
-                ));
-            }
+            check_duration(key, d)?;
         }
         if self.heartbeat.is_zero() || self.heartbeat >= self.death_timeout {
             return Err(Error::config(
@@ -611,12 +596,7 @@ impl Config {
                 ),
             ));
         }
-        if self.wan.bandwidth == Some(0) {
-            return Err(Error::config(
-                "IPL_WAN_BANDWIDTH",
-                "a bandwidth of 0 bytes/s carries nothing; the slowest link is 1 byte/s",
-            ));
-        }
+        check_bandwidth("IPL_WAN_BANDWIDTH", self.wan.bandwidth)?;
         if self.max_message == 0 {
             return Err(Error::config(
                 "IPL_MAX_MESSAGE",
@@ -726,13 +706,45 @@ fn parse_count(key: &str, s: &str) -> Result<u32> {
 pub fn parse_duration(key: &str, s: &str) -> Result<Duration> {
     let d = humantime::parse_duration(s.trim())
         .map_err(|e| Error::config(key, format!("'{s}' is not a duration ({e})")))?;
+    check_duration(key, d)?;
+    Ok(d)
+}
+
+/// Refuses a duration longer than [`MAX_DURATION`] for the setting `key`: deadlines are the
+/// clock plus such durations.
+pub(crate) fn check_duration(key: &str, d: Duration) -> Result<()> {
     if d > MAX_DURATION {
         return Err(Error::config(
             key,
-            format!("'{s}' is longer than the longest supported duration, 365 days"),
+            format!("{d:?} is longer than the longest supported duration, 365 days"),
         ));
     }
-    Ok(d)
+    Ok(())
+}
+
+/// Refuses a location name of no byte or more than [`MAX_LOCATION`] for the setting `key`.
+pub(crate) fn check_location(key: &str, location: &str) -> Result<()> {
+    if location.is_empty() || location.len() > MAX_LOCATION {
+        return Err(Error::config(
+            key,
+            format!(
+                "{} bytes: a location is 1 to {MAX_LOCATION} characters",
+                location.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a wide-area bandwidth of 0 bytes per second for the setting `key`.
+pub(crate) fn check_bandwidth(key: &str, bandwidth: Option<u64>) -> Result<()> {
+    if bandwidth == Some(0) {
+        return Err(Error::config(
+            key,
+            "a bandwidth of 0 bytes/s carries nothing; the slowest link is 1 byte/s",
+        ));
+    }
+    Ok(())
 }
 
 /// Parses a byte count with an optional K/M/G (powers of 1000) or Ki/Mi/Gi suffix, which `B`
@@ -873,6 +885,8 @@ mod tests {
             ("IPL_BYTE_ORDER", "middle"),
             ("IPL_RANK", "-1"),
             ("IPL_REGISTRY", "rank1"),
+            ("IPL_SHM_RING", "3000"),
+            ("IPL_SHM_RING", "2Gi"),
         ] {
             let e = Config::from_lookup(lookup(&[(k, v)]))
                 .unwrap_err()

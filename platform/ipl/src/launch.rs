@@ -10,7 +10,7 @@
 //! SIGINT, SIGTERM and SIGHUP to the launching process kill every process of every rank's
 //! process group before it exits with 128 + the signal's number.
 
-use crate::config::MAX_DURATION;
+use crate::config::{check_bandwidth, check_duration, check_location};
 use crate::error::{Error, Result};
 use crate::registry::RegistryServer;
 use std::io::{BufRead, BufReader, Write};
@@ -35,7 +35,7 @@ pub struct Launch {
     pub nodes: u32,
     /// Number of locations (clusters) the ranks are spread over, in contiguous blocks.
     pub clusters: u32,
-    /// Wide-area latency between locations, at most [`MAX_DURATION`].
+    /// Wide-area latency between locations, at most [`MAX_DURATION`](crate::config::MAX_DURATION).
     pub wan_latency: Option<Duration>,
     /// Wide-area bandwidth between locations, bytes per second (at least 1).
     pub wan_bandwidth: Option<u64>,
@@ -54,7 +54,7 @@ pub struct RunOptions {
     pub remote: Option<Remote>,
     /// After one process failed, how long the others get to end on their own (they normally
     /// see the failure and stop with an error naming the failed rank) before they are killed;
-    /// at most [`MAX_DURATION`].
+    /// at most [`MAX_DURATION`](crate::config::MAX_DURATION).
     pub grace: Duration,
     /// For programs that survive crashes: a process that dies leaves the others (and the pool)
     /// going, and the run succeeds when the program succeeded on the survivors (see
@@ -433,35 +433,15 @@ pub fn run_with(l: &Launch, o: &RunOptions) -> Result<i32> {
         ));
     }
     // The launcher kills the others at the clock plus the grace once a rank fails.
-    for (key, d) in [("--grace", Some(o.grace)), ("--wan-latency", l.wan_latency)] {
-        if d.is_some_and(|d| d > MAX_DURATION) {
-            return Err(Error::config(
-                key,
-                "longer than the longest supported duration, 365 days",
-            ));
-        }
+    // Checked as the ranks check them, but before any starts.
+    check_duration("--grace", o.grace)?;
+    if let Some(d) = l.wan_latency {
+        check_duration("--wan-latency", d)?;
     }
-    // Each rank would refuse it as IPL_LOCATION, after all had started.
-    if let Some(j) = o
-        .join
-        .as_ref()
-        .filter(|j| j.location.is_empty() || j.location.len() > crate::config::MAX_LOCATION)
-    {
-        return Err(Error::config(
-            "--location",
-            format!(
-                "{} bytes: a location is 1 to {} characters",
-                j.location.len(),
-                crate::config::MAX_LOCATION
-            ),
-        ));
+    if let Some(j) = &o.join {
+        check_location("--location", &j.location)?;
     }
-    if l.wan_bandwidth == Some(0) {
-        return Err(Error::config(
-            "--wan-bandwidth",
-            "a bandwidth of 0 bytes/s carries nothing; the slowest link is 1 byte/s",
-        ));
-    }
+    check_bandwidth("--wan-bandwidth", l.wan_bandwidth)?;
     if let Some((k, _)) = l
         .env
         .iter()

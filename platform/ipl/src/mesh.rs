@@ -279,17 +279,8 @@ impl<'a> MeshBuilder<'a> {
                 Error::config("mesh name", "must be 1 to 512 bytes"),
             ));
         }
-        if self.patience > crate::config::MAX_DURATION {
-            return Err(err(
-                "setting the patience",
-                Error::config(
-                    "mesh patience",
-                    format!(
-                        "{:?} is longer than the longest supported duration, 365 days",
-                        self.patience
-                    ),
-                ),
-            ));
+        if let Err(e) = crate::config::check_duration("mesh patience", self.patience) {
+            return Err(err("setting the patience", e));
         }
         let Some(data_handler) = self.data else {
             return Err(err(

@@ -97,11 +97,7 @@ where
                             f(&mut bsp)
                         }));
                         r.unwrap_or_else(|panic| {
-                            let message = panic
-                                .downcast_ref::<&str>()
-                                .map(|s| s.to_string())
-                                .or_else(|| panic.downcast_ref::<String>().cloned())
-                                .unwrap_or_else(|| "a non-text panic".into());
+                            let message = ipl::error::panic_message(&*panic);
                             Err(Error::Panicked { pid, message })
                         })
                     })

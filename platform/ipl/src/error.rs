@@ -158,3 +158,15 @@ impl Error {
         )
     }
 }
+
+/// The text of a panic's payload (a `&str` or a `String`, as `panic!` makes them), for an
+/// error or a log line that reports a panic caught in user code.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&'static str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(panic payload is not text)".to_string()
+    }
+}

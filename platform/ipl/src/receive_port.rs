@@ -25,18 +25,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The text of a panic raised in a user's upcall, for the error or log line that reports it.
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    match payload.downcast::<String>() {
-        Ok(s) => *s,
-        Err(p) => match p.downcast::<&'static str>() {
-            Ok(s) => (*s).to_owned(),
-            Err(other) => {
-                // A payload of another type may panic in its own drop.
-                let _ = catch_unwind(AssertUnwindSafe(move || drop(other)));
-                "a panic without a message".to_owned()
-            }
-        },
-    }
+/// The payload is dropped here, where a payload of another type that panics in its own drop
+/// cannot end the thread.
+fn upcall_panic(payload: Box<dyn std::any::Any + Send>) -> String {
+    let message = crate::error::panic_message(&*payload);
+    let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
+    message
 }
 
 /// Decides whether a sender may connect: `Err(reason)` refuses it.
@@ -204,7 +198,7 @@ impl PortShared {
                     let why = format!(
                         "the connection upcall of port '{}' panicked: {}",
                         self.name,
-                        panic_message(payload)
+                        upcall_panic(payload)
                     );
                     tracing::warn!(port = %self.name, from = %req.from, "{why}");
                     return ConnectReply::Refused(why);
@@ -272,7 +266,7 @@ impl PortShared {
                     port = %self.name,
                     "the disconnection upcall for {} panicked: {}",
                     c.origin,
-                    panic_message(payload)
+                    upcall_panic(payload)
                 );
             }
         }
@@ -752,7 +746,7 @@ impl<'a> ReceivePortBuilder<'a> {
                                     Err(payload) => tracing::warn!(
                                         port = %s.name,
                                         "message upcall panicked: {}",
-                                        panic_message(payload)
+                                        upcall_panic(payload)
                                     ),
                                 }
                             }

@@ -8,6 +8,8 @@ use std::panic;
 use std::ptr::{self, NonNull};
 use std::sync::atomic::Ordering;
 
+pub(crate) use ipl::error::panic_message;
+
 use crate::arena::{self, Mark};
 use crate::handle::{Handle, Peek};
 use crate::job::{Frame, JobRef, ABORTED, DONE, FAILED, PENDING, RECORD, SHALLOW, TAGS};
@@ -890,15 +892,4 @@ fn unwound<T>(cx: &Context<'_>) -> u8 {
 pub(crate) fn abort_unwind() -> ! {
     ABORT_UNWINDING.with(|a| a.set(true));
     panic::resume_unwind(Box::new(AbortUnwind))
-}
-
-/// The text of a panic's payload.
-pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&'static str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "(panic payload is not text)".to_string()
-    }
 }

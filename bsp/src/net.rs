@@ -610,22 +610,13 @@ pub(crate) struct Switches {
 }
 
 impl Switches {
-    /// The switches named by the variables that `get` finds; a value other than `0` or `1` is
-    /// refused naming the variable and the value.
-    pub(crate) fn from_lookup(
-        get: impl Fn(&str) -> Option<std::ffi::OsString>,
-    ) -> std::result::Result<Switches, String> {
-        let switch = |name: &str| match get(name) {
-            None => Ok(true),
-            Some(v) => match v.to_str().map(str::trim) {
-                Some("" | "1") => Ok(true),
-                Some("0") => Ok(false),
-                _ => Err(format!("{name}={v:?} is not 0 or 1")),
-            },
-        };
+    /// The switches the environment names; a value other than `0` or `1` is refused naming
+    /// the variable and the value.
+    pub(crate) fn from_env() -> ipl::Result<Switches> {
+        let on = |name: &str| Ok(ipl::config::switch_from_env(name)?.unwrap_or(true));
         Ok(Switches {
-            host_board: switch("BSP_HOST_BOARD")?,
-            mpi_sync: switch("BSP_MPI_SYNC")?,
+            host_board: on("BSP_HOST_BOARD")?,
+            mpi_sync: on("BSP_MPI_SYNC")?,
         })
     }
 }
@@ -633,7 +624,7 @@ impl Switches {
 impl Net {
     pub(crate) fn new(ibis: Ibis, opts: Options) -> Result<Net> {
         opts.validate().map_err(Error::Config)?;
-        let switches = Switches::from_lookup(|k| std::env::var_os(k)).map_err(Error::Config)?;
+        let switches = Switches::from_env().map_err(|e| Error::Config(e.to_string()))?;
         let pid = ibis.id().rank() as usize;
         let shared = Arc::new(Shared {
             mail: Mutex::new(Mail::default()),

@@ -710,6 +710,24 @@ pub fn parse_duration(key: &str, s: &str) -> Result<Duration> {
     Ok(d)
 }
 
+/// The on-off switch that the environment variable `key` holds: `Some(true)` for `1`,
+/// `Some(false)` for `0`, `None` where it is unset or empty, for the caller's default.
+///
+/// # Errors
+/// [`Error::Config`] naming `key` and the value for anything else, rather than a default
+/// taken without a word.
+pub fn switch_from_env(key: &str) -> Result<Option<bool>> {
+    match std::env::var_os(key) {
+        None => Ok(None),
+        Some(v) => match v.to_str().map(str::trim) {
+            Some("") => Ok(None),
+            Some("1") => Ok(Some(true)),
+            Some("0") => Ok(Some(false)),
+            _ => Err(Error::config(key, format!("{v:?} is not 0 or 1"))),
+        },
+    }
+}
+
 /// Refuses a duration longer than [`MAX_DURATION`] for the setting `key`: deadlines are the
 /// clock plus such durations.
 pub(crate) fn check_duration(key: &str, d: Duration) -> Result<()> {

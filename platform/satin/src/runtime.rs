@@ -205,12 +205,7 @@ impl Drop for Runtime {
 /// # Errors
 /// [`Error::Config`] naming the variable and the value for any other value.
 pub(crate) fn stats_from_env() -> Result<bool, Error> {
-    match std::env::var_os("SATIN_STATS") {
-        None => Ok(false),
-        Some(v) => match v.to_str().map(str::trim) {
-            Some("" | "0") => Ok(false),
-            Some("1") => Ok(true),
-            _ => Err(Error::Config(format!("SATIN_STATS={v:?} is not 0 or 1"))),
-        },
-    }
+    ipl::config::switch_from_env("SATIN_STATS")
+        .map(|on| on.unwrap_or(false))
+        .map_err(|e| Error::Config(e.to_string()))
 }

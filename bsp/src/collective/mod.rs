@@ -72,9 +72,9 @@ pub(crate) fn describe(op: u8, sig: u64) -> String {
             sig & 0xffff
         ),
         op::BROADCAST | op::GATHER | op::SCATTER => format!("root {}", sig & 0xffff_ffff),
-        op::TOTAL_EXCHANGE => format!("{} {} values", sig >> 8, number(sig)),
+        // A count above the number type: the processes, or a slice's length.
+        op::TOTAL_EXCHANGE | op::ALL_GATHER_SLICE => format!("{} {} values", sig >> 8, number(sig)),
         op::ALL_TO_ALL => format!("{} values", number(sig)),
-        op::ALL_GATHER_SLICE => format!("{} {} values", sig >> 8, number(sig)),
         op::SPLIT => "a color and a key".to_string(),
         _ => format!("signature {sig:#x}"),
     }

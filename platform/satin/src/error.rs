@@ -79,6 +79,19 @@ pub enum Error {
         reason: String,
     },
 
+    /// Another node sent back the output of a job that does not decode, or that the output
+    /// type's `Deserialize` refuses as inconsistent: no correct node sends that, so the node
+    /// is named, not the task. The run fails.
+    #[error("{node} sent a result of task `{task}` that is refused: {reason}")]
+    BadResult {
+        /// The node that sent the result, as the port library names it.
+        node: String,
+        /// Type name of the task.
+        task: &'static str,
+        /// What the decoder reported.
+        reason: String,
+    },
+
     /// Work shipped to another process failed there, or its result never came back.
     #[error("remote execution failed: {0}")]
     Remote(String),

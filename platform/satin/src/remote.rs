@@ -8,7 +8,9 @@
 //!   the oldest job of this runtime, serialized as a registered type name plus bytes. The job is
 //!   then *stolen remotely*: the task that spawned it waits for it at its next sync, running
 //!   other work meanwhile. The layer later reports the outcome with [`RemoteJob::complete`]
-//!   (serialized output) or [`RemoteJob::fail`], which fails the whole run with that error.
+//!   (serialized output; [`RemoteJob::complete_from`] for an output another node sent, which
+//!   names that node if the output is refused) or [`RemoteJob::fail`], which fails the whole
+//!   run with that error.
 //! * **Running received work.** [`Remote::submit`] decodes a task by its registered name, runs
 //!   it on the local workers as a new root, and hands back its serialized output.
 //! * **Speculative search.** A job given away may be aborted by its parent afterwards;
@@ -468,7 +470,21 @@ impl RemoteJob {
     /// Delivers the serialized output to the waiting parent. If the bytes do not decode (or
     /// the output's `Deserialize` panics), the run fails with that error, which is also
     /// returned.
-    pub fn complete(mut self, output: &[u8]) -> Result<(), Error> {
+    pub fn complete(self, output: &[u8]) -> Result<(), Error> {
+        self.deliver(output, None)
+    }
+
+    /// Like [`complete`](RemoteJob::complete), for an output that the node `sender` sent: if
+    /// the bytes do not decode, or the output type's `Deserialize` refuses them, the run
+    /// fails with [`Error::BadResult`] naming `sender`, which is also returned. An output
+    /// type that checks what it decodes (with `#[serde(try_from = ...)]`, say) so has
+    /// inconsistent results from another node blamed on that node rather than on the task
+    /// that would trip over them.
+    pub fn complete_from(self, output: &[u8], sender: &str) -> Result<(), Error> {
+        self.deliver(output, Some(sender))
+    }
+
+    fn deliver(mut self, output: &[u8], sender: Option<&str>) -> Result<(), Error> {
         let job = self.job.take().expect("a RemoteJob completes once");
         self.sched
             .shared_counters
@@ -499,6 +515,14 @@ impl RemoteJob {
                 Ok(())
             }
             Err(e) => {
+                let e = match (e, sender) {
+                    (Error::Decode { task, reason, .. }, Some(node)) => Error::BadResult {
+                        node: node.to_string(),
+                        task,
+                        reason,
+                    },
+                    (e, _) => e,
+                };
                 fail_job(job, e.clone(), &self.sched);
                 Err(e)
             }

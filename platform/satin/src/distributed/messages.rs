@@ -392,8 +392,8 @@ impl Node {
         }
         match output {
             Ok(bytes) => {
-                if let Err(e) = given.job.complete(&bytes) {
-                    tracing::warn!(node = %self.me, id, "the output of a remote job does not decode: {e}");
+                if let Err(e) = given.job.complete_from(&bytes, &self.name_of(thief)) {
+                    tracing::warn!(node = %self.me, id, "the output of a remote job is refused: {e}");
                 }
             }
             Err(why) => {

@@ -1,0 +1,138 @@
+//! A node that sends back a result no correct node sends, one that does not decode or one
+//! its type's `Deserialize` refuses as inconsistent, is named in the error the run fails
+//! with; the job's task is not blamed.
+//!
+//! The thief here is an ordinary satin node; what makes it a rogue is the output type, whose
+//! `Serialize` forges what it writes. Only an output that travels to another node is
+//! serialized, so the master computes its own outputs as usual.
+
+mod common;
+
+use std::time::Instant;
+
+use common::{on_nodes, Layout, LIMIT};
+use ipl::Driver;
+use satin::{Context, Error, Inlining, Runtime, Task};
+use serde::{Deserialize, Serialize, Serializer};
+
+/// What the output's `Serialize` writes instead of the output.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+enum Forgery {
+    /// A variant index no `Forgery` has: the bytes do not decode.
+    Garbage,
+    /// An odd value, which [`Even`]'s check refuses: the bytes decode to an inconsistent value.
+    Odd,
+}
+
+/// An even number, checked when decoded.
+#[derive(Debug, Deserialize)]
+#[serde(try_from = "EvenWire")]
+struct Even {
+    mode: Forgery,
+    value: u64,
+}
+
+#[derive(Deserialize)]
+struct EvenWire {
+    mode: Forgery,
+    value: u64,
+}
+
+impl TryFrom<EvenWire> for Even {
+    type Error = String;
+
+    fn try_from(w: EvenWire) -> Result<Even, String> {
+        if w.value % 2 != 0 {
+            return Err(format!("{} is odd", w.value));
+        }
+        Ok(Even {
+            mode: w.mode,
+            value: w.value,
+        })
+    }
+}
+
+impl Serialize for Even {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.mode {
+            Forgery::Garbage => (77u32, self.value).serialize(s),
+            Forgery::Odd => (self.mode, self.value + 1).serialize(s),
+        }
+    }
+}
+
+/// Computed by the thief, whose result comes back forged.
+#[derive(Serialize, Deserialize)]
+struct Bait(Forgery);
+
+impl Task for Bait {
+    type Output = Even;
+    fn run(self, _cx: &mut Context) -> Even {
+        Even {
+            mode: self.0,
+            value: 2,
+        }
+    }
+}
+satin::register!(Bait);
+
+/// The root: spawns the bait and keeps it on offer until the run fails. The master has one
+/// worker, busy here, so only the thief can take the bait.
+#[derive(Serialize, Deserialize)]
+struct Lure(Forgery);
+
+impl Task for Lure {
+    type Output = u64;
+    fn run(self, cx: &mut Context) -> u64 {
+        let bait = cx.spawn(Bait(self.0));
+        let deadline = Instant::now() + LIMIT;
+        while !cx.is_aborted() {
+            assert!(Instant::now() < deadline, "the run did not fail in time");
+            // Publishes the bait when a steal request is up.
+            cx.work_wanted();
+            std::thread::yield_now();
+        }
+        cx.sync();
+        drop(bait);
+        0
+    }
+}
+satin::register!(Lure);
+
+/// Runs a [`Lure`] on a master and one thief; the master's error and the thief's name.
+fn forged(mode: Forgery) -> (Error, String) {
+    let out = on_nodes(Layout::new(Driver::Inproc, 2, 1), move |ibis| {
+        let me = ibis.id().to_string();
+        let rt = Runtime::in_pool(ibis).threads(1).inlining(Inlining::OFF);
+        (me, rt.run(Lure(mode)))
+    });
+    let thief = out[1].0.clone();
+    assert!(out[1].1.is_err(), "the thief's run: {:?}", out[1].1);
+    match &out[0].1 {
+        Err(e) => (e.clone(), thief),
+        Ok(v) => panic!("the master's run succeeded with {v:?}"),
+    }
+}
+
+fn assert_blames(e: &Error, thief: &str) {
+    match e {
+        Error::BadResult { node, task, .. } => {
+            assert_eq!(node, thief, "{e}");
+            assert!(task.ends_with("Bait"), "{e}");
+        }
+        other => panic!("expected a bad result from {thief}, got: {other}"),
+    }
+    assert!(e.to_string().contains(thief), "{e}");
+}
+
+#[test]
+fn a_result_that_does_not_decode_names_the_node_that_sent_it() {
+    let (e, thief) = forged(Forgery::Garbage);
+    assert_blames(&e, &thief);
+}
+
+#[test]
+fn a_result_its_type_refuses_names_the_node_that_sent_it() {
+    let (e, thief) = forged(Forgery::Odd);
+    assert_blames(&e, &thief);
+}

@@ -288,8 +288,21 @@ impl<'de> Deserialize<'de> for SharedSearch {
     }
 }
 
+/// The most nodes a [`Partial`] decoded from another process may count: 2^56, some 250,000
+/// times the largest published tree (T1WL, 2.7 * 10^11 nodes), and more than a thousand
+/// cores generating 10^8 nodes a second each make in a week. Below it, 256 parts must be
+/// merged before a count can overflow.
+pub const MAX_PARTIAL_NODES: u64 = 1 << 56;
+
 /// The counts of part of a tree, and whether a limit cut it short.
+///
+/// A part decoded from another process (a task's result) is checked: it may count at most
+/// [`MAX_PARTIAL_NODES`] nodes, no more leaves than nodes, and the pending limit only in a
+/// part that stopped, as every part a search makes does. A forged or corrupt part is then
+/// refused as it is decoded, where satin names the node that sent it, instead of overflowing
+/// a count when its parent task merges it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "PartialWire")]
 pub struct Partial {
     /// Nodes generated.
     pub counts: Counts,
@@ -297,6 +310,42 @@ pub struct Partial {
     pub stopped: bool,
     /// It was the pending limit (in some process).
     pub pending_limit: bool,
+}
+
+/// [`Partial`] as decoded, before its check.
+#[derive(Deserialize)]
+struct PartialWire {
+    counts: Counts,
+    stopped: bool,
+    pending_limit: bool,
+}
+
+impl TryFrom<PartialWire> for Partial {
+    type Error = String;
+
+    fn try_from(w: PartialWire) -> Result<Partial, String> {
+        let c = w.counts;
+        if c.nodes > MAX_PARTIAL_NODES {
+            return Err(format!(
+                "a part of the tree counts {} nodes, more than the {MAX_PARTIAL_NODES} any search makes",
+                c.nodes
+            ));
+        }
+        if c.leaves > c.nodes {
+            return Err(format!(
+                "a part of the tree counts {} leaves among {} nodes",
+                c.leaves, c.nodes
+            ));
+        }
+        if w.pending_limit && !w.stopped {
+            return Err("a part of the tree was cut by the pending limit but did not stop".into());
+        }
+        Ok(Partial {
+            counts: c,
+            stopped: w.stopped,
+            pending_limit: w.pending_limit,
+        })
+    }
 }
 
 impl Partial {
@@ -815,6 +864,48 @@ mod tests {
         })
         .unwrap_err();
         assert!(e.contains("claims 4000000000 children"), "{e}");
+    }
+
+    #[test]
+    fn a_forged_partial_does_not_decode() {
+        let counts = |nodes, leaves| Counts {
+            nodes,
+            leaves,
+            max_depth: 3,
+        };
+        let wire = |counts: Counts, stopped: bool, pending_limit: bool| {
+            postcard::to_allocvec(&(counts, stopped, pending_limit)).unwrap()
+        };
+        let genuine = Partial {
+            counts: counts(10, 7),
+            stopped: true,
+            pending_limit: true,
+        };
+        let bytes = wire(genuine.counts, true, true);
+        assert_eq!(postcard::from_bytes::<Partial>(&bytes).unwrap(), genuine);
+        assert_eq!(bytes, postcard::to_allocvec(&genuine).unwrap());
+        let most = counts(MAX_PARTIAL_NODES, MAX_PARTIAL_NODES);
+        assert!(postcard::from_bytes::<Partial>(&wire(most, false, false)).is_ok());
+        for (counts, stopped, pending_limit) in [
+            // Merged with anything, it would overflow.
+            (counts(u64::MAX, 0), false, false),
+            (counts(MAX_PARTIAL_NODES + 1, 0), false, false),
+            (counts(5, 6), false, false),
+            (counts(10, 7), false, true),
+        ] {
+            let bytes = wire(counts, stopped, pending_limit);
+            assert!(
+                postcard::from_bytes::<Partial>(&bytes).is_err(),
+                "{counts:?} {stopped} {pending_limit}"
+            );
+        }
+        let e = Partial::try_from(PartialWire {
+            counts: counts(5, 6),
+            stopped: false,
+            pending_limit: false,
+        })
+        .unwrap_err();
+        assert!(e.contains("6 leaves among 5 nodes"), "{e}");
     }
 
     #[test]

@@ -308,11 +308,13 @@ pub struct Counts {
 }
 
 impl Counts {
-    /// Adds the counts of a disjoint part of the tree.
+    /// Adds the counts of a disjoint part of the tree. A sum past `u64::MAX` stays there
+    /// (above every node limit but `u64::MAX` itself): parts from other processes are checked
+    /// one by one, and a parent task that merged enough forged ones must not panic for it.
     #[inline]
     pub fn merge(&mut self, other: Counts) {
-        self.nodes += other.nodes;
-        self.leaves += other.leaves;
+        self.nodes = self.nodes.saturating_add(other.nodes);
+        self.leaves = self.leaves.saturating_add(other.leaves);
         self.max_depth = self.max_depth.max(other.max_depth);
     }
 
@@ -520,5 +522,12 @@ mod tests {
         let mut c = counts(10, 6, 3);
         c.merge(counts(5, 4, 7));
         assert_eq!(c.checksum(), "15/10/7");
+    }
+
+    #[test]
+    fn merging_past_the_largest_count_stays_at_it() {
+        let mut c = counts(u64::MAX - 1, u64::MAX - 2, 3);
+        c.merge(counts(5, 4, 2));
+        assert_eq!(c, counts(u64::MAX, u64::MAX, 3));
     }
 }

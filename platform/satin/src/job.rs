@@ -171,7 +171,7 @@ static MARK_VTABLE: JobVTable = {
     fn never_encode(_: JobRef) -> Result<Vec<u8>, Error> {
         unreachable!("a mark is no job")
     }
-    fn never_decode(_: JobRef, _: &[u8]) -> Result<(), Error> {
+    fn never_decode(_: JobRef, _: &[u8], _: &[u8]) -> Result<(), Error> {
         unreachable!("a mark is no job")
     }
     JobVTable {
@@ -217,6 +217,9 @@ pub(crate) union Link {
     pub(crate) root: *const RootState,
 }
 
+/// Decodes an output (the first bytes) into a record, given its task as encoded.
+pub(crate) type DecodeOutput = unsafe fn(JobRef, &[u8], &[u8]) -> Result<(), Error>;
+
 /// Operations that depend on the task type, one static table per type.
 pub(crate) struct JobVTable {
     /// Runs a child popped by its parent, in a context set up for it.
@@ -227,8 +230,9 @@ pub(crate) struct JobVTable {
     pub(crate) drop_output: unsafe fn(JobRef),
     /// Serializes the task, which stays in the record.
     pub(crate) encode_task: unsafe fn(JobRef) -> Result<Vec<u8>, Error>,
-    /// Decodes an output into the record, which holds none.
-    pub(crate) decode_output: unsafe fn(JobRef, &[u8]) -> Result<(), Error>,
+    /// Decodes an output into the record, which holds none; the second bytes are the job's
+    /// task as it was encoded, for the type's [`Task::check_output`].
+    pub(crate) decode_output: DecodeOutput,
     pub(crate) type_id: fn() -> TypeId,
     pub(crate) task_name: fn() -> &'static str,
 }
@@ -441,13 +445,33 @@ unsafe fn encode_task<T: Task>(job: JobRef) -> Result<Vec<u8>, Error> {
 
 /// # Safety
 /// `job` must be a `Job<T>` that holds no output, and the caller its only user.
-unsafe fn decode_output<T: Task>(job: JobRef, bytes: &[u8]) -> Result<(), Error> {
+unsafe fn decode_output<T: Task>(job: JobRef, bytes: &[u8], task: &[u8]) -> Result<(), Error> {
     let output: T::Output = postcard::from_bytes(bytes).map_err(|e| Error::Decode {
         task: std::any::type_name::<T>(),
         what: "output",
         reason: e.to_string(),
     })?;
+    if T::CHECKS_OUTPUT {
+        check_output::<T>(task, &output)?;
+    }
     // SAFETY: as the caller vouches; there is no output, so nothing is overwritten unseen.
     unsafe { Job::<T>::output_ptr(job).write(output) };
     Ok(())
+}
+
+/// [`Task::check_output`] for an output decoded for the task encoded as `task`. A refused
+/// output is reported as one that does not decode.
+pub(crate) fn check_output<T: Task>(task: &[u8], output: &T::Output) -> Result<(), Error> {
+    let name = std::any::type_name::<T>();
+    // These bytes were encoded by this process, so a failure here is not the output's.
+    let task: T = postcard::from_bytes(task).map_err(|e| Error::Decode {
+        task: name,
+        what: "task",
+        reason: format!("decoding it again to check an output: {e}"),
+    })?;
+    task.check_output(output).map_err(|reason| Error::Decode {
+        task: name,
+        what: "output",
+        reason,
+    })
 }

@@ -467,19 +467,20 @@ impl RemoteJob {
         self.job.is_some_and(|j| j.is_aborted())
     }
 
-    /// Delivers the serialized output to the waiting parent. If the bytes do not decode (or
-    /// the output's `Deserialize` panics), the run fails with that error, which is also
-    /// returned.
+    /// Delivers the serialized output to the waiting parent. If the bytes do not decode, or
+    /// the task type's [`check_output`](Task::check_output) refuses them (or either panics),
+    /// the run fails with that error, which is also returned.
     pub fn complete(self, output: &[u8]) -> Result<(), Error> {
         self.deliver(output, None)
     }
 
     /// Like [`complete`](RemoteJob::complete), for an output that the node `sender` sent: if
-    /// the bytes do not decode, or the output type's `Deserialize` refuses them, the run
-    /// fails with [`Error::BadResult`] naming `sender`, which is also returned. An output
-    /// type that checks what it decodes (with `#[serde(try_from = ...)]`, say) so has
-    /// inconsistent results from another node blamed on that node rather than on the task
-    /// that would trip over them.
+    /// the bytes do not decode, or the output type's `Deserialize` refuses them, or the task
+    /// type's [`check_output`](Task::check_output) does, the run fails with
+    /// [`Error::BadResult`] naming `sender`, which is also returned. An output type that
+    /// checks what it decodes (with `#[serde(try_from = ...)]`, say) so has inconsistent
+    /// results from another node blamed on that node rather than on the task that would trip
+    /// over them.
     pub fn complete_from(self, output: &[u8], sender: &str) -> Result<(), Error> {
         self.deliver(output, Some(sender))
     }
@@ -496,14 +497,16 @@ impl RemoteJob {
             return Ok(());
         }
         let decode_output = job.header().vtable.decode_output;
-        // SAFETY: the slot is empty since the task was encoded.
-        let decoded =
-            panic::catch_unwind(AssertUnwindSafe(|| unsafe { decode_output(job, output) }));
+        let task = &self.task;
+        let decoded = panic::catch_unwind(AssertUnwindSafe(|| {
+            // SAFETY: the slot is empty since the task was encoded.
+            unsafe { decode_output(job, output, task) }
+        }));
         let decoded = decoded.unwrap_or_else(|payload| {
             Err(Error::TaskPanicked {
                 task: job.task_name(),
                 message: format!(
-                    "deserializing its output: {}",
+                    "deserializing or checking its output: {}",
                     crate::context::panic_message(&*payload)
                 ),
             })
@@ -516,7 +519,14 @@ impl RemoteJob {
             }
             Err(e) => {
                 let e = match (e, sender) {
-                    (Error::Decode { task, reason, .. }, Some(node)) => Error::BadResult {
+                    (
+                        Error::Decode {
+                            task,
+                            what: "output",
+                            reason,
+                        },
+                        Some(node),
+                    ) => Error::BadResult {
                         node: node.to_string(),
                         task,
                         reason,
@@ -633,8 +643,9 @@ impl ResultTable {
 }
 
 /// For a spawn while results are kept (the signal word's reuse bit): the output of `task` from the worker's result table, or
-/// `None` if the child must run. A task whose `Serialize` panics unwinds into the spawning
-/// task, as any panic of its own code does.
+/// `None` if the child must run (also when the result does not decode or
+/// [`Task::check_output`] refuses it). A task whose `Serialize` or `check_output` panics
+/// unwinds into the spawning task, as any panic of its own code does.
 #[cold]
 #[inline(never)]
 pub(crate) fn reuse<T: Task>(worker: &Worker, task: &T) -> Option<T::Output> {
@@ -646,7 +657,14 @@ pub(crate) fn reuse<T: Task>(worker: &Worker, task: &T) -> Option<T::Output> {
     let output = sched
         .results
         .take(&sched.workers, TypeId::of::<T>(), &bytes)?;
-    match postcard::from_bytes::<T::Output>(&output) {
+    let decoded = postcard::from_bytes::<T::Output>(&output).map_err(|e| e.to_string());
+    let checked = decoded.and_then(|out| {
+        if T::CHECKS_OUTPUT {
+            task.check_output(&out)?;
+        }
+        Ok(out)
+    });
+    match checked {
         Ok(out) => {
             sched
                 .shared_counters
@@ -658,7 +676,7 @@ pub(crate) fn reuse<T: Task>(worker: &Worker, task: &T) -> Option<T::Output> {
         Err(e) => {
             tracing::warn!(
                 task = std::any::type_name::<T>(),
-                "a kept result does not decode ({e}); computing it"
+                "a kept result does not decode or is refused ({e}); computing it"
             );
             None
         }

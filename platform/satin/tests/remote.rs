@@ -350,3 +350,56 @@ fn a_kept_result_serves_a_queued_spawn_of_an_equal_task_once() {
     });
     assert_eq!(out, ((999, 12), 0, (10, 12), 1));
 }
+
+/// Doubles its number; an output from elsewhere must at least be even.
+#[derive(Serialize, Deserialize)]
+struct Doubled(u64);
+
+impl Task for Doubled {
+    type Output = u64;
+    fn run(self, _cx: &mut Context) -> u64 {
+        2 * self.0
+    }
+
+    const CHECKS_OUTPUT: bool = true;
+
+    fn check_output(&self, output: &u64) -> Result<(), String> {
+        if output % 2 != 0 {
+            return Err(format!("{output} is odd"));
+        }
+        Ok(())
+    }
+}
+satin::register!(Doubled);
+
+/// Spawns `Doubled(5)` and `Doubled(6)` and returns their outputs.
+#[derive(Serialize, Deserialize)]
+struct TwoDoubled;
+
+impl Task for TwoDoubled {
+    type Output = (u64, u64);
+    fn run(self, cx: &mut Context) -> (u64, u64) {
+        let a = cx.spawn(Doubled(5));
+        let b = cx.spawn(Doubled(6));
+        cx.sync();
+        (a.take(), b.take())
+    }
+}
+satin::register!(TwoDoubled);
+
+#[test]
+fn a_kept_result_its_task_refuses_is_computed_instead() {
+    let out = bounded("refused kept result", || {
+        let rt = Runtime::local().threads(1).inlining(satin::Inlining::OFF);
+        let remote = rt.remote().unwrap();
+        let name = registered_name::<Doubled>().unwrap().unwrap();
+        for (n, kept) in [(5u64, 999u64), (6, 998)] {
+            let task = postcard::to_allocvec(&Doubled(n)).unwrap();
+            let kept = postcard::to_allocvec(&kept).unwrap();
+            remote.keep_result(name, &task, kept).unwrap();
+        }
+        let got = rt.run(TwoDoubled).unwrap();
+        (got, rt.stats().orphan_results_reused)
+    });
+    assert_eq!(out, ((10, 998), 1));
+}

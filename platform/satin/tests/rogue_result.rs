@@ -1,6 +1,7 @@
-//! A node that sends back a result no correct node sends, one that does not decode or one
-//! its type's `Deserialize` refuses as inconsistent, is named in the error the run fails
-//! with; the job's task is not blamed.
+//! A node that sends back a result no correct node sends, one that does not decode, one its
+//! type's `Deserialize` refuses as inconsistent, or one that its task's `check_output` finds
+//! does not answer the task, is named in the error the run fails with; the job's task (or its
+//! parent, which would trip over the result) is not blamed.
 //!
 //! The thief here is an ordinary satin node; what makes it a rogue is the output type, whose
 //! `Serialize` forges what it writes. Only an output that travels to another node is
@@ -22,6 +23,9 @@ enum Forgery {
     Garbage,
     /// An odd value, which [`Even`]'s check refuses: the bytes decode to an inconsistent value.
     Odd,
+    /// Another even value than the task asked for: consistent in itself, but not the task's
+    /// answer, which [`Bait::check_output`] sees.
+    Other,
 }
 
 /// An even number, checked when decoded.
@@ -57,44 +61,63 @@ impl Serialize for Even {
         match self.mode {
             Forgery::Garbage => (77u32, self.value).serialize(s),
             Forgery::Odd => (self.mode, self.value + 1).serialize(s),
+            Forgery::Other => (self.mode, self.value + 2).serialize(s),
         }
     }
 }
 
-/// Computed by the thief, whose result comes back forged.
+/// Computed by the thief, whose result comes back forged; its output is `want`.
 #[derive(Serialize, Deserialize)]
-struct Bait(Forgery);
+struct Bait {
+    mode: Forgery,
+    want: u64,
+}
 
 impl Task for Bait {
     type Output = Even;
     fn run(self, _cx: &mut Context) -> Even {
         Even {
-            mode: self.0,
-            value: 2,
+            mode: self.mode,
+            value: self.want,
         }
+    }
+
+    const CHECKS_OUTPUT: bool = true;
+
+    fn check_output(&self, output: &Even) -> Result<(), String> {
+        if output.value != self.want {
+            return Err(format!("{} is not {}", output.value, self.want));
+        }
+        Ok(())
     }
 }
 satin::register!(Bait);
 
-/// The root: spawns the bait and keeps it on offer until the run fails. The master has one
-/// worker, busy here, so only the thief can take the bait.
+/// The root: spawns the bait and keeps it on offer until the run fails or the bait's output
+/// comes, which must be what the bait was asked for. The master has one worker, busy here,
+/// so only the thief can take the bait.
 #[derive(Serialize, Deserialize)]
 struct Lure(Forgery);
 
 impl Task for Lure {
     type Output = u64;
     fn run(self, cx: &mut Context) -> u64 {
-        let bait = cx.spawn(Bait(self.0));
+        let want = 2;
+        let bait = cx.spawn(Bait { mode: self.0, want });
         let deadline = Instant::now() + LIMIT;
-        while !cx.is_aborted() {
+        while !cx.is_aborted() && !bait.is_ready() {
             assert!(Instant::now() < deadline, "the run did not fail in time");
             // Publishes the bait when a steal request is up.
             cx.work_wanted();
             std::thread::yield_now();
         }
-        cx.sync();
-        drop(bait);
-        0
+        if cx.is_aborted() {
+            cx.sync();
+            return 0;
+        }
+        let got = bait.take().value;
+        assert_eq!(got, want, "the bait's output");
+        got
     }
 }
 satin::register!(Lure);
@@ -135,4 +158,11 @@ fn a_result_that_does_not_decode_names_the_node_that_sent_it() {
 fn a_result_its_type_refuses_names_the_node_that_sent_it() {
     let (e, thief) = forged(Forgery::Odd);
     assert_blames(&e, &thief);
+}
+
+#[test]
+fn a_result_its_task_refuses_names_the_node_that_sent_it() {
+    let (e, thief) = forged(Forgery::Other);
+    assert_blames(&e, &thief);
+    assert!(e.to_string().contains("4 is not 2"), "{e}");
 }

@@ -97,6 +97,12 @@ struct Prepared {
     camera: Camera,
 }
 
+/// The frame this process decoded last (see [`SharedFrame::decoded`]), or the
+/// one it last rendered in a pool: the master decodes its tasks again to check
+/// the canvases that come back ([`RenderTask::check_output`]), and finds its
+/// own frame here instead of building its scene a second time.
+static LAST_DECODED: Mutex<Option<SharedFrame>> = Mutex::new(None);
+
 /// A [`Frame`] with its scene and camera built, shared by every task of one
 /// render (cloning is cheap).
 ///
@@ -154,9 +160,10 @@ impl SharedFrame {
     /// it is the same one: a process that receives many tasks of one render
     /// builds its scene once.
     fn decoded(frame: Frame) -> Result<SharedFrame, FrameError> {
-        static LAST: Mutex<Option<SharedFrame>> = Mutex::new(None);
         // A panic while building leaves at worst a stale entry behind.
-        let mut last = LAST.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut last = LAST_DECODED
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(shared) = last.as_ref().filter(|s| s.0.frame == frame) {
             return Ok(shared.clone());
         }
@@ -282,6 +289,23 @@ impl satin::Task for RenderTask {
         }
         canvas
     }
+
+    const CHECKS_OUTPUT: bool = true;
+
+    /// A canvas computed in another process must cover this task's tile: its own
+    /// [`Deserialize`] sees that it holds one pixel per pixel of some tile, but only the task
+    /// knows which tile, and the parent's paste would put another one in the wrong place or
+    /// panic, blaming the parent instead of the process that sent it.
+    fn check_output(&self, canvas: &Canvas) -> Result<(), String> {
+        if canvas.tile() != self.tile {
+            return Err(format!(
+                "canvas of tile {:?} is not the task's tile {:?}",
+                canvas.tile(),
+                self.tile
+            ));
+        }
+        Ok(())
+    }
 }
 
 satin::register!(RenderTask, "raytracer::RenderTask");
@@ -316,6 +340,11 @@ pub fn render_in_pool(
     frame: &SharedFrame,
     leaf: u32,
 ) -> Result<Option<Canvas>, satin::Error> {
+    // Tasks of this frame decoded here, stolen ones or those decoded again to check a canvas
+    // that came back, then share its scene.
+    *LAST_DECODED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(frame.clone());
     runtime.run(RenderTask {
         frame: frame.clone(),
         tile: frame.full_tile(),
@@ -397,6 +426,36 @@ mod tests {
         };
         assert_eq!(most.validate(), Ok(()));
         assert!(postcard::from_bytes::<RenderTask>(&task_bytes(&frame(most), full, 8)).is_ok());
+    }
+
+    #[test]
+    fn a_canvas_from_elsewhere_must_cover_its_tasks_tile() {
+        use satin::Task;
+        let task = RenderTask {
+            frame: SharedFrame::new(frame(RenderSettings::default())).unwrap(),
+            tile: Tile {
+                x0: 8,
+                y0: 4,
+                width: 16,
+                height: 8,
+            },
+            leaf: 8,
+        };
+        const { assert!(RenderTask::CHECKS_OUTPUT) };
+        assert_eq!(task.check_output(&Canvas::new(task.tile)), Ok(()));
+        // Within the image and consistent in itself, but not the tile asked for: its parent's
+        // paste would put it in the wrong place, or panic.
+        for tile in [
+            Tile { x0: 0, ..task.tile },
+            Tile {
+                width: 8,
+                ..task.tile
+            },
+            Tile::full(32, 24),
+        ] {
+            let e = task.check_output(&Canvas::new(tile)).unwrap_err();
+            assert!(e.contains("is not the task's tile"), "{e}");
+        }
     }
 
     #[test]

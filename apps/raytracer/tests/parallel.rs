@@ -218,3 +218,50 @@ fn jobs_stolen_into_another_runtime_come_back_into_the_image() {
         assert!(travelled > 0, "no job was stolen in five renders");
     });
 }
+
+#[test]
+fn a_stolen_jobs_canvas_of_another_tile_fails_the_render_naming_its_sender() {
+    within("the renders with a forging thief", || {
+        let f = frame(SceneSource::Balls(2), 64, 64, RenderSettings::default());
+        // Within the image and one pixel per pixel, as a canvas's own decoding checks, but
+        // not the tile of any job stolen from a render split to 4 x 4 tiles.
+        let forged = postcard::to_allocvec(&Canvas::new(Tile::full(1, 1))).unwrap();
+        // Stealing races with the owner's progress: render until a round saw a job taken.
+        for _round in 0..5 {
+            let home = Runtime::local().threads(1);
+            let home_remote = home.remote().unwrap();
+            let done = Arc::new(AtomicBool::new(false));
+            let thief = {
+                let (done, forged) = (Arc::clone(&done), forged.clone());
+                std::thread::spawn(move || {
+                    let start = Instant::now();
+                    while !done.load(Ordering::SeqCst) && start.elapsed() < LIMIT {
+                        if let Some(job) = home_remote.steal_oldest().expect("steal") {
+                            return Some(job.complete_from(&forged, "node9"));
+                        }
+                        std::thread::yield_now();
+                    }
+                    None
+                })
+            };
+            let render = render_parallel(&home, &f, 4);
+            done.store(true, Ordering::SeqCst);
+            let Some(completed) = thief.join().expect("thief") else {
+                assert!(render.is_ok(), "{render:?}");
+                continue;
+            };
+            for e in [completed.unwrap_err(), render.unwrap_err()] {
+                match &e {
+                    satin::Error::BadResult { node, task, reason } => {
+                        assert_eq!(node, "node9", "{e}");
+                        assert!(task.ends_with("RenderTask"), "{e}");
+                        assert!(reason.contains("is not the task's tile"), "{e}");
+                    }
+                    other => panic!("expected a bad result from node9, got: {other:?}"),
+                }
+            }
+            return;
+        }
+        panic!("no job was stolen in five renders");
+    });
+}

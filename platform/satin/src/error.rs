@@ -79,9 +79,10 @@ pub enum Error {
         reason: String,
     },
 
-    /// Another node sent back the output of a job that does not decode, or that the output
-    /// type's `Deserialize` refuses as inconsistent: no correct node sends that, so the node
-    /// is named, not the task. The run fails.
+    /// Another node sent back the output of a job that does not decode, that the output
+    /// type's `Deserialize` refuses as inconsistent, or that the task type's
+    /// [`check_output`](crate::Task::check_output) refuses: no correct node sends that, so the
+    /// node is named, not the task. The run fails.
     #[error("{node} sent a result of task `{task}` that is refused: {reason}")]
     BadResult {
         /// The node that sent the result, as the port library names it.

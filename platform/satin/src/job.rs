@@ -461,7 +461,7 @@ unsafe fn decode_output<T: Task>(job: JobRef, bytes: &[u8], task: &[u8]) -> Resu
 
 /// [`Task::check_output`] for an output decoded for the task encoded as `task`. A refused
 /// output is reported as one that does not decode.
-pub(crate) fn check_output<T: Task>(task: &[u8], output: &T::Output) -> Result<(), Error> {
+fn check_output<T: Task>(task: &[u8], output: &T::Output) -> Result<(), Error> {
     let name = std::any::type_name::<T>();
     // These bytes were encoded by this process, so a failure here is not the output's.
     let task: T = postcard::from_bytes(task).map_err(|e| Error::Decode {

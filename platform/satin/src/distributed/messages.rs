@@ -379,14 +379,9 @@ impl Node {
 
     /// A thief sends back the output of a job this node gave it.
     fn on_result(&self, thief: u32, id: u64, output: Result<Vec<u8>, String>) {
-        let Some(given) = self.given.lock().remove(&id) else {
-            tracing::debug!(node = %self.me, id, "result of a cancelled or recovered job ignored");
+        let Some(given) = self.take_given(thief, id, "a result") else {
             return;
         };
-        self.given_count.fetch_sub(1, Ordering::AcqRel);
-        if given.thief != thief {
-            tracing::warn!(node = %self.me, id, "result from {} for a job given to {}", self.name_of(thief), self.name_of(given.thief));
-        }
         if self.members.read().leaving.contains(&thief) {
             self.remote.note(Event::ResultSalvaged);
         }
@@ -405,6 +400,36 @@ impl Node {
                 given.job.fail(error);
             }
         }
+    }
+
+    /// Takes job `id` off the jobs given away, for `what` that member `from` sent about it.
+    /// Only the thief the job was given to may answer for it: anything another member sends
+    /// (job numbers are sequential, so easily guessed) is refused, and the job stays given, so
+    /// that its thief's answer still counts.
+    fn take_given(&self, from: u32, id: u64, what: &str) -> Option<Given> {
+        let mut given = self.given.lock();
+        let thief = match given.get(&id) {
+            None => {
+                tracing::debug!(node = %self.me, id, from, "{what} for a cancelled or recovered job ignored");
+                return None;
+            }
+            Some(g) => g.thief,
+        };
+        if thief != from {
+            drop(given);
+            tracing::warn!(
+                node = %self.me, id,
+                "{what} from {} for a job given to {}, refused",
+                self.name_of(from),
+                self.name_of(thief)
+            );
+            self.remote.note(Event::MessageRefused);
+            return None;
+        }
+        let taken = given.remove(&id);
+        drop(given);
+        self.given_count.fetch_sub(1, Ordering::AcqRel);
+        taken
     }
 
     /// The owner of a job running here no longer wants it.
@@ -429,10 +454,9 @@ impl Node {
 
     /// A leaving node hands back a job it received after it began to leave.
     fn on_returned(&self, from: u32, id: u64) {
-        let Some(given) = self.given.lock().remove(&id) else {
+        let Some(given) = self.take_given(from, id, "a handed-back job") else {
             return;
         };
-        self.given_count.fetch_sub(1, Ordering::AcqRel);
         self.remote.note(Event::JobReturned);
         tracing::debug!(node = %self.me, id, from, "job handed back by a leaving node");
         self.run_here(given.job, "handed back");

@@ -416,6 +416,11 @@ pub fn run(l: &Launch) -> Result<i32> {
 /// it *dies* (tolerated) by a signal, which under a remote shell shows as a status above 128
 /// (the shell's 128 + N, or ssh's 255 for a lost connection). Otherwise the status is that of
 /// the first rank that failed, or when every rank died, of the first that died.
+///
+/// A rank the registry declares dead because its heartbeats stopped (a process stopped or
+/// hung, which would never exit) is killed, and its end judged as any other death. A launch
+/// that joins a running pool ([`RunOptions::join`]) learns of such ranks by watching that
+/// pool's registry, which names the member's process.
 pub fn run_with(l: &Launch, o: &RunOptions) -> Result<i32> {
     if l.nodes == 0 || l.nodes > MAX_NODES {
         return Err(Error::config(
@@ -680,6 +685,15 @@ pub fn run_with(l: &Launch, o: &RunOptions) -> Result<i32> {
     let mut silent = registry
         .as_ref()
         .map_or_else(crossbeam_channel::never, |r| r.watch_silent(&pool));
+    // A joining launch has no registry of its own: it watches the pool's, which names the
+    // process of a silent member, since the rank it gets is the registry's to choose.
+    let remote_watch = o
+        .join
+        .as_ref()
+        .map(|_| RemoteWatch::start(&registry_address, &pool, &secret));
+    let mut silent_elsewhere = remote_watch
+        .as_ref()
+        .map_or_else(crossbeam_channel::never, |w| w.silent.clone());
     loop {
         let timer = kill_at.map_or_else(crossbeam_channel::never, crossbeam_channel::at);
         let next = crossbeam_channel::select! {
@@ -693,6 +707,15 @@ pub fn run_with(l: &Launch, o: &RunOptions) -> Result<i32> {
                 match rank {
                     Ok(rank) => kill_silent(&groups, rank, hosts.as_deref()),
                     Err(_) => silent = crossbeam_channel::never(),
+                }
+                continue;
+            }
+            recv(silent_elsewhere) -> member => {
+                match member {
+                    Ok((rank, Some(pid))) => kill_silent_process(&groups, rank, pid),
+                    // A member that named no process is none of this launch's ranks.
+                    Ok((_, None)) => {}
+                    Err(_) => silent_elsewhere = crossbeam_channel::never(),
                 }
                 continue;
             }
@@ -741,6 +764,7 @@ pub fn run_with(l: &Launch, o: &RunOptions) -> Result<i32> {
             kill_at = Some(Instant::now() + o.grace);
         }
     }
+    drop(remote_watch);
     let result = match (ended_by(), first_failure, first_death) {
         // Killed because a signal ends the launcher (which exits with the same status).
         (Some(sig), _, _) => 128 + sig,
@@ -952,6 +976,146 @@ fn kill_silent(launched: &Mutex<Launched>, rank: u32, hosts: Option<&[&str]>) {
     // (its slot is cleared under this lock first), so the group id is still ours.
     unsafe {
         libc::kill(-pgid, libc::SIGKILL);
+    }
+}
+
+/// Kills the rank whose process group holds process `pid`, which the registry of the pool this
+/// launch joined declared dead for its silence as member `member`; nothing if no rank's does.
+fn kill_silent_process(launched: &Mutex<Launched>, member: u32, pid: u32) {
+    let l = launched.lock().expect("group list");
+    let Ok(pid) = i32::try_from(pid) else { return };
+    // SAFETY: getpgid(2) only reads the process group of `pid`, whichever process that is.
+    let pgid = unsafe { libc::getpgid(pid) };
+    if pgid <= 0 {
+        return;
+    }
+    // Only a group this launch leads and has not reaped: a pid the system reused since is in
+    // another process's group, and left alone.
+    let Some(index) = l.groups.iter().position(|g| *g == Some(pgid)) else {
+        return;
+    };
+    eprintln!(
+        "ipl-run: rank +{index} (joined as rank {member}) stopped answering the registry (no \
+         heartbeat for its death timeout) and is dead to its pool; killing it"
+    );
+    // SAFETY: kill(2) of the process group our child leads; the child has not been reaped
+    // (its slot is cleared under this lock first), so the group id is still ours.
+    unsafe {
+        libc::kill(-pgid, libc::SIGKILL);
+    }
+}
+
+/// A watch of a pool's registry elsewhere for members declared dead for their silence
+/// (the registry protocol's `Watch`), for a launch that joins the pool. A registry that cannot be
+/// watched (unreachable, or of a version that has no watchers) is reported, and the launch
+/// goes on without.
+struct RemoteWatch {
+    /// The silent members' ranks and process ids.
+    silent: crossbeam_channel::Receiver<(u32, Option<u32>)>,
+    /// The connection, once made, closed when the watch is dropped.
+    conn: Arc<Mutex<WatchConnection>>,
+}
+
+/// The connection of a [`RemoteWatch`].
+#[derive(Default)]
+struct WatchConnection {
+    /// The launch has ended: a connection made from now on is closed at once, and a failure
+    /// to connect goes unreported.
+    over: bool,
+    stream: Option<std::net::TcpStream>,
+}
+
+impl RemoteWatch {
+    fn start(registry: &str, pool: &str, secret: &str) -> RemoteWatch {
+        let (tx, silent) = crossbeam_channel::bounded(1024);
+        let conn: Arc<Mutex<WatchConnection>> = Arc::default();
+        let cfg = crate::Config::tcp(pool, 1, registry, secret);
+        let (registry, pool, slot) = (registry.to_owned(), pool.to_owned(), conn.clone());
+        // Connecting takes as long as the registry takes to answer, which the ranks need too:
+        // they are started meanwhile.
+        let spawned = std::thread::Builder::new()
+            .name("ipl-run-watch".into())
+            .spawn(move || {
+                let watched = watch_registry(&cfg, &pool, &slot, &tx);
+                if let (Err(e), false) = (watched, slot.lock().expect("watch").over) {
+                    tracing::warn!(%registry, "cannot watch the pool's registry: {e}");
+                    eprintln!(
+                        "ipl-run: cannot watch the registry at {registry} for ranks that stop \
+                         answering it ({e}); such a rank is not killed"
+                    );
+                }
+            });
+        if let Err(e) = spawned {
+            eprintln!(
+                "ipl-run: cannot start the registry watch ({e}); a rank that stops answering \
+                 the registry is not killed"
+            );
+        }
+        RemoteWatch { silent, conn }
+    }
+}
+
+impl Drop for RemoteWatch {
+    fn drop(&mut self) {
+        let mut c = self.conn.lock().expect("watch connection");
+        c.over = true;
+        if let Some(s) = c.stream.take() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+/// Connects to the registry of `cfg` as a watcher of `pool` and passes on what it hears until
+/// the connection or `tx`'s receiver goes.
+fn watch_registry(
+    cfg: &crate::Config,
+    pool: &str,
+    slot: &Mutex<WatchConnection>,
+    tx: &crossbeam_channel::Sender<(u32, Option<u32>)>,
+) -> Result<()> {
+    use crate::registry::proto::{read_frame, write_frame, FromRegistry, ToRegistry};
+    let mut s = crate::pool::connect_registry(cfg)?;
+    write_frame(
+        &mut s,
+        &ToRegistry::Watch {
+            pool: pool.to_owned(),
+        },
+    )
+    .map_err(|e| Error::io("registry watch", e))?;
+    match read_frame::<FromRegistry>(&mut s) {
+        Ok(FromRegistry::Watching) => {}
+        Ok(FromRegistry::Refused(why)) => return Err(Error::Registry(why)),
+        Ok(other) => {
+            return Err(Error::Registry(format!(
+                "unexpected answer to a watch: {other:?}"
+            )))
+        }
+        Err(e) => {
+            return Err(Error::Registry(format!(
+                "no answer to a watch: {e} (a registry of an older version has no watchers)"
+            )))
+        }
+    }
+    s.set_read_timeout(None)
+        .map_err(|e| Error::io("registry socket", e))?;
+    {
+        let mut c = slot.lock().expect("watch connection");
+        if c.over {
+            return Ok(());
+        }
+        c.stream = Some(s.try_clone().map_err(|e| Error::io("registry socket", e))?);
+    }
+    loop {
+        match read_frame::<FromRegistry>(&mut s) {
+            Ok(FromRegistry::Silent { rank, pid }) => {
+                if tx.send((rank, pid)).is_err() {
+                    return Ok(());
+                }
+            }
+            Ok(_) => {}
+            // The registry's end, or the launch's (which closes the connection).
+            Err(_) => return Ok(()),
+        }
     }
 }
 

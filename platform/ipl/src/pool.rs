@@ -78,7 +78,9 @@ impl PoolInner {
             FromRegistry::Welcome { .. }
             | FromRegistry::Refused(_)
             | FromRegistry::Clock { .. }
-            | FromRegistry::Alive => return,
+            | FromRegistry::Alive
+            | FromRegistry::Watching
+            | FromRegistry::Silent { .. } => return,
             FromRegistry::NoWinner(name) => {
                 v.vacant.insert(name);
                 drop(v);
@@ -488,7 +490,11 @@ impl Link for InprocLink {
             ToRegistry::Elect(name) => s.elect(&self.pool, self.rank, &name),
             ToRegistry::Lookup(name) => s.lookup(&self.pool, self.rank, &name),
             ToRegistry::Leave => s.remove(&self.pool, self.rank, false),
-            ToRegistry::Heartbeat | ToRegistry::Join { .. } | ToRegistry::Clock => {}
+            ToRegistry::Heartbeat
+            | ToRegistry::Join { .. }
+            | ToRegistry::Clock
+            | ToRegistry::Pid(_)
+            | ToRegistry::Watch { .. } => {}
         }
         Ok(())
     }
@@ -656,6 +662,7 @@ fn try_registry(
 }
 
 fn join_tcp(cfg: &Config, req: JoinRequest, mut s: TcpStream) -> Result<Pool> {
+    let running = req.running;
     write_frame(
         &mut s,
         &ToRegistry::Join {
@@ -682,6 +689,13 @@ fn join_tcp(cfg: &Config, req: JoinRequest, mut s: TcpStream) -> Result<Pool> {
             )))
         }
     };
+    // A node joining a running pool was started by a launcher without the pool's registry
+    // (`ipl-run --join`), which can kill this process only if the registry can say which
+    // process a member declared dead for its silence is.
+    if running {
+        write_frame(&mut s, &ToRegistry::Pid(std::process::id()))
+            .map_err(|e| Error::io("registry join", e))?;
+    }
     // Membership changes that arrive while the clock is read are applied after the welcome.
     let mut early = Vec::new();
     let clock = if crate::trace::enabled() {

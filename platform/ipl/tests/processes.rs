@@ -72,6 +72,33 @@ fn child_process_entry() {
         println!("rank {me} saw ranks {joined:?} join");
         return;
     }
+    if role == "join-stop" {
+        // The member whose rank IPL_TEST_STOP names (one that joined the running pool) stops
+        // itself; every other member stays until it sees that member die.
+        let stop: u32 = std::env::var("IPL_TEST_STOP").unwrap().parse().unwrap();
+        let me = ibis.id().rank();
+        if me == stop {
+            println!("rank {me} stops");
+            // SAFETY: kill(2) of this very process.
+            unsafe {
+                libc::kill(libc::getpid(), libc::SIGSTOP);
+            }
+        }
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            // The events come from the subscription on, and the member may have died before.
+            if ibis.pool().dead().iter().any(|n| n.rank() == stop) {
+                break;
+            }
+            match events.recv_deadline(until) {
+                Ok(PoolEvent::Died(n)) if n.rank() == stop => break,
+                Ok(_) => continue,
+                Err(_) => panic!("rank {me}: rank {stop}'s death was not seen within 30 s"),
+            }
+        }
+        println!("rank {me} survived");
+        return;
+    }
     let all = ibis.pool().wait_closed().unwrap();
     let me = ibis.id().rank();
     let ty = PortType::builder()
@@ -555,6 +582,76 @@ fn a_stopped_rank_is_killed_once_the_registry_declares_it_dead() {
     assert_eq!(code, 137, "{out}\n{err}");
     assert!(
         err.contains("rank 2 stopped answering the registry"),
+        "{err}"
+    );
+}
+
+/// A pool of two started by one `ipl-run`, and a second `ipl-run --join JOIN_ARGS` adding
+/// processes to it, where the member of rank `stop` (a joiner) stops itself: the joining
+/// launcher's exit code and output. The first launch must succeed.
+fn join_and_stop(stop: u32, join_args: &[&str]) -> (i32, String, String) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let pool = format!("join-stop-{}-{stop}", std::process::id());
+    let exe = std::env::current_exe().unwrap();
+    let launch = |args: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ipl-run"));
+        cmd.args(args)
+            .arg("--")
+            .arg(&exe)
+            .args(["child_process_entry", "--exact", "--nocapture"])
+            .env("IPL_TEST_ROLE", "join-stop")
+            .env("IPL_TEST_STOP", stop.to_string())
+            .env("IPL_POOL", &pool)
+            .env("IPL_SECRET", "join-stop-secret")
+            .env("IPL_HEARTBEAT", "200ms")
+            .env("IPL_DEATH_TIMEOUT", "1s");
+        testkit::Reaped::start(&mut cmd)
+    };
+    let first = launch(&["-n", "2", "--registry-addr", &addr]);
+    let joined = launch(&[&["--join", addr.as_str()], join_args].concat());
+    let (status, out, err) = joined.output(deadline);
+    let (first_status, first_out, first_err) = first.output(deadline);
+    assert!(first_status.success(), "{first_out}\n{first_err}");
+    for rank in [0, 1] {
+        assert!(
+            first_out.contains(&format!("rank {rank} survived")),
+            "{first_out}"
+        );
+    }
+    assert!(out.contains(&format!("rank {stop} stops")), "{out}\n{err}");
+    (status.code().unwrap_or(-1), out, err)
+}
+
+#[test]
+fn a_stopped_rank_of_a_joining_launch_is_killed_once_the_registry_declares_it_dead() {
+    if role().is_some() {
+        return;
+    }
+    // The joining launcher has no registry of its own; the pool's, in the first launcher,
+    // declares the stopped joiner dead, and the joining launcher, which would wait for it for
+    // ever, kills it.
+    let (code, out, err) = join_and_stop(3, &["-n", "2", "--tolerate-failures"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("rank 2 survived"), "{out}");
+    assert!(
+        err.contains("(joined as rank 3) stopped answering the registry"),
+        "{err}"
+    );
+    assert!(
+        err.contains("(joined) was killed by signal 9; the others go on"),
+        "{err}"
+    );
+    // Without the flag its death fails the run, as a crash does.
+    let (code, out, err) = join_and_stop(2, &["-n", "1"]);
+    assert_eq!(code, 137, "{out}\n{err}");
+    assert!(
+        err.contains("rank +0 (joined as rank 2) stopped answering the registry"),
         "{err}"
     );
 }

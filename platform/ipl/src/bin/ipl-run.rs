@@ -21,6 +21,11 @@ use std::time::Duration;
 /// when set, and otherwise makes up a name and a secret); --registry-addr fixes where that
 /// launch's registry listens.
 ///
+/// A rank that stops answering the registry (stopped with SIGSTOP, or hung) is dead to its
+/// pool after its death timeout (IPL_DEATH_TIMEOUT); the launcher then kills it and judges its
+/// end as any other death. A joining launcher hears of such ranks by watching the pool's
+/// registry; one it cannot watch (an older version) is reported, and such a rank is not killed.
+///
 /// With --hostfile the processes run on the listed hosts, started as
 /// `RSH HOST env IPL_...=... PROGRAM ARGS` (the remote shell does not pass the environment on;
 /// this launcher's own IPL_* settings and RUST_LOG travel on the command line too). The secret

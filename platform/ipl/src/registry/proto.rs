@@ -51,6 +51,17 @@ pub enum ToRegistry {
     /// What time is it on the registry's clock? (A traced node asks at join, to line its trace
     /// up with the others'.)
     Clock,
+    /// Sent by a member after its join: the id of its process, so that a launcher watching
+    /// the pool (`Watch`) can find the process of a member declared dead for its silence.
+    /// Members that join a running pool send it (their launcher's registry is elsewhere).
+    Pid(u32),
+    /// First message of a connection instead of `Join`, from a launcher that is no member:
+    /// tell it of `pool`'s members declared dead for their silence (`Silent`). Answered with
+    /// `Watching`, or `Refused`.
+    Watch {
+        /// Pool name.
+        pool: String,
+    },
 }
 
 /// Registry to node.
@@ -94,6 +105,16 @@ pub enum FromRegistry {
     /// Answer to `Heartbeat`: the registry is alive. A node that hears nothing from its
     /// registry for its death timeout is cut off from its pool.
     Alive,
+    /// Answer to `Watch`: the watcher hears of silent members from now on.
+    Watching,
+    /// To a watcher: a member of its pool declared dead because its heartbeats stopped for
+    /// its death timeout (a process stopped or hung, which never exits on its own).
+    Silent {
+        /// The member's rank.
+        rank: u32,
+        /// Its process id, if it sent one (`Pid`).
+        pid: Option<u32>,
+    },
 }
 
 /// Longest election name, in bytes. The registry keeps each name until its winner goes, so

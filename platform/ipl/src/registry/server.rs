@@ -40,9 +40,38 @@ struct Shared {
     stop: AtomicBool,
     handshakes: Mutex<Handshakes>,
     /// Who hears of members declared dead for their silence, by pool (see
-    /// [`RegistryServer::watch_silent`]).
-    silent: Mutex<Vec<(String, crossbeam_channel::Sender<u32>)>>,
+    /// [`RegistryServer::watch_silent`] and [`ToRegistry::Watch`]).
+    silent: Mutex<Vec<(String, SilentWatcher)>>,
+    /// The process id each member that sent one ([`ToRegistry::Pid`]) runs as.
+    pids: Mutex<HashMap<(String, u32), u32>>,
+    /// The connections of watchers, by connection id, to close when the registry stops.
+    watchers: Mutex<HashMap<u64, TcpStream>>,
 }
+
+/// Who hears of members declared dead for their silence.
+enum SilentWatcher {
+    /// In this process ([`RegistryServer::watch_silent`]): their ranks.
+    Local(crossbeam_channel::Sender<u32>),
+    /// Over a connection ([`ToRegistry::Watch`]): the queue of its messages.
+    Remote(crossbeam_channel::Sender<FromRegistry>),
+}
+
+impl SilentWatcher {
+    /// Tells of `rank` (process `pid`); false once the watcher is gone.
+    fn tell(&self, rank: u32, pid: Option<u32>) -> bool {
+        use crossbeam_channel::TrySendError::Disconnected;
+        match self {
+            SilentWatcher::Local(tx) => !matches!(tx.try_send(rank), Err(Disconnected(_))),
+            SilentWatcher::Remote(tx) => !matches!(
+                tx.try_send(FromRegistry::Silent { rank, pid }),
+                Err(Disconnected(_))
+            ),
+        }
+    }
+}
+
+/// Most watcher connections served at once: each holds two threads.
+const MAX_WATCHERS: usize = 64;
 
 /// Silent members a watcher may leave unread before newer ones are dropped.
 const SILENT_QUEUE: usize = 1024;
@@ -78,6 +107,8 @@ impl RegistryServer {
             stop: AtomicBool::new(false),
             handshakes: Mutex::new(Handshakes::default()),
             silent: Mutex::new(Vec::new()),
+            pids: Mutex::new(HashMap::new()),
+            watchers: Mutex::new(HashMap::new()),
         });
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let acceptor = {
@@ -97,15 +128,13 @@ impl RegistryServer {
                     {
                         let expired = shared.state.lock().expired();
                         for (pool, rank) in expired {
+                            let pid = shared.pids.lock().get(&(pool.clone(), rank)).copied();
                             shared.state.lock().remove(&pool, rank, true);
                             shared.removed.notify_all();
-                            shared.silent.lock().retain(|(p, tx)| {
-                                *p != pool
-                                    || !matches!(
-                                        tx.try_send(rank),
-                                        Err(crossbeam_channel::TrySendError::Disconnected(_))
-                                    )
-                            });
+                            shared
+                                .silent
+                                .lock()
+                                .retain(|(p, w)| *p != pool || w.tell(rank, pid));
                             if let Some(s) = shared.sockets.lock().remove(&(pool, rank)) {
                                 let _ = s.shutdown(std::net::Shutdown::Both);
                             }
@@ -158,7 +187,10 @@ impl RegistryServer {
     /// ranks rather than growing memory.
     pub fn watch_silent(&self, pool: &str) -> crossbeam_channel::Receiver<u32> {
         let (tx, rx) = crossbeam_channel::bounded(SILENT_QUEUE);
-        self.shared.silent.lock().push((pool.to_owned(), tx));
+        self.shared
+            .silent
+            .lock()
+            .push((pool.to_owned(), SilentWatcher::Local(tx)));
         rx
     }
 
@@ -177,6 +209,9 @@ impl Drop for RegistryServer {
         // Wake the blocking accept so the acceptor sees the stop flag.
         let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
         for (_, s) in self.shared.sockets.lock().drain() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        for (_, s) in self.shared.watchers.lock().drain() {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
         for (_, (_, _, s)) in std::mem::take(&mut self.shared.handshakes.lock().open) {
@@ -292,6 +327,10 @@ fn serve_client(mut stream: TcpStream, peer: SocketAddr, id: u64, shared: Arc<Sh
             death_timeout: Duration::from_millis(death_timeout_ms.clamp(100, 3_600_000)),
             running,
         },
+        Ok(ToRegistry::Watch { pool }) => {
+            serve_watcher(stream, peer, id, pool, &shared);
+            return;
+        }
         Ok(other) => {
             tracing::warn!(%peer, "registry: expected a join, got {other:?}");
             return;
@@ -374,7 +413,10 @@ fn serve_client(mut stream: TcpStream, peer: SocketAddr, id: u64, shared: Arc<Sh
                     host: crate::trace::host_name(),
                 });
             }
-            Ok(ToRegistry::Join { .. }) => {
+            Ok(ToRegistry::Pid(pid)) => {
+                shared.pids.lock().insert((pool.clone(), rank), pid);
+            }
+            Ok(ToRegistry::Join { .. } | ToRegistry::Watch { .. }) => {
                 tracing::warn!(node = %me, "registry: second join on one connection");
                 break;
             }
@@ -390,9 +432,76 @@ fn serve_client(mut stream: TcpStream, peer: SocketAddr, id: u64, shared: Arc<Sh
     drop(replies);
     shared.state.lock().remove(&pool, rank, died);
     shared.removed.notify_all();
+    shared.pids.lock().remove(&(pool.clone(), rank));
     shared.sockets.lock().remove(&(pool, rank));
     let _ = stream.shutdown(std::net::Shutdown::Both);
     if let Ok(t) = writer_thread {
+        let _ = t.join();
+    }
+}
+
+/// Serves a launcher watching `pool` for members declared dead for their silence
+/// ([`ToRegistry::Watch`]) until it goes or the registry stops.
+fn serve_watcher(mut stream: TcpStream, peer: SocketAddr, id: u64, pool: String, shared: &Shared) {
+    {
+        let mut watchers = shared.watchers.lock();
+        if watchers.len() >= MAX_WATCHERS {
+            drop(watchers);
+            let why = format!("the registry serves {MAX_WATCHERS} watchers already");
+            tracing::warn!(%peer, %pool, "registry: watch refused: {why}");
+            let _ = write_frame(&mut stream, &FromRegistry::Refused(why));
+            return;
+        }
+        let Ok(s) = stream.try_clone() else { return };
+        watchers.insert(id, s);
+    }
+    // Listed after the registry's drop closed every watcher: nobody would close this one.
+    if shared.stop.load(Ordering::SeqCst) {
+        shared.watchers.lock().remove(&id);
+        return;
+    }
+    let (tx, rx) = crossbeam_channel::bounded(SILENT_QUEUE);
+    // Queued before the watcher is listed, so the answer goes out before any member.
+    let _ = tx.try_send(FromRegistry::Watching);
+    shared
+        .silent
+        .lock()
+        .push((pool.clone(), SilentWatcher::Remote(tx.clone())));
+    let writer = stream.try_clone().map(|mut w| {
+        let _ = w.set_write_timeout(Some(Duration::from_secs(30)));
+        std::thread::Builder::new()
+            .name("ipl-registry-watch".into())
+            .spawn(move || {
+                for msg in rx {
+                    if write_frame(&mut w, &msg).is_err() {
+                        break;
+                    }
+                }
+            })
+    });
+    let _ = stream.set_read_timeout(None);
+    tracing::debug!(%peer, %pool, "registry: watcher connected");
+    loop {
+        match read_frame::<ToRegistry>(&mut stream) {
+            Ok(ToRegistry::Heartbeat) => {
+                let _ = tx.try_send(FromRegistry::Alive);
+            }
+            Ok(other) => {
+                tracing::warn!(%peer, %pool, "registry: a watcher sent {other:?}");
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    // The writer ends once every sender of its queue is gone: ours and the listed one.
+    shared.silent.lock().retain(|(_, w)| match w {
+        SilentWatcher::Remote(t) => !t.same_channel(&tx),
+        SilentWatcher::Local(_) => true,
+    });
+    drop(tx);
+    shared.watchers.lock().remove(&id);
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+    if let Ok(Ok(t)) = writer {
         let _ = t.join();
     }
 }

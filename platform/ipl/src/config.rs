@@ -301,7 +301,10 @@ impl Config {
     ///
     /// `IPL_SECRET_STDIN=1` takes the secret from the first line of standard input instead of
     /// `IPL_SECRET` (how `ipl-run --hostfile` passes it, so that it never appears on a command
-    /// line); the line is read once per process.
+    /// line); the line is read once per process. `IPL_STDIN_LIFELINE=1` (which `ipl-run
+    /// --hostfile` sets too) hands standard input, which then stays open for as long as the
+    /// remote shell that started the process, to a guardian process that kills this one with
+    /// SIGKILL once it closes, stopped or not; the process gets /dev/null instead.
     pub fn from_env() -> Result<Config> {
         let stdin_secret = match std::env::var(SECRET_STDIN).ok().as_deref().map(str::trim) {
             None | Some("") | Some("0") => None,
@@ -313,6 +316,10 @@ impl Config {
                 ))
             }
         };
+        // After the secret, which is read from the same standard input.
+        if switch_from_env(crate::lifeline::STDIN_LIFELINE)? == Some(true) {
+            crate::lifeline::hold()?;
+        }
         Config::from_lookup(|k| match (k, &stdin_secret) {
             ("IPL_SECRET", Some(s)) => Some(s.clone()),
             _ => std::env::var(k).ok(),

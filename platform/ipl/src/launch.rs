@@ -5,7 +5,11 @@
 //! it lists through a remote shell (`ssh`), which does not forward the environment, so the
 //! variables travel on the remote command line: `RSH HOST env IPL_SERVER=... PROGRAM ARGS`;
 //! all but the secret, which a command line would show to every user of both hosts (`ps`): it
-//! travels on the remote command's standard input (`IPL_SECRET_STDIN=1`).
+//! travels on the remote command's standard input (`IPL_SECRET_STDIN=1`). That input stays
+//! open for as long as the rank's remote shell runs: when the launcher kills the shell (a rank
+//! that failed, or that stopped answering the registry) or its connection goes, the rank's
+//! host sees it close, and the rank's lifeline kills the rank there (`IPL_STDIN_LIFELINE=1`,
+//! see [`Config::from_env`](crate::Config::from_env)), even a rank stopped with SIGSTOP.
 //!
 //! SIGINT, SIGTERM and SIGHUP to the launching process kill every process of every rank's
 //! process group before it exits with 128 + the signal's number.
@@ -596,6 +600,7 @@ pub fn run_with(l: &Launch, o: &RunOptions) -> Result<i32> {
                 let mut cmd = Command::new(&r.rsh[0]);
                 cmd.args(&r.rsh[1..]).arg(host).arg("env");
                 vars.push((crate::config::SECRET_STDIN.into(), "1".into()));
+                vars.push((crate::lifeline::STDIN_LIFELINE.into(), "1".into()));
                 for (k, v) in inherited.iter().chain(&vars).chain(&l.env) {
                     cmd.arg(shell_word(&format!("{k}={v}")));
                 }
@@ -654,7 +659,10 @@ pub fn run_with(l: &Launch, o: &RunOptions) -> Result<i32> {
                 }
             }
         };
-        if let Some(mut stdin) = child.stdin.take() {
+        // Held open until the remote shell ends: the rank's host sees it close when the shell
+        // or its connection goes, and the rank's lifeline then kills it there.
+        let mut lifeline = child.stdin.take();
+        if let Some(stdin) = &mut lifeline {
             // A pipe takes a line without blocking; a remote shell that has already failed
             // shows as that rank's exit status.
             let _ = stdin.write_all(format!("{secret}\n").as_bytes());
@@ -671,6 +679,7 @@ pub fn run_with(l: &Launch, o: &RunOptions) -> Result<i32> {
         let groups = groups.clone();
         std::thread::spawn(move || {
             let status = wait_child(child, rank, &groups);
+            drop(lifeline);
             let _ = tx.send((rank, status));
         });
     }
@@ -917,6 +926,7 @@ const PER_RANK: &[&str] = &[
     "IPL_RANK",
     "IPL_SECRET",
     "IPL_SECRET_STDIN",
+    "IPL_STDIN_LIFELINE",
     "IPL_LOCATION",
     "IPL_DRIVER",
     "IPL_HOST",

@@ -61,6 +61,7 @@ pub mod error;
 mod ibis;
 pub mod launch;
 pub mod launcher;
+mod lifeline;
 mod mesh;
 mod message;
 mod node;

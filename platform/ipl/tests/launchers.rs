@@ -123,7 +123,40 @@ fn child_process_entry() {
                     .finish();
             }
         }
+        // Rank 2 says which process it is and stops itself; the others stay until they see it
+        // die.
+        "stop" => {
+            let events = ibis.pool().subscribe();
+            if me == 2 {
+                println!("rank 2 is process {} and stops", std::process::id());
+                // SAFETY: kill(2) of this very process.
+                unsafe {
+                    libc::kill(libc::getpid(), libc::SIGSTOP);
+                }
+            }
+            let until = Instant::now() + Duration::from_secs(30);
+            // The events come from the subscription on, and rank 2 may have died before.
+            while !ibis.pool().dead().iter().any(|n| n.rank() == 2) {
+                match events.recv_deadline(until) {
+                    Ok(ipl::PoolEvent::Died(n)) if n.rank() == 2 => break,
+                    Ok(_) => continue,
+                    Err(_) => panic!("rank {me}: rank 2's death was not seen within 30 s"),
+                }
+            }
+            println!("rank {me} survived");
+        }
         r => panic!("unknown role {r}"),
+    }
+}
+
+/// Whether process `pid` has ended (gone, or a zombie nobody has reaped yet).
+fn ended(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which may hold anything but ends with ')'.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => true,
     }
 }
 
@@ -408,6 +441,24 @@ fn local_rsh(dir: &std::path::Path) -> PathBuf {
     p
 }
 
+/// A remote shell for one machine that runs the command as on another host: in a session of
+/// its own, which a kill of the remote shell's process group does not reach, with only PATH
+/// and RSH_HOST in its environment, and with the remote shell's standard input, which closes
+/// only when the launcher lets go of it (as ssh's does when its connection goes).
+fn detached_rsh(dir: &std::path::Path) -> PathBuf {
+    let p = dir.join("rsh");
+    std::fs::write(
+        &p,
+        "#!/bin/sh\nhost=$1\nshift\nexec 3<&0\n\
+         setsid env -i PATH=/usr/bin:/bin RSH_HOST=\"$host\" \"$@\" <&3 3<&- &\n\
+         exec 3<&-\nwait $!\n",
+    )
+    .expect("write rsh");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    p
+}
+
 fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("ipl-launchers-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -505,6 +556,80 @@ fn ipl_run_hostfile_starts_ranks_through_the_remote_shell() {
         err.contains("rank 0 on localhost exited with status 1"),
         "{err}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_stopped_remote_rank_is_killed_on_its_host_not_only_its_remote_shell() {
+    if role().is_some() {
+        return;
+    }
+    let dir = scratch("stopped-remote");
+    let rsh = detached_rsh(&dir);
+    let hosts = dir.join("hosts");
+    std::fs::write(&hosts, "127.0.0.1 slots=3\n").unwrap();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ipl-run"));
+    c.args(["--tolerate-failures", "--hostfile"])
+        .arg(&hosts)
+        .arg("--rsh")
+        .arg(&rsh)
+        .arg("--")
+        .arg(std::env::current_exe().expect("test executable"))
+        .args([
+            "child_process_entry",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env_remove("IPL_SERVER")
+        .env_remove("IPL_POOL_SIZE")
+        .env("IPL_TEST_ROLE", "stop")
+        // Travel to the ranks on their command lines, as the launcher's IPL_* settings do.
+        .env("IPL_HEARTBEAT", "200ms")
+        .env("IPL_DEATH_TIMEOUT", "1s")
+        .stdin(Stdio::null());
+    let (status, out, err) = Reaped::start(&mut c).output(Instant::now() + LIMIT);
+    let pid: i32 = out
+        .lines()
+        .find_map(|l| l.split("rank 2 is process ").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("rank 2 named no process:\n{out}\n{err}"));
+    // Killed here whatever the outcome: a stopped process left behind would stay for ever.
+    struct Left(i32);
+    impl Drop for Left {
+        fn drop(&mut self) {
+            if !ended(self.0) {
+                // SAFETY: kill(2) of the test's own rank, still there (not reaped, so its pid
+                // is not reused).
+                unsafe {
+                    libc::kill(self.0, libc::SIGKILL);
+                }
+            }
+        }
+    }
+    let left = Left(pid);
+    assert!(status.success(), "{status}\n{out}\n{err}");
+    assert!(
+        err.contains("rank 2 on 127.0.0.1 stopped answering the registry"),
+        "{err}"
+    );
+    for rank in [0, 1] {
+        assert!(out.contains(&format!("rank {rank} survived")), "{out}");
+    }
+    // A stopped process on its host kept its output open, and the launcher waited for it.
+    assert!(!err.contains("some output was still open"), "{err}");
+    // Killing the remote shell must reach the process on its host.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ended(pid) && Instant::now() < deadline {
+        std::thread::park_timeout(Duration::from_millis(20));
+    }
+    assert!(
+        ended(pid),
+        "rank 2 (process {pid}) is still on its host, stopped, after its remote shell was \
+         killed\n{err}"
+    );
+    drop(left);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

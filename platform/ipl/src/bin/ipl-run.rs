@@ -30,7 +30,10 @@ use std::time::Duration;
 /// `RSH HOST env IPL_...=... PROGRAM ARGS` (the remote shell does not pass the environment on;
 /// this launcher's own IPL_* settings and RUST_LOG travel on the command line too). The secret
 /// never does: it travels on the remote command's standard input, which the remote shell must
-/// pass on (ssh does, unless given -n). PROGRAM must exist at the same path on every host. The
+/// pass on (ssh does, unless given -n), and which stays open for as long as the rank's remote
+/// shell runs (IPL_STDIN_LIFELINE=1): when this launcher kills the remote shell, or its
+/// connection goes, the rank's host sees it close and kills the rank there, even a rank
+/// stopped with SIGSTOP. PROGRAM must exist at the same path on every host. The
 /// registry listens on --registry-addr, or on this host's address on the route toward the first
 /// host.
 #[derive(Parser, Debug)]

@@ -510,6 +510,87 @@ fn serve_watcher(mut stream: TcpStream, peer: SocketAddr, id: u64, pool: String,
 mod tests {
     use super::*;
 
+    /// A connection to `server` past its handshake, as a node of `pool` makes one.
+    fn connect(server: &RegistryServer, pool: &str) -> TcpStream {
+        let cfg = crate::Config::tcp(pool, 1, server.address().to_string(), "s");
+        crate::pool::connect_registry(&cfg).unwrap()
+    }
+
+    fn join(s: &mut TcpStream, pool: &str) {
+        let join = ToRegistry::Join {
+            pool: pool.into(),
+            size: Some(1),
+            rank: Some(0),
+            host: "h".into(),
+            location: "l".into(),
+            address: "127.0.0.1:1".into(),
+            local: crate::node::Reach::default(),
+            death_timeout_ms: 100,
+            running: false,
+        };
+        write_frame(s, &join).unwrap();
+        assert!(matches!(
+            read_frame::<FromRegistry>(s).unwrap(),
+            FromRegistry::Welcome { .. }
+        ));
+    }
+
+    #[test]
+    fn a_watcher_hears_of_a_silent_member_with_its_process() {
+        let server = RegistryServer::start("127.0.0.1:0", "s").unwrap();
+        let mut watcher = connect(&server, "p");
+        write_frame(&mut watcher, &ToRegistry::Watch { pool: "p".into() }).unwrap();
+        assert!(matches!(
+            read_frame::<FromRegistry>(&mut watcher).unwrap(),
+            FromRegistry::Watching
+        ));
+        // A member of another pool is none of the watcher's business.
+        let mut other = connect(&server, "q");
+        join(&mut other, "q");
+        let mut member = connect(&server, "p");
+        join(&mut member, "p");
+        write_frame(&mut member, &ToRegistry::Pid(4242)).unwrap();
+        // No heartbeat: silent after its death timeout (100 ms), noticed within the reaper's
+        // round (200 ms); the read times out after 10 s.
+        watcher
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        match read_frame::<FromRegistry>(&mut watcher).unwrap() {
+            FromRegistry::Silent { rank, pid } => assert_eq!((rank, pid), (0, Some(4242))),
+            m => panic!("{m:?}"),
+        }
+    }
+
+    #[test]
+    fn watchers_past_the_limit_are_refused_naming_it() {
+        let server = RegistryServer::start("127.0.0.1:0", "s").unwrap();
+        let mut kept = Vec::new();
+        for i in 0..=MAX_WATCHERS {
+            let mut w = connect(&server, "p");
+            write_frame(&mut w, &ToRegistry::Watch { pool: "p".into() }).unwrap();
+            match read_frame::<FromRegistry>(&mut w).unwrap() {
+                FromRegistry::Watching if i < MAX_WATCHERS => kept.push(w),
+                FromRegistry::Refused(why) if i == MAX_WATCHERS => {
+                    assert!(why.contains(&format!("{MAX_WATCHERS} watchers")), "{why}")
+                }
+                m => panic!("watcher {i}: {m:?}"),
+            }
+        }
+        // One that goes makes room for another.
+        drop(kept.pop());
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut w = connect(&server, "p");
+            write_frame(&mut w, &ToRegistry::Watch { pool: "p".into() }).unwrap();
+            match read_frame::<FromRegistry>(&mut w).unwrap() {
+                FromRegistry::Watching => break,
+                // The registry may not have seen the other go yet.
+                FromRegistry::Refused(_) if std::time::Instant::now() < deadline => continue,
+                m => panic!("{m:?}"),
+            }
+        }
+    }
+
     #[test]
     fn waiting_beyond_what_the_clock_can_count_for_an_empty_pool_returns_at_once() {
         let server = RegistryServer::start("127.0.0.1:0", "s").unwrap();

@@ -320,6 +320,18 @@ impl Cluster {
         ns_pids(&self.hosts[i])
     }
 
+    /// The processes on host `i` but the guardians ipl starts beside each rank that ipl-run
+    /// started through a remote shell (named `ipl-lifeline`; they end with their rank).
+    fn ranks(&self, i: usize) -> Vec<i32> {
+        self.pids(i)
+            .into_iter()
+            .filter(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/comm"))
+                    .map_or(true, |c| c.trim() != "ipl-lifeline")
+            })
+            .collect()
+    }
+
     /// A remote shell `SCRIPT HOST COMMAND...` that runs COMMAND in the namespace of the host
     /// with that address. `detached`: like `ssh`, the command does not die with the remote
     /// shell (it runs in a session of its own), so only losing the pool can end it.
@@ -669,7 +681,7 @@ fn a_rank_killed_on_one_host_is_named_by_the_others_and_nothing_is_left() {
     let err = lines(run.child.stderr.take().expect("piped"));
     wait_for_lines(&err, STARTED, 4, deadline);
     // Rank 2 is the one process on host 2.
-    let victims = c.pids(2);
+    let victims = c.ranks(2);
     assert_eq!(victims.len(), 1, "{victims:?}");
     kill(victims[0]);
     let killed = Instant::now();

@@ -87,6 +87,8 @@ fn guard(pidfd: libc::c_int) -> ! {
     unsafe {
         // A group of its own: a stop of the rank's whole group leaves the guardian running.
         libc::setpgid(0, 0);
+        // Told apart from the rank it is a copy of in `ps` and /proc/PID/comm.
+        libc::prctl(libc::PR_SET_NAME, c"ipl-lifeline".as_ptr());
         // Nothing but standard input and the pidfd (moved to 1): a copy of one of the rank's
         // sockets would keep that connection open after the rank closed it.
         if libc::dup2(pidfd, 1) < 0 {

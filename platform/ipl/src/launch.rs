@@ -993,7 +993,10 @@ fn kill_silent(launched: &Mutex<Launched>, rank: u32, hosts: Option<&[&str]>) {
 /// launch joined declared dead for its silence as member `member`; nothing if no rank's does.
 fn kill_silent_process(launched: &Mutex<Launched>, member: u32, pid: u32) {
     let l = launched.lock().expect("group list");
-    let Ok(pid) = i32::try_from(pid) else { return };
+    // 0 would ask for this launcher's own group.
+    let Some(pid) = i32::try_from(pid).ok().filter(|&p| p > 0) else {
+        return;
+    };
     // SAFETY: getpgid(2) only reads the process group of `pid`, whichever process that is.
     let pgid = unsafe { libc::getpgid(pid) };
     if pgid <= 0 {

@@ -377,8 +377,8 @@ mod tests {
 
     #[test]
     fn timeout_kills_the_whole_group() {
-        let dir = std::env::temp_dir().join(format!("bh-exec-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = testkit::scratch_dir("bh-exec");
+        let dir = tmp.path();
         let pidfile = dir.join("grandchild.pid");
         // The child starts a grandchild that would outlive it, then sleeps itself.
         let script = format!("sleep 30 & echo $! > {}; sleep 30", pidfile.display());
@@ -399,7 +399,6 @@ mod tests {
             .trim()
             .parse()
             .unwrap();
-        std::fs::remove_dir_all(&dir).unwrap();
         // The grandchild was in the group and is gone (or a zombie about to be reaped by
         // init): signal 0 fails, or /proc shows state Z. A SIGKILL sent is not yet one
         // delivered, so this waits for it, up to 10 s.
@@ -426,8 +425,8 @@ mod tests {
 
     #[test]
     fn stop_flag_interrupts() {
-        let dir = std::env::temp_dir().join(format!("bh-exec-stop-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = testkit::scratch_dir("bh-exec-stop");
+        let dir = tmp.path();
         let stop = AtomicBool::new(true);
         let o = run_logged(
             &sh("sleep 30"),
@@ -438,7 +437,6 @@ mod tests {
         )
         .unwrap();
         assert_eq!(o.exit, Exit::Interrupted);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -46,8 +46,8 @@ mod tests {
     fn devices_pipes_and_files_over_the_bound_are_refused() {
         let e = read_bounded(Path::new("/dev/zero"), 1 << 20).unwrap_err();
         assert!(e.contains("not a regular file"), "{e}");
-        let dir = std::env::temp_dir().join(format!("harness-input-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = testkit::scratch_dir("harness-input");
+        let dir = tmp.path();
         let f = dir.join("f");
         std::fs::write(&f, [b'x'; 100]).unwrap();
         assert_eq!(read_bounded(&f, 100).unwrap().len(), 100);
@@ -55,8 +55,7 @@ mod tests {
         assert!(e.contains("100 bytes is more than the 99"), "{e}");
         std::fs::write(&f, [0xff, 0xfe]).unwrap();
         assert!(read_text_bounded(&f, 100).unwrap_err().contains("UTF-8"));
-        let e = read_bounded(&dir, 100).unwrap_err();
+        let e = read_bounded(dir, 100).unwrap_err();
         assert!(e.contains("not a regular file"), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -69,8 +69,9 @@
 //! assert!((points[2].speedup.unwrap() - 3.2).abs() < 1e-9);
 //! assert!((points[2].efficiency.unwrap() - 0.8).abs() < 1e-9);
 //!
-//! let dir = std::env::temp_dir().join(format!("bench-harness-doc-{}", std::process::id()));
-//! std::fs::create_dir_all(&dir)?;
+//! // A scratch directory, removed with the charts when dropped.
+//! let tmp = testkit::scratch_dir("bench-harness-doc");
+//! let dir = tmp.path();
 //! let speedup = ScalingChart {
 //!     app: "sor",
 //!     subtitle: "sor -n 1024 · 4 cores".into(),
@@ -85,7 +86,6 @@
 //! assert!(files.iter().all(|f| f.is_file()));
 //! let svg = std::fs::read_to_string(&files[1])?;
 //! assert!(svg.contains("speedup over the sequential version"));
-//! std::fs::remove_dir_all(&dir)?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 

@@ -701,8 +701,8 @@ mod tests {
 
     #[test]
     fn partial_last_line_is_skipped() {
-        let dir = std::env::temp_dir().join(format!("bh-store-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = testkit::scratch_dir("bh-store");
+        let dir = tmp.path();
         let p = dir.join("x.jsonl");
         std::fs::write(&p, "{\"a\":1}\n{\"a\":2}\n{\"a\":").unwrap();
         let v: Vec<(usize, serde_json::Value)> = jsonl(&p).unwrap();
@@ -713,6 +713,5 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("line 2"));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -202,8 +202,8 @@ mod tests {
 
     #[test]
     fn a_chart_is_drawn() {
-        let dir = std::env::temp_dir().join(format!("study-chart-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = testkit::scratch_dir("study-chart");
+        let dir = tmp.path();
         let csv = dir.join("study.csv");
         std::fs::write(&csv, GOOD).unwrap();
         let paths = chart(&csv, None).unwrap();
@@ -215,6 +215,5 @@ mod tests {
                 p.display()
             );
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -994,17 +994,15 @@ fn srun_no_kill_keeps_a_satin_step_going_when_a_task_dies() {
 /// directory (so that no launcher is found) and `CI` as given; returns whether it passed and
 /// its output.
 fn rerun_without_tools(name: &str, ci: Option<&str>) -> (bool, String) {
-    let empty = std::env::temp_dir().join(format!("ipl-cluster-empty-path-{}", job_id()));
-    std::fs::create_dir_all(&empty).expect("empty directory");
+    let empty = testkit::scratch_dir("ipl-cluster-empty-path");
     let mut cmd = Command::new(std::env::current_exe().expect("test executable"));
     cmd.args([name, "--exact", "--nocapture", "--test-threads", "1"])
-        .env("PATH", &empty)
+        .env("PATH", empty.path())
         .env_remove("CI");
     if let Some(v) = ci {
         cmd.env("CI", v);
     }
     let (status, out, err) = Proc::start(&mut cmd).finish(Instant::now() + Duration::from_secs(60));
-    let _ = std::fs::remove_dir_all(&empty);
     (status.success(), format!("{out}\n{err}"))
 }
 

@@ -28,11 +28,8 @@ fn bin_dir() -> &'static Path {
     })
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("bench-harness-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn scratch(name: &str) -> testkit::TempDir {
+    testkit::scratch_dir(&format!("bench-harness-test-{name}"))
 }
 
 /// Longest one run of the harness may take before the test fails (and kills it).
@@ -146,7 +143,8 @@ fn csv_rows(p: &Path) -> (Vec<String>, Vec<Vec<String>>) {
 #[test]
 fn tiny_sweep_writes_results_and_charts_and_replots_identically() {
     let bins = bin_dir();
-    let out = scratch("sweep");
+    let tmp = scratch("sweep");
+    let out = tmp.path();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let t = Instant::now();
     let o = harness(&[
@@ -438,7 +436,6 @@ fn tiny_sweep_writes_results_and_charts_and_replots_identically() {
         };
         assert!(std::fs::read(&p).unwrap() == *b, "{f} differs after plot");
     }
-    std::fs::remove_dir_all(&out).unwrap();
 }
 
 #[test]
@@ -478,7 +475,8 @@ fn bad_arguments_give_clear_errors() {
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("RUST_LOG") && err.contains("degub"), "{err}");
-    let out = scratch("bad");
+    let tmp = scratch("bad");
+    let out = tmp.path();
     let missing = out.join("no-such-set");
     let o = harness(&["plot", missing.to_str().unwrap()]);
     let err = text(&o.stderr);
@@ -554,18 +552,18 @@ fn bad_arguments_give_clear_errors() {
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("at most 100000"), "{err}");
-    let left: Vec<_> = std::fs::read_dir(&out)
+    let left: Vec<_> = std::fs::read_dir(out)
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(left, ["empty-bin"], "no result set may be left behind");
-    std::fs::remove_dir_all(&out).unwrap();
 }
 
 #[test]
 fn cluster_launchers_build_command_lines_and_say_when_missing() {
     let bins = bin_dir();
-    let out = scratch("launchers");
+    let tmp = scratch("launchers");
+    let out = tmp.path();
     let b = bins.to_str().unwrap();
     let o = harness(&[
         "run",
@@ -719,17 +717,17 @@ fn cluster_launchers_build_command_lines_and_say_when_missing() {
     }
     std::fs::remove_dir(&no_tools).unwrap();
     assert_eq!(
-        std::fs::read_dir(&out).unwrap().count(),
+        std::fs::read_dir(out).unwrap().count(),
         0,
         "nothing may be written"
     );
-    std::fs::remove_dir_all(&out).unwrap();
 }
 
 #[test]
 fn timeouts_are_recorded_and_interrupts_keep_measured_runs() {
     let bins = bin_dir().to_str().unwrap().to_string();
-    let out = scratch("bounded");
+    let tmp = scratch("bounded");
+    let out = tmp.path();
     // A run far longer than its timeout is killed and recorded as timed out.
     let t = Instant::now();
     let o = harness(&[
@@ -815,7 +813,6 @@ fn timeouts_are_recorded_and_interrupts_keep_measured_runs() {
     let readme = read(&out.join("interrupted").join("README.md"));
     assert!(readme.contains("interrupted"), "{readme}");
     assert!(stdout.contains("interrupted"), "{stdout}");
-    std::fs::remove_dir_all(&out).unwrap();
 }
 
 /// Processes whose environment holds the line `marker`, with their command lines.
@@ -845,7 +842,8 @@ fn marked(marker: &str) -> Vec<(i32, String)> {
 #[test]
 fn sigterm_during_a_parallel_run_ends_ipl_run_and_its_ranks() {
     let bins = bin_dir().to_str().unwrap().to_string();
-    let out = scratch("sigterm");
+    let tmp = scratch("sigterm");
+    let out = tmp.path();
     let marker = format!("BENCH_HARNESS_TEST_MARK=sigterm-{}", std::process::id());
     let (k, v) = marker.split_once('=').unwrap();
     // The sequential run cannot finish in time; it is killed at the timeout, and the run on
@@ -927,5 +925,4 @@ fn sigterm_during_a_parallel_run_ends_ipl_run_and_its_ranks() {
     assert_eq!(runs.len(), 2, "{runs:?}");
     assert_eq!(runs[0]["status"], "timed-out");
     assert_eq!(runs[1]["status"], "interrupted");
-    std::fs::remove_dir_all(&out).unwrap();
 }

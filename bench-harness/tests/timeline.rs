@@ -24,11 +24,8 @@ fn bin_dir() -> &'static Path {
     })
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("timeline-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn scratch(name: &str) -> testkit::TempDir {
+    testkit::scratch_dir(&format!("timeline-test-{name}"))
 }
 
 /// Runs `program ARGS --trace DIR` on three processes under ipl-run; returns DIR's trace files.
@@ -242,12 +239,13 @@ fn check_timeline(dir: &Path, charts: &[&str]) -> Value {
 
 #[test]
 fn a_traced_bsp_run_on_three_processes() {
-    let dir = scratch("bsp");
+    let dir_tmp = scratch("bsp");
+    let dir = dir_tmp.path();
     let iterations = 12;
     let files = traced_run(
         "sor",
         &["-n", "60", "--iterations", &iterations.to_string()],
-        &dir,
+        dir,
     );
     for (rank, t) in common_checks(&files) {
         let steps: Vec<&Value> = t
@@ -292,8 +290,7 @@ fn a_traced_bsp_run_on_three_processes() {
         // Neighbours exchange rows: some supersteps carry data.
         assert!(steps.iter().any(|e| num(e, "bytes") > 0.0));
     }
-    check_timeline(&dir, &["timeline", "supersteps"]);
-    std::fs::remove_dir_all(&dir).unwrap();
+    check_timeline(dir, &["timeline", "supersteps"]);
 }
 
 fn num_of(args: &Value, key: &str) -> f64 {
@@ -302,7 +299,8 @@ fn num_of(args: &Value, key: &str) -> f64 {
 
 #[test]
 fn a_traced_satin_run_on_three_processes() {
-    let dir = scratch("satin");
+    let dir_tmp = scratch("satin");
+    let dir = dir_tmp.path();
     let files = traced_run(
         "raytracer",
         &[
@@ -316,7 +314,7 @@ fn a_traced_satin_run_on_three_processes() {
             "16",
             "--no-png",
         ],
-        &dir,
+        dir,
     );
     let mut steals = 0;
     for (rank, t) in common_checks(&files) {
@@ -371,7 +369,7 @@ fn a_traced_satin_run_on_three_processes() {
         steals > 0,
         "no steal in a run of 3 processes with 2 workers each"
     );
-    let merged = check_timeline(&dir, &["timeline", "steals"]);
+    let merged = check_timeline(dir, &["timeline", "steals"]);
     let counters = merged["traceEvents"]
         .as_array()
         .unwrap()
@@ -379,15 +377,16 @@ fn a_traced_satin_run_on_three_processes() {
         .filter(|e| e["ph"] == "C")
         .count();
     assert!(counters > 0, "the satin counts become counter tracks");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn unusable_traces_get_an_error_naming_the_file() {
-    let dir = scratch("bad");
+    let dir_tmp = scratch("bad");
+    let dir = dir_tmp.path();
     // A real trace to cut short.
-    let good = scratch("bad-source");
-    let files = traced_run("sor", &["-n", "30", "--iterations", "2"], &good);
+    let good_tmp = scratch("bad-source");
+    let good = good_tmp.path();
+    let files = traced_run("sor", &["-n", "30", "--iterations", "2"], good);
     let whole = std::fs::read(&files[0]).unwrap();
 
     let missing = dir.join("gone.trace.json");
@@ -407,14 +406,15 @@ fn unusable_traces_get_an_error_naming_the_file() {
     .unwrap();
     let garbage = dir.join("garbage.json");
     std::fs::write(&garbage, b"\x00\x01 not json").unwrap();
-    let empty = scratch("bad-empty");
+    let empty_tmp = scratch("bad-empty");
+    let empty = empty_tmp.path();
     let cases: [(&Path, &str); 6] = [
         (&missing, "cannot read"),
         (&cut, "cut short"),
         (&foreign, "not a per-process trace"),
         (&other_tool, "no trace.start"),
         (&garbage, "not JSON"),
-        (&empty, "no trace files"),
+        (empty, "no trace files"),
     ];
     for (path, why) in cases {
         let (ok, out, err) = timeline(&[path]);
@@ -429,7 +429,4 @@ fn unusable_traces_get_an_error_naming_the_file() {
     // A good file among bad ones does not hide them.
     let (ok, _, err) = timeline(&[&files[0], &cut]);
     assert!(!ok && err.contains("cut.trace.json"), "{err}");
-    for d in [dir, good, empty] {
-        std::fs::remove_dir_all(d).unwrap();
-    }
 }

@@ -33,9 +33,8 @@ fn harness(args: &[&str]) -> Output {
 #[test]
 fn a_uts_sweep_records_process_counts_and_matching_checksums() {
     let bins = bin_dir();
-    let out = std::env::temp_dir().join(format!("bench-harness-uts-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    std::fs::create_dir_all(&out).unwrap();
+    let tmp = testkit::scratch_dir("bench-harness-uts");
+    let out = tmp.path();
     let o = harness(&[
         "run",
         "--apps",
@@ -87,5 +86,4 @@ fn a_uts_sweep_records_process_counts_and_matching_checksums() {
         assert_eq!(row[col], "true", "a checksum differs: {summary}");
     }
     assert!(set.join("charts").join("speedup-uts.png").is_file());
-    std::fs::remove_dir_all(&out).unwrap();
 }

@@ -33,10 +33,11 @@ fn child(steps: usize, packets: usize, dir: &Path) {
     .expect("run");
 }
 
-/// Runs the child and returns its trace file.
-fn traced(steps: usize, packets: usize, name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("bsp-trace-size-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+/// Runs the child and returns the [`events`] of its trace file, read before the directory that
+/// holds it is removed.
+fn traced(steps: usize, packets: usize, name: &str) -> (BTreeMap<String, usize>, u64) {
+    let tmp = testkit::scratch_dir(&format!("bsp-trace-size-{name}"));
+    let dir = tmp.path();
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["--exact", TEST, "--nocapture", "--test-threads=1"])
         .env(CHILD, format!("{steps},{packets},{}", dir.display()))
@@ -55,12 +56,12 @@ fn traced(steps: usize, packets: usize, name: &str) -> PathBuf {
         std::thread::park_timeout(Duration::from_millis(20));
     };
     assert!(status.success());
-    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+    let files: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
     assert_eq!(files.len(), 1, "{files:?}");
-    files.into_iter().next().unwrap()
+    events(&files[0])
 }
 
 /// Events per name, and the file's size.
@@ -85,9 +86,9 @@ fn trace_grows_with_supersteps_not_packets() {
         child(steps, packets, Path::new(it.next().unwrap()));
         return;
     }
-    let (few, few_size) = events(&traced(20, 1, "few"));
-    let (many, many_size) = events(&traced(20, 2000, "many"));
-    let (longer, _) = events(&traced(40, 1, "longer"));
+    let (few, few_size) = traced(20, 1, "few");
+    let (many, many_size) = traced(20, 2000, "many");
+    let (longer, _) = traced(40, 1, "longer");
     let bsp = |c: &BTreeMap<String, usize>| -> BTreeMap<String, usize> {
         c.iter()
             .filter(|(k, _)| k.starts_with("bsp."))

@@ -439,13 +439,13 @@ mod tests {
 
     #[test]
     fn files_round_trip_and_missing_files_are_named() {
-        let dir = std::env::temp_dir().join(format!("bh-io-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = testkit::scratch_dir("bh-io");
+        let dir = tmp.path();
         let path = dir.join("bodies.txt");
         let bodies = plummer::generate(10, 1);
         write_file(&path, &bodies).unwrap();
         assert_eq!(read_file(&path).unwrap(), bodies);
-        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(dir).unwrap();
         let e = read_file(&path).unwrap_err();
         assert!(e.to_string().contains("bodies.txt"), "{e}");
     }

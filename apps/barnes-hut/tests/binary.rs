@@ -39,8 +39,9 @@ fn ipl_run() -> PathBuf {
     testkit::ipl_run_beside(Path::new(BIN))
 }
 
-fn temp_path(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("barnes-hut-{}-{name}", std::process::id()))
+/// A scratch directory of the test's own, removed when dropped.
+fn scratch() -> testkit::TempDir {
+    testkit::scratch_dir("barnes-hut")
 }
 
 /// Largest distance between the positions of equal ids in two bodies files.
@@ -95,8 +96,9 @@ fn check_parallel_line(v: &Value, nodes: u64) {
 
 #[test]
 fn the_parallel_binary_on_two_processes_follows_the_sequential_one() {
-    let seq_out = temp_path("seq.txt");
-    let par_out = temp_path("par2.txt");
+    let tmp = scratch();
+    let seq_out = tmp.path().join("seq.txt");
+    let par_out = tmp.path().join("par2.txt");
     let seq = result_line(
         barnes_hut()
             .arg("--seq")
@@ -122,8 +124,6 @@ fn the_parallel_binary_on_two_processes_follows_the_sequential_one() {
     );
     assert!(par["essential_items_received"].as_u64().unwrap() > 0);
     let diff = max_position_difference(&seq_out, &par_out);
-    let _ = std::fs::remove_file(&seq_out);
-    let _ = std::fs::remove_file(&par_out);
     assert!(diff < 1e-5, "positions differ by up to {diff}");
 }
 
@@ -141,8 +141,9 @@ fn without_a_launcher_the_parallel_binary_runs_an_in_process_pool() {
     );
     assert!((e_seq - e_one).abs() < 1e-12, "energies {e_seq} {e_one}");
     // IPL_POOL_SIZE alone: that many nodes as threads of one process, one CPU figure.
-    let seq_out = temp_path("seq-inproc.txt");
-    let par_out = temp_path("par3.txt");
+    let tmp = scratch();
+    let seq_out = tmp.path().join("seq-inproc.txt");
+    let par_out = tmp.path().join("par3.txt");
     result_line(
         barnes_hut()
             .arg("--seq")
@@ -163,14 +164,13 @@ fn without_a_launcher_the_parallel_binary_runs_an_in_process_pool() {
         Some(1)
     );
     let diff = max_position_difference(&seq_out, &par_out);
-    let _ = std::fs::remove_file(&seq_out);
-    let _ = std::fs::remove_file(&par_out);
     assert!(diff < 1e-5, "positions differ by up to {diff}");
 }
 
 #[test]
 fn a_missing_input_file_fails_every_node_with_its_name() {
-    let missing = temp_path("no-such-bodies.txt");
+    let tmp = scratch();
+    let missing = tmp.path().join("no-such-bodies.txt");
     let (status, out, err) = Reaped::start(
         barnes_hut()
             .arg("--input")
@@ -190,7 +190,8 @@ fn a_missing_input_file_fails_every_node_with_its_name() {
 fn bodies_too_large_to_compute_with_are_refused_by_body_and_field() {
     // Finite, but the squares and sums of the force computation overflow: the run used to go
     // on with NaN positions (and panic on a debug assertion in a debug build).
-    let input = temp_path("huge-bodies.txt");
+    let tmp = scratch();
+    let input = tmp.path().join("huge-bodies.txt");
     std::fs::write(
         &input,
         "3\n0 1 0 0 0 0 0 0\n1 1 1 0 0 0 0 0\n5 1e308 1e308 -1e308 1e308 0 0 0\n",
@@ -223,7 +224,6 @@ fn bodies_too_large_to_compute_with_are_refused_by_body_and_field() {
             .args(["--tstop", "0.05", "--input"])
             .arg(&input),
     );
-    let _ = std::fs::remove_file(&input);
     for key in [
         "checksum",
         "displacement_rms",
@@ -314,11 +314,11 @@ fn values_it_cannot_serve_are_refused_with_one_line_and_status_2() {
 
 #[test]
 fn an_input_of_no_bodies_is_an_error() {
-    let path = temp_path("no-bodies.txt");
+    let tmp = scratch();
+    let path = tmp.path().join("no-bodies.txt");
     std::fs::write(&path, "0\n").unwrap();
     let (status, out, err) = Reaped::start(barnes_hut().arg("--seq").arg("--input").arg(&path))
         .output(Instant::now() + LIMIT);
-    let _ = std::fs::remove_file(&path);
     assert!(!status.success(), "{status}: {out}");
     assert!(out.is_empty(), "{out}");
     assert!(err.contains("holds no bodies"), "{err}");
@@ -326,8 +326,8 @@ fn an_input_of_no_bodies_is_an_error() {
 
 #[test]
 fn an_unwritable_output_is_found_before_the_run() {
-    let dir = temp_path("out-dir");
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = scratch();
+    let dir = tmp.path();
     // Runs that take minutes in a debug build: the refusal must come first.
     let long = ["-n", "100000", "--tstop", "10"];
     let started = Instant::now();
@@ -340,7 +340,7 @@ fn an_unwritable_output_is_found_before_the_run() {
         "--output",
     );
     refused(
-        barnes_hut().args(long).arg("--output").arg(&dir),
+        barnes_hut().args(long).arg("--output").arg(dir),
         "it is a directory",
     );
     refused(
@@ -364,10 +364,9 @@ fn an_unwritable_output_is_found_before_the_run() {
             .arg(&out),
     );
     assert_eq!(io::read_file(&out).expect("bodies").len(), 50);
-    let left: Vec<_> = std::fs::read_dir(&dir)
+    let left: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(left, ["bodies.txt"]);
-    std::fs::remove_dir_all(&dir).unwrap();
 }

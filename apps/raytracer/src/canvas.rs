@@ -254,8 +254,8 @@ mod tests {
 
     #[test]
     fn png_round_trips() {
-        let dir = std::env::temp_dir().join(format!("raytracer-canvas-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = testkit::scratch_dir("raytracer-canvas");
+        let dir = tmp.path();
         let path = dir.join("t.png");
         let c = Canvas::from_pixels(Tile::full(2, 1), vec![[10, 20, 30], [40, 50, 60]]);
         c.write_png(&path).unwrap();
@@ -265,6 +265,5 @@ mod tests {
         let info = reader.next_frame(&mut buf).unwrap();
         assert_eq!((info.width, info.height), (2, 1));
         assert_eq!(&buf[..info.buffer_size()], &c.rgb_bytes()[..]);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

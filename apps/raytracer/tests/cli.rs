@@ -182,8 +182,8 @@ fn values_it_cannot_serve_are_refused_with_one_line_and_status_2() {
     assert!(!err.contains("unexpected argument"), "{err}");
     refused(raytracer().args(["--threads", "0", "--no-png"]), "'0'");
     // An NFF resolution above the limit is the file's error.
-    let dir = std::env::temp_dir().join(format!("raytracer-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = testkit::scratch_dir("raytracer-cli");
+    let dir = tmp.path();
     let nff = dir.join("huge.nff");
     std::fs::write(
         &nff,
@@ -200,13 +200,12 @@ fn values_it_cannot_serve_are_refused_with_one_line_and_status_2() {
     );
     assert_eq!(status.code(), Some(1), "{err}");
     assert!(err.contains("between 1 and 4096"), "{err}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn an_unwritable_output_is_found_before_the_render() {
-    let dir = std::env::temp_dir().join(format!("raytracer-out-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = testkit::scratch_dir("raytracer-out");
+    let dir = tmp.path();
     // A render that takes minutes in a debug build: the refusal must come first.
     let big = ["--width", "4096", "--height", "4096", "--aa", "4"];
     let started = Instant::now();
@@ -224,7 +223,7 @@ fn an_unwritable_output_is_found_before_the_render() {
         );
     }
     refused(
-        raytracer().arg("--seq").args(big).arg("-o").arg(&dir),
+        raytracer().arg("--seq").args(big).arg("-o").arg(dir),
         "it is a directory",
     );
     assert!(
@@ -242,19 +241,18 @@ fn an_unwritable_output_is_found_before_the_render() {
             .arg(&png),
         Instant::now() + LIMIT,
     );
-    let left: Vec<_> = std::fs::read_dir(&dir)
+    let left: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(left, ["small.png"]);
     assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn a_scene_without_objects_renders_the_background() {
-    let dir = std::env::temp_dir().join(format!("raytracer-empty-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = testkit::scratch_dir("raytracer-empty");
+    let dir = tmp.path();
     let nff = dir.join("empty.nff");
     std::fs::write(
         &nff,
@@ -273,7 +271,6 @@ fn a_scene_without_objects_renders_the_background() {
     assert_eq!(seq["parameters"]["spheres"], 0);
     let par = result_line(raytracer().arg("--nff").arg(&nff).arg("--no-png"), d);
     assert_eq!(par["checksum"], seq["checksum"]);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

@@ -310,16 +310,16 @@ fn a_tree_that_keeps_its_nodes_pending_stops_at_the_pending_limit() {
 #[test]
 fn a_traced_run_writes_its_steals_and_idle_periods() {
     let d = Instant::now() + LIMIT;
-    let dir = std::env::temp_dir().join(format!("uts-trace-test-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let tmp = testkit::scratch_dir("uts-trace-test");
+    let dir = tmp.path();
     let run = result_line(
         uts()
             .args(["--sample", "T1", "--threads", "2", "--trace"])
-            .arg(&dir),
+            .arg(dir),
         d,
     );
     assert_eq!(counts(&run), T1);
-    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+    let files: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
@@ -338,7 +338,6 @@ fn a_traced_run_writes_its_steals_and_idle_periods() {
     }
     // A run on two workers of four million nodes hands out work: the idle worker steals.
     assert!(names.contains(&"satin.steal"), "no steal in {names:?}");
-    std::fs::remove_dir_all(&dir).unwrap();
 
     // A trace that cannot be written is refused before the run, with status 2.
     let (status, out, err) = output(uts().args(["--trace", "/proc/version/not-a-directory"]), d);

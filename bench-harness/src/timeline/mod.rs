@@ -207,21 +207,20 @@ mod tests {
     /// matrix is square in their number.
     #[test]
     fn more_processes_than_a_launch_starts_are_refused_before_reading() {
-        let dir = std::env::temp_dir().join(format!("bh-timeline-many-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = testkit::scratch_dir("bh-timeline-many");
+        let dir = tmp.path();
         for i in 0..=MAX_PROCESSES {
             std::fs::write(dir.join(format!("{i:05}{}", read::FILE_SUFFIX)), b"").unwrap();
         }
-        let e = trace_files(std::slice::from_ref(&dir)).map(|f| f.len());
-        std::fs::remove_dir_all(&dir).unwrap();
+        let e = trace_files(&[dir.to_path_buf()]).map(|f| f.len());
         let e = e.unwrap_err().to_string();
         assert!(e.contains("4097") && e.contains("at most 4096"), "{e}");
     }
 
     #[test]
     fn clocks_no_run_reaches_are_refused_with_the_file_not_drawn() {
-        let dir = std::env::temp_dir().join(format!("bh-timeline-clock-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = testkit::scratch_dir("bh-timeline-clock");
+        let dir = tmp.path();
         // Each far from the other: the run's clock ran to infinity, which the chart refused
         // without naming a file, after the merged trace was written with null times.
         for (file, rank, unix) in [("a", 0, "1e308"), ("b", 1, "-1e308")] {
@@ -236,12 +235,11 @@ mod tests {
             )
             .unwrap();
         }
-        let e = draw(std::slice::from_ref(&dir), None)
+        let e = draw(&[dir.to_path_buf()], None)
             .map(|_| ())
             .unwrap_err()
             .to_string();
         let merged = dir.join(files::MERGED).exists();
-        std::fs::remove_dir_all(&dir).unwrap();
         assert!(
             e.contains("a.trace.json")
                 && e.contains("event 0: trace.start")
@@ -253,8 +251,8 @@ mod tests {
 
     #[test]
     fn a_superstep_number_no_run_reaches_is_refused_not_drawn() {
-        let dir = std::env::temp_dir().join(format!("bh-timeline-step-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = testkit::scratch_dir("bh-timeline-step");
+        let dir = tmp.path();
         let file = dir.join("a.trace.json");
         std::fs::write(
             &file,
@@ -264,11 +262,10 @@ mod tests {
         )
         .unwrap();
         // Its bar's position overflowed in the superstep chart.
-        let e = draw(&[file], Some(&dir))
+        let e = draw(&[file], Some(dir))
             .map(|_| ())
             .unwrap_err()
             .to_string();
-        std::fs::remove_dir_all(&dir).unwrap();
         assert!(
             e.contains("a.trace.json")
                 && e.contains("event 1")

@@ -131,14 +131,14 @@ mod tests {
 
     #[test]
     fn a_claimed_file_appears_only_when_committed() {
-        let dir = std::env::temp_dir().join(format!("ipl-claim-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = testkit::scratch_dir("ipl-claim");
+        let dir = tmp.path();
         let path = dir.join("out.txt");
         let claim = ClaimedFile::claim(&path).unwrap();
         assert!(claim.temp().exists() && !path.exists());
         drop(claim);
         assert_eq!(
-            std::fs::read_dir(&dir).unwrap().count(),
+            std::fs::read_dir(dir).unwrap().count(),
             0,
             "the claim is gone"
         );
@@ -146,9 +146,8 @@ mod tests {
         std::fs::write(claim.temp(), "done").unwrap();
         claim.commit().unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "done");
-        assert!(ClaimedFile::claim(&dir).is_err(), "a directory");
+        assert!(ClaimedFile::claim(dir).is_err(), "a directory");
         assert!(ClaimedFile::claim(&dir.join("no/such/dir/x")).is_err());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -118,8 +118,8 @@ fn ipl_server_refuses_empty_secrets_and_secrets_on_the_command_line() {
         &[("IPL_SECRET", "s"), ("RUST_LOG", "ipl=degub")],
         "RUST_LOG",
     );
-    let dir = std::env::temp_dir().join(format!("ipl-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = testkit::scratch_dir("ipl-cli");
+    let dir = tmp.path();
     let empty = dir.join("empty");
     std::fs::write(&empty, "\n").unwrap();
     use std::os::unix::fs::PermissionsExt;
@@ -143,7 +143,6 @@ fn ipl_server_refuses_empty_secrets_and_secrets_on_the_command_line() {
         &[("IPL_SECRET", "s")],
         "not an address",
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Like [`refused`], with the program's address space limited to 1 GiB, so that one that
@@ -178,8 +177,8 @@ fn refused_in_bounded_memory(program: &str, args: &[&str], env: &[(&str, &str)],
 
 #[test]
 fn host_and_secret_files_are_read_only_when_regular_and_small() {
-    let dir = std::env::temp_dir().join(format!("ipl-cli-files-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = testkit::scratch_dir("ipl-cli-files");
+    let dir = tmp.path();
     let fifo = dir.join("fifo");
     let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
     // SAFETY: a valid, NUL-terminated path.
@@ -208,7 +207,6 @@ fn host_and_secret_files_are_read_only_when_regular_and_small() {
     }
     let e = ipl::launch::read_hostfile(std::path::Path::new("/dev/zero")).unwrap_err();
     assert!(e.to_string().contains("host file /dev/zero"), "{e}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

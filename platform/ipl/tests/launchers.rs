@@ -459,11 +459,8 @@ fn detached_rsh(dir: &std::path::Path) -> PathBuf {
     p
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ipl-launchers-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("scratch dir");
-    d
+fn scratch(name: &str) -> testkit::TempDir {
+    testkit::scratch_dir(&format!("ipl-launchers-{name}"))
 }
 
 fn ipl_run(args: &[&str], role: &str) -> Reaped {
@@ -491,8 +488,9 @@ fn ipl_run_hostfile_starts_ranks_through_the_remote_shell() {
     if role().is_some() {
         return;
     }
-    let dir = scratch("hostfile");
-    let rsh = local_rsh(&dir);
+    let tmp = scratch("hostfile");
+    let dir = tmp.path();
+    let rsh = local_rsh(dir);
     let hosts = dir.join("hosts");
     std::fs::write(
         &hosts,
@@ -556,7 +554,6 @@ fn ipl_run_hostfile_starts_ranks_through_the_remote_shell() {
         err.contains("rank 0 on localhost exited with status 1"),
         "{err}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -564,8 +561,9 @@ fn a_stopped_remote_rank_is_killed_on_its_host_not_only_its_remote_shell() {
     if role().is_some() {
         return;
     }
-    let dir = scratch("stopped-remote");
-    let rsh = detached_rsh(&dir);
+    let tmp = scratch("stopped-remote");
+    let dir = tmp.path();
+    let rsh = detached_rsh(dir);
     let hosts = dir.join("hosts");
     std::fs::write(&hosts, "127.0.0.1 slots=3\n").unwrap();
     let mut c = Command::new(env!("CARGO_BIN_EXE_ipl-run"));
@@ -630,7 +628,6 @@ fn a_stopped_remote_rank_is_killed_on_its_host_not_only_its_remote_shell() {
          killed\n{err}"
     );
     drop(left);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -38,10 +38,11 @@ fn child(n: u32, dir: &Path) {
     println!("spawns {} ms {}", rt.stats().spawns, took.as_millis());
 }
 
-/// Runs the child; returns its trace file, its spawns and its run's milliseconds.
-fn traced(n: u32) -> (PathBuf, u64, u64) {
-    let dir = std::env::temp_dir().join(format!("satin-trace-size-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+/// Runs the child; returns the directory of its trace (removed when dropped), its trace file,
+/// its spawns and its run's milliseconds.
+fn traced(n: u32) -> (testkit::TempDir, PathBuf, u64, u64) {
+    let tmp = testkit::scratch_dir(&format!("satin-trace-size-{n}"));
+    let dir = tmp.path();
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["--exact", TEST, "--nocapture", "--test-threads=1"])
         .env(CHILD, format!("{n},{}", dir.display()))
@@ -66,12 +67,13 @@ fn traced(n: u32) -> (PathBuf, u64, u64) {
     // The test runner may print its own words before ours on the line.
     let at = out.rfind("spawns ").expect("the child's figures");
     let words: Vec<&str> = out[at..].split_whitespace().collect();
-    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+    let files: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
     assert_eq!(files.len(), 1, "{files:?}");
     (
+        tmp,
         files.into_iter().next().unwrap(),
         words[1].parse().unwrap(),
         words[3].parse().unwrap(),
@@ -94,8 +96,8 @@ fn trace_does_not_grow_with_spawns() {
         child(n.parse().unwrap(), Path::new(dir));
         return;
     }
-    let (small, small_spawns, _) = traced(12);
-    let (big, big_spawns, big_ms) = traced(26);
+    let (_small_dir, small, small_spawns, _) = traced(12);
+    let (_big_dir, big, big_spawns, big_ms) = traced(26);
     assert!(
         big_spawns > 500 * small_spawns,
         "{small_spawns} and {big_spawns} spawns"

@@ -67,6 +67,23 @@ impl Reaped {
     }
 }
 
+/// A scratch directory that goes away with what it holds when dropped.
+pub use tempfile::TempDir;
+
+/// A new, empty directory of its own under the system's temporary directory, its name starting
+/// with `tag`, that is removed with everything in it when the guard is dropped: also when the
+/// test fails half-way (an assertion's panic unwinds through it), which a removal at the end of
+/// the test would skip, leaving the directory behind.
+///
+/// # Panics
+/// If the directory cannot be made, naming `tag` and why.
+pub fn scratch_dir(tag: &str) -> TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("{tag}-"))
+        .tempdir()
+        .unwrap_or_else(|e| panic!("cannot make a scratch directory for {tag}: {e}"))
+}
+
 /// Reads `pipe` to its end on a thread of its own.
 pub fn read_all(mut pipe: impl Read + Send + 'static) -> Receiver<String> {
     let (tx, rx) = mpsc::channel();
@@ -462,5 +479,30 @@ pub mod netns {
             }
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A test that fails half-way (its assertion panics) leaves no scratch directory behind.
+    #[test]
+    fn a_scratch_directory_goes_when_its_test_panics() {
+        let mut made = None;
+        let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let dir = super::scratch_dir("testkit-unwind");
+            std::fs::write(dir.path().join("file"), "left?").unwrap();
+            made = Some(dir.path().to_path_buf());
+            panic!("a failed assertion");
+        }));
+        assert!(failed.is_err());
+        let made = made.expect("the directory was made");
+        assert!(
+            made.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("testkit-unwind-")),
+            "{}",
+            made.display()
+        );
+        assert!(!made.exists(), "{} is left", made.display());
     }
 }

@@ -111,6 +111,21 @@ fn help_is_help() {
 }
 
 #[test]
+fn version_is_the_crate_version() {
+    for (binary, name) in [(BENCH, "satin-bench"), (DIST_BENCH, "satin-dist-bench")] {
+        let out = run(binary, &["--version"], &[]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{name} --version: {text}");
+        assert_eq!(
+            text,
+            format!("{name} {}\n", env!("CARGO_PKG_VERSION")),
+            "{name} --version"
+        );
+        assert!(out.stderr.is_empty(), "{name} --version wrote to stderr");
+    }
+}
+
+#[test]
 fn a_single_variant_runs_for_instruction_counts() {
     let out = run(
         BENCH,

@@ -74,6 +74,7 @@ mod cli;
 #[derive(clap::Parser)]
 #[command(
     name = "satin-bench",
+    version,
     about = "Scheduling overhead of satin's local runtime, against rayon::join",
     allow_negative_numbers = true
 )]

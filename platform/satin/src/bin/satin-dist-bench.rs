@@ -44,6 +44,7 @@ const THRESHOLD: u32 = 20;
 #[derive(clap::Parser)]
 #[command(
     name = "satin-dist-bench",
+    version,
     about = "Work stealing between processes: fib(40) on 2 processes; `overhead`, `crash` and `study` for fault tolerance and the 64-process wide-area simulation",
     allow_negative_numbers = true,
     args_conflicts_with_subcommands = true

@@ -27,8 +27,19 @@ fn idle_workers_do_not_burn_cpu() {
     let used = bounded("idle", || {
         let rt = Runtime::local().threads(4);
         assert_eq!(rt.run(Fib(20)).unwrap(), fib(20));
-        // Let the workers go through their backoff, then watch them for a second.
-        std::thread::sleep(Duration::from_millis(200));
+        // Once every worker is through its backoff (spinning, then yielding) and parks, watch
+        // them for a second.
+        let remote = rt.remote().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while remote.idle_workers() < rt.num_threads() {
+            assert!(
+                Instant::now() < deadline,
+                "{} of {} workers parked 10 s after the run",
+                remote.idle_workers(),
+                rt.num_threads()
+            );
+            std::thread::park_timeout(Duration::from_millis(1));
+        }
         let (cpu, wall) = (process_cpu(), Instant::now());
         std::thread::sleep(Duration::from_secs(1));
         let used = process_cpu() - cpu;

@@ -22,13 +22,15 @@
 //!
 //! ## Layout
 //!
-//! A line of words naming the layout, then one row per process: a line for waking sleepers,
-//! and `K` slots (16, or 4 for more than 64 processes), used in turn by the board's operations
-//! (the `b`-th uses slot `b % K`). A slot starts on a line with four words of header (stamp,
-//! sequence number, operation and length, signature) and goes on with the payload words, the
-//! first four in the header's line: a sync of up to four processes moves one line from each
-//! process to each other. The writer stores payload and header first and the stamp, the
-//! operation's number `b`, last; a reader that sees stamp `b` reads the rest.
+//! A line of words naming the layout (the magic word, the number of processes, a slot's payload
+//! words, a row's slots, a bulk half's bytes and the layout's version, which `open` checks),
+//! then one row per process: a line for waking sleepers, and `K` slots (16, or 4 for more than
+//! 64 processes), used in turn by the board's operations (the `b`-th uses slot `b % K`). A slot
+//! starts on a line with four words of header (stamp, sequence number, operation and length,
+//! signature) and goes on with the payload words, the first four in the header's line: a sync
+//! of up to four processes moves one line from each process to each other. The writer stores
+//! payload and header first and the stamp, the operation's number `b`, last; a reader that
+//! sees stamp `b` reads the rest.
 //!
 //! Every process writes its row of every operation, first, and reads what it needs of the
 //! others' before it writes its next. So once a process has written operation `b - K + 1`, it
@@ -89,6 +91,14 @@ pub(crate) const VALUE_WORDS: usize = 8;
 pub(crate) const MAX_PROCS: usize = 1024;
 /// Names the layout in the board's first word.
 const MAGIC: u64 = 0x6273_7062_6f61_7264; // "bspboard"
+/// The version of the layout, in word [`VERSION_WORD`]: raised with every change of what the
+/// words of a board mean, so that a process of another build, whose board has the same magic
+/// word and sizes, refuses to open it rather than misread it. Boards of builds before the
+/// version was written have 0 there (the file starts zeroed).
+const LAYOUT_VERSION: u64 = 1;
+/// The word of the first line that holds [`LAYOUT_VERSION`], after the magic word and the four
+/// sizes.
+const VERSION_WORD: usize = 5;
 /// The start of every board's name.
 const PREFIX: &str = "/dev/shm/bsp-board-";
 
@@ -249,6 +259,9 @@ impl Board {
         board.word(2).store(slot_cap(p) as u64, Ordering::Relaxed);
         board.word(3).store(slots(p) as u64, Ordering::Relaxed);
         board.word(4).store(bulk_bytes(p) as u64, Ordering::Relaxed);
+        board
+            .word(VERSION_WORD)
+            .store(LAYOUT_VERSION, Ordering::Relaxed);
         board.word(0).store(MAGIC, Ordering::Release);
         Ok((board, name))
     }
@@ -295,8 +308,22 @@ impl Board {
             ));
         }
         let board = Board::map(&file, len, p, me)?;
+        let magic = board.word(0).load(Ordering::Acquire);
+        let version = board.word(VERSION_WORD).load(Ordering::Relaxed);
+        // The sizes below are those of this build's layout: compare them only on a board of
+        // the same version.
+        if magic == MAGIC && version != LAYOUT_VERSION {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "'{name}' has board layout version {version}, but this build of bsp reads \
+                     only version {LAYOUT_VERSION} (the machine's processes come from \
+                     different builds)"
+                ),
+            ));
+        }
         let layout = (
-            board.word(0).load(Ordering::Acquire),
+            magic,
             board.word(1).load(Ordering::Relaxed),
             board.word(2).load(Ordering::Relaxed),
             board.word(3).load(Ordering::Relaxed),
@@ -955,6 +982,7 @@ mod tests {
             slot_cap(2) as u64,
             slots(2) as u64,
             bulk_bytes(2) as u64,
+            LAYOUT_VERSION,
         ];
         let bytes: Vec<u8> = layout.iter().flat_map(|w| w.to_ne_bytes()).collect();
         file.write_all_at(&bytes, 0).expect("the layout");
@@ -975,6 +1003,34 @@ mod tests {
         assert!(Board::open(&name, 3, 2).is_ok());
         Board::remove(&name);
         assert!(Board::open(&name, 3, 2).is_err());
+    }
+
+    /// A board whose header names another layout version, as a process of another build would
+    /// have made it (0: one made before the version was written): refused at open, naming both
+    /// versions, though its magic word and sizes match.
+    #[test]
+    fn opening_refuses_a_board_of_another_layout_version() {
+        let (a, name) = Board::create(2).expect("create");
+        let _unlink = Unlink(name.clone());
+        assert!(Board::open(&name, 2, 1).is_ok());
+        for other in [0, LAYOUT_VERSION + 1] {
+            a.word(VERSION_WORD).store(other, Ordering::Relaxed);
+            match Board::open(&name, 2, 1) {
+                Err(e) => {
+                    assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+                    let text = e.to_string();
+                    assert!(
+                        text.contains(&format!("layout version {other},"))
+                            && text.contains(&format!("only version {LAYOUT_VERSION}")),
+                        "{text}"
+                    );
+                }
+                Ok(_) => panic!("a board of layout version {other} was opened"),
+            }
+        }
+        a.word(VERSION_WORD)
+            .store(LAYOUT_VERSION, Ordering::Relaxed);
+        assert!(Board::open(&name, 2, 1).is_ok());
     }
 
     #[test]

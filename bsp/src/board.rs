@@ -997,6 +997,8 @@ mod tests {
         assert!(Board::open("/etc/passwd", 2, 1).is_err());
         assert!(Board::open(&format!("{PREFIX}{}", "0".repeat(32)), 2, 1).is_err());
         let (_a, name) = Board::create(3).expect("create");
+        // A failed assertion below would leave the file in /dev/shm.
+        let _unlink = Unlink(name.clone());
         // Another machine size: another size of file.
         assert!(Board::open(&name, 2, 1).is_err());
         assert!(Board::open(&name, 3, 3).is_err());

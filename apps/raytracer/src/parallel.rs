@@ -99,7 +99,7 @@ struct Prepared {
 
 /// The frame this process decoded last (see [`SharedFrame::decoded`]), or the
 /// one it last rendered in a pool: the master decodes its tasks again to check
-/// the canvases that come back ([`RenderTask::check_output`]), and finds its
+/// the canvases that come back ([`Task::check_output`](satin::Task::check_output) of [`RenderTask`]), and finds its
 /// own frame here instead of building its scene a second time.
 static LAST_DECODED: Mutex<Option<SharedFrame>> = Mutex::new(None);
 

@@ -131,6 +131,16 @@ pub enum Error {
     /// The port or node was closed while the call was waiting.
     #[error("{0} is closed")]
     Closed(String),
+    /// A receive on a port whose unfinished message the calling thread itself still holds (or
+    /// from a disconnection upcall, which runs inside a receive of that port): the port hands
+    /// out one message at a time, so the call would wait for ever.
+    #[error("receive on port '{port}' of {node}: this thread still holds an unfinished message of that port (or is inside its disconnection upcall); finish or drop the message first")]
+    HeldByCaller {
+        /// The receive port's name.
+        port: String,
+        /// The node that owns the port.
+        node: String,
+    },
 }
 
 impl Error {

@@ -10,11 +10,9 @@ use crate::error::{Error, Result};
 use crate::node::NodeId;
 use crate::port_type::Serialization;
 use crate::primitive::{slice_tag, tag_name, Primitive, TAG_BOOL, TAG_BYTES, TAG_OBJECT};
-use crate::quick_lock::RawQuickLock;
-use crate::receive_port::PortRx;
+use crate::receive_port::RxGuard;
 use crate::send_port::SendGuard;
 use bytes::Bytes;
-use parking_lot::ArcMutexGuard;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::ops::Range;
@@ -348,14 +346,8 @@ impl<'a> WriteMessage<'a> {
 }
 
 enum Source {
-    Port {
-        rx: ArcMutexGuard<RawQuickLock, PortRx>,
-        conn: usize,
-    },
-    Memory {
-        data: Vec<u8>,
-        pos: usize,
-    },
+    Port { rx: RxGuard, conn: usize },
+    Memory { data: Vec<u8>, pos: usize },
 }
 
 /// A received message. Read items in the order they were written; [`ReadMessage::finish`] (or
@@ -393,7 +385,7 @@ fn memory_origin() -> &'static NodeId {
 
 impl ReadMessage {
     pub(crate) fn from_port(
-        rx: ArcMutexGuard<RawQuickLock, PortRx>,
+        rx: RxGuard,
         conn: usize,
         len: u64,
         big_endian: bool,

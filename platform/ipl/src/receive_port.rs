@@ -13,13 +13,16 @@ use crate::node::NodeId;
 use crate::pool::Pool;
 use crate::port_type::{PortType, Receive};
 use crate::quick_lock::QuickMutex;
+use crate::quick_lock::RawQuickLock;
 use crate::transport::reader::{Fill, Reader};
 use crate::transport::{poll, Acceptor, Admission, Inbox, Stream, Waker, WAIT_SLICE};
 use crate::wire::{FrameKind, Header, HEADER_LEN};
-use parking_lot::Mutex;
+use parking_lot::{ArcMutexGuard, Mutex};
+use std::cell::Cell;
 use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -87,6 +90,72 @@ const HOT_LOOKS: u32 = 32;
 /// layouts).
 const CROWDED_LOOKS: u32 = 4;
 
+/// This thread's identity for [`RxGuard`]'s record of a port's holder: never 0, and never
+/// reused in the process's life (a `ThreadId` has no stable number to store in an atomic).
+#[inline]
+fn this_thread() -> u64 {
+    thread_local! {
+        static ID: Cell<u64> = const { Cell::new(0) };
+    }
+    #[cold]
+    fn first(id: &Cell<u64>) -> u64 {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let v = NEXT.fetch_add(1, Ordering::Relaxed);
+        id.set(v);
+        v
+    }
+    ID.with(|id| match id.get() {
+        0 => first(id),
+        v => v,
+    })
+}
+
+/// A port's receiving state, held by one thread from a receive until the message it hands out
+/// is finished (or until the receive returns without one). It records its holder in the port's
+/// `holder` while held, so that a receive that finds the state taken can tell whether the
+/// taker is its own thread, which would wait for itself for ever.
+///
+/// The record is written only under the lock, by the holder: its identity on taking it, 0
+/// before giving it back, with relaxed stores, which cost what plain stores do. A thread that
+/// reads its own identity there holds the lock: a read sees the thread's own last store to it
+/// or a later one, and every later one is another thread's identity or 0. The guard, like
+/// `parking_lot`'s, stays on the thread that took it (a `ReadMessage` is not `Send`), so the
+/// record cannot name a thread that gave the message away.
+pub(crate) struct RxGuard(ArcMutexGuard<RawQuickLock, PortRx>);
+
+impl RxGuard {
+    #[inline]
+    fn new(guard: ArcMutexGuard<RawQuickLock, PortRx>) -> Self {
+        guard.holder.store(this_thread(), Ordering::Relaxed);
+        RxGuard(guard)
+    }
+}
+
+impl Deref for RxGuard {
+    type Target = PortRx;
+
+    #[inline]
+    fn deref(&self) -> &PortRx {
+        &self.0
+    }
+}
+
+impl DerefMut for RxGuard {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut PortRx {
+        &mut self.0
+    }
+}
+
+impl Drop for RxGuard {
+    /// Clears the record while still holding the lock, which the guard's own drop then gives
+    /// back.
+    #[inline]
+    fn drop(&mut self) {
+        self.0.holder.store(0, Ordering::Relaxed);
+    }
+}
+
 /// How long [`PortShared::receive_until`] waits for a message.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Wait {
@@ -124,6 +193,8 @@ pub(crate) struct PortRx {
     spans: Vec<(usize, usize)>,
     rr: usize,
     pool: Pool,
+    /// The port's record of the thread that holds this state (see [`RxGuard`]).
+    holder: Arc<AtomicU64>,
 }
 
 impl PortRx {
@@ -145,6 +216,9 @@ pub(crate) struct PortShared {
     pub(crate) ty: PortType,
     owner: NodeId,
     rx: Arc<QuickMutex<PortRx>>,
+    /// The thread that holds `rx`, or 0 (see [`RxGuard`]); the same record as `PortRx`'s,
+    /// which the holder reaches without another pointer to the port.
+    holder: Arc<AtomicU64>,
     pending: Mutex<Vec<InConn>>,
     /// Whether `pending` may hold connections (so the receive loop locks it only then).
     has_pending: AtomicBool,
@@ -365,8 +439,16 @@ impl PortShared {
         // A timed wait starts its clock only if the message is not there at once: a clock
         // read costs as much as a look at every connection.
         let mut deadline: Option<Instant> = None;
-        let mut rx = match self.rx.try_lock_arc() {
+        let rx = match self.rx.try_lock_arc() {
             Some(rx) => rx,
+            // Only a receive that finds the port taken asks by whom: the receive that gets it
+            // at once pays for the record's two stores alone.
+            None if self.holder.load(Ordering::Relaxed) == this_thread() => {
+                return Err(Error::HeldByCaller {
+                    port: self.name.clone(),
+                    node: self.owner.to_string(),
+                })
+            }
             None => match wait {
                 Wait::Forever => self.rx.lock_arc(),
                 Wait::Poll => return Ok(None),
@@ -383,6 +465,7 @@ impl PortShared {
                 }
             },
         };
+        let mut rx = RxGuard::new(rx);
         // When spinning ends, and when it starts yielding: found when first needed, as a
         // message that is there at once needs no clock.
         let mut phases: Option<(Instant, Instant)> = None;
@@ -694,6 +777,7 @@ impl<'a> ReceivePortBuilder<'a> {
         let inner = &self.ibis.inner;
         let waker = Arc::new(Waker::new().map_err(|e| Error::io("create waker", e))?);
         let cfg = &inner.cfg;
+        let holder = Arc::new(AtomicU64::new(0));
         let shared = Arc::new(PortShared {
             name: self.name.clone(),
             ty: self.ty,
@@ -704,7 +788,9 @@ impl<'a> ReceivePortBuilder<'a> {
                 spans: Vec::new(),
                 rr: 0,
                 pool: inner.pool.clone(),
+                holder: holder.clone(),
             })),
+            holder,
             pending: Mutex::new(Vec::new()),
             has_pending: AtomicBool::new(false),
             waker,

@@ -351,7 +351,9 @@ enum Source {
 }
 
 /// A received message. Read items in the order they were written; [`ReadMessage::finish`] (or
-/// dropping it) releases the port for the next message, skipping whatever was not read.
+/// dropping it) releases the port for the next message, skipping whatever was not read. Until
+/// then a receive on the same port from another thread waits, and one from this thread returns
+/// [`Error::HeldByCaller`].
 pub struct ReadMessage {
     src: Source,
     remaining: u64,

@@ -731,7 +731,9 @@ impl<'a> ReceivePortBuilder<'a> {
     }
 
     /// Called when a sender disconnects (error `None`) or its connection is lost. A panic is
-    /// logged and the port goes on. Needs a port type with connection upcalls.
+    /// logged and the port goes on. Needs a port type with connection upcalls. It runs inside a
+    /// receive of the port, so a receive of the same port from it returns
+    /// [`Error::HeldByCaller`].
     pub fn on_disconnect(
         mut self,
         f: impl Fn(&NodeId, Option<&Error>) + Send + Sync + 'static,
@@ -891,7 +893,18 @@ impl ReceivePort {
         Ok(())
     }
 
-    /// Waits for the next message. Returns an error only when the port is closed.
+    /// Waits for the next message.
+    ///
+    /// The port hands out one message at a time: while another thread holds an unfinished
+    /// [`ReadMessage`] of this port, this call waits until that thread finishes or drops it,
+    /// then returns the next message. When the calling thread itself holds one (or the call
+    /// comes from this port's [`on_disconnect`](ReceivePortBuilder::on_disconnect) upcall,
+    /// which runs inside a receive), no message could ever come, and it returns
+    /// [`Error::HeldByCaller`] at once: finish or drop that message first.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] when the port is closed, [`Error::Registry`] when the node was cut off
+    /// from its pool, [`Error::HeldByCaller`] as above, [`Error::NotAllowed`] on an upcall port.
     pub fn receive(&self) -> Result<ReadMessage> {
         self.explicit()?;
         loop {
@@ -901,7 +914,11 @@ impl ReceivePort {
         }
     }
 
-    /// Waits at most `d` for the next message; `Error::Timeout` when none came.
+    /// Waits at most `d` for the next message; [`Error::Timeout`] when none came, which
+    /// includes the time spent waiting for another thread to finish the port's message it holds.
+    /// When the calling thread itself holds an unfinished message of this port (or is inside its
+    /// disconnection upcall) it returns [`Error::HeldByCaller`] at once instead of waiting out
+    /// `d`; otherwise its errors are those of [`ReceivePort::receive`].
     pub fn receive_timeout(&self, d: Duration) -> Result<ReadMessage> {
         self.explicit()?;
         self.shared
@@ -909,7 +926,11 @@ impl ReceivePort {
             .ok_or_else(|| self.shared.timeout(d))
     }
 
-    /// The next message if one is available now, without waiting.
+    /// The next message if one is available now, without waiting: `None` also while another
+    /// thread holds an unfinished message of this port. When the calling thread itself holds
+    /// one (or is inside the port's disconnection upcall) it returns [`Error::HeldByCaller`], as
+    /// a loop that polls until a message comes would never end; otherwise its errors are those
+    /// of [`ReceivePort::receive`].
     #[inline]
     pub fn poll(&self) -> Result<Option<ReadMessage>> {
         self.explicit()?;

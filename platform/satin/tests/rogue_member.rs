@@ -28,14 +28,7 @@ static REFUSING: AtomicU32 = AtomicU32::new(0);
 /// the nodes would keep trying to reach satin's ports on it, which it does not have, while it
 /// is a member.
 fn rogue(ibis: ipl::Ibis) {
-    let members = ibis.pool().wait_closed().expect("the pool closes");
-    let mesh = Mesh::builder(&ibis, "satin")
-        .members(members.clone())
-        .serialization(Serialization::Data)
-        .control_upcall(|_m: ipl::ReadMessage| -> ipl::Result<()> { Ok(()) })
-        .data_upcall(|_m: ipl::ReadMessage| -> ipl::Result<()> { Ok(()) })
-        .build()
-        .expect("the rogue's mesh");
+    let (members, mesh) = satin_mesh(&ibis);
     // DONE: the run succeeded (no error text follows); WELCOME: no run is active.
     for (to, kind, flag) in [
         (1, DONE, Some(true)),
@@ -63,6 +56,20 @@ fn rogue(ibis: ipl::Ibis) {
     }
     drop(mesh);
     ibis.end().expect("the rogue leaves");
+}
+
+/// The pool's members once it has closed, and a mesh among them under satin's name that
+/// ignores what it receives: how a member that is not a satin node reaches satin's ports.
+fn satin_mesh(ibis: &ipl::Ibis) -> (Vec<ipl::NodeId>, Mesh) {
+    let members = ibis.pool().wait_closed().expect("the pool closes");
+    let mesh = Mesh::builder(ibis, "satin")
+        .members(members.clone())
+        .serialization(Serialization::Data)
+        .control_upcall(|_m: ipl::ReadMessage| -> ipl::Result<()> { Ok(()) })
+        .data_upcall(|_m: ipl::ReadMessage| -> ipl::Result<()> { Ok(()) })
+        .build()
+        .expect("a mesh under satin's name");
+    (members, mesh)
 }
 
 #[test]
@@ -160,14 +167,7 @@ satin::register!(Poke);
 /// job number up to 1024 and sends the master a result of 999 for each; leaves once the
 /// master has refused it, and then lets the job end.
 fn forger(ibis: ipl::Ibis) {
-    let members = ibis.pool().wait_closed().expect("the pool closes");
-    let mesh = Mesh::builder(&ibis, "satin")
-        .members(members.clone())
-        .serialization(Serialization::Data)
-        .control_upcall(|_m: ipl::ReadMessage| -> ipl::Result<()> { Ok(()) })
-        .data_upcall(|_m: ipl::ReadMessage| -> ipl::Result<()> { Ok(()) })
-        .build()
-        .expect("the forger's mesh");
+    let (members, mesh) = satin_mesh(&ibis);
     let deadline = Instant::now() + LIMIT;
     while HELD_STARTED.load(Ordering::Acquire) == 0 {
         assert!(Instant::now() < deadline, "the job was not stolen in time");

@@ -374,15 +374,7 @@ fn serve_client(mut stream: TcpStream, peer: SocketAddr, id: u64, shared: Arc<Sh
     if let Ok(s) = stream.try_clone() {
         shared.sockets.lock().insert((pool.clone(), rank), s);
     }
-    let writer_thread = std::thread::Builder::new()
-        .name("ipl-registry-writer".into())
-        .spawn(move || {
-            for msg in rx {
-                if write_frame(&mut writer, &msg).is_err() {
-                    break;
-                }
-            }
-        });
+    let writer_thread = spawn_writer("ipl-registry-writer", writer, rx);
     let _ = stream.set_read_timeout(None);
     let mut died = true;
     loop {
@@ -440,6 +432,24 @@ fn serve_client(mut stream: TcpStream, peer: SocketAddr, id: u64, shared: Arc<Sh
     }
 }
 
+/// Starts the thread that writes `rx`'s messages to `stream` in order, until the queue's
+/// senders are all gone or a write fails (the client is gone; its reader notices).
+fn spawn_writer(
+    name: &str,
+    mut stream: TcpStream,
+    rx: crossbeam_channel::Receiver<FromRegistry>,
+) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            for msg in rx {
+                if write_frame(&mut stream, &msg).is_err() {
+                    break;
+                }
+            }
+        })
+}
+
 /// Serves a launcher watching `pool` for members declared dead for their silence
 /// ([`ToRegistry::Watch`]) until it goes or the registry stops.
 fn serve_watcher(mut stream: TcpStream, peer: SocketAddr, id: u64, pool: String, shared: &Shared) {
@@ -467,17 +477,9 @@ fn serve_watcher(mut stream: TcpStream, peer: SocketAddr, id: u64, pool: String,
         .silent
         .lock()
         .push((pool.clone(), SilentWatcher::Remote(tx.clone())));
-    let writer = stream.try_clone().map(|mut w| {
+    let writer = stream.try_clone().map(|w| {
         let _ = w.set_write_timeout(Some(Duration::from_secs(30)));
-        std::thread::Builder::new()
-            .name("ipl-registry-watch".into())
-            .spawn(move || {
-                for msg in rx {
-                    if write_frame(&mut w, &msg).is_err() {
-                        break;
-                    }
-                }
-            })
+        spawn_writer("ipl-registry-watch", w, rx)
     });
     let _ = stream.set_read_timeout(None);
     tracing::debug!(%peer, %pool, "registry: watcher connected");

@@ -17,6 +17,7 @@ use crate::{Error, Task};
 /// Receives the serialized output of a root started from serialized input.
 pub(crate) type OnOutput = Box<dyn FnOnce(Result<Vec<u8>, Error>) + Send>;
 type SubmitFn = fn(&Arc<Scheduler>, &[u8], OnOutput) -> Result<Arc<RootState>, Error>;
+type CheckFn = fn(&[u8], &[u8]) -> Result<(), Error>;
 
 /// One registered task type. Built by [`register!`](crate::register); not meant to be used directly.
 pub struct Registration {
@@ -24,6 +25,7 @@ pub struct Registration {
     type_id: fn() -> TypeId,
     type_name: fn() -> &'static str,
     submit: SubmitFn,
+    check_output: CheckFn,
 }
 
 inventory::collect!(Registration);
@@ -36,6 +38,7 @@ impl Registration {
             type_id: TypeId::of::<T>,
             type_name: std::any::type_name::<T>,
             submit: submit_encoded::<T>,
+            check_output: check_encoded::<T>,
         }
     }
 
@@ -56,6 +59,32 @@ impl Registration {
     ) -> Result<Arc<RootState>, Error> {
         (self.submit)(sched, task, on_output)
     }
+
+    /// Whether `output` decodes as the output of the task encoded as `task`, and the task
+    /// type's [`Task::check_output`] takes it; a refused output is reported as one that does
+    /// not decode.
+    pub(crate) fn check_output(&self, task: &[u8], output: &[u8]) -> Result<(), Error> {
+        (self.check_output)(task, output)
+    }
+}
+
+/// [`Registration::check_output`] for task type `T`. The output's and the task's
+/// `Deserialize`, `check_output` and `Drop` are user code, so a panic is contained.
+fn check_encoded<T: Task>(task: &[u8], output: &[u8]) -> Result<(), Error> {
+    let name = std::any::type_name::<T>();
+    contain(name, "deserializing or checking its output", || {
+        let out: T::Output = decode(output, "output", name)?;
+        if T::CHECKS_OUTPUT {
+            // These bytes were encoded by a process that ran or gave the task away.
+            let task: T = decode(task, "task", name)?;
+            task.check_output(&out).map_err(|reason| Error::Decode {
+                task: name,
+                what: "output",
+                reason,
+            })?;
+        }
+        Ok(())
+    })
 }
 
 /// Decodes a task of type `T` and runs it as a root whose output, serialized, goes to

@@ -45,6 +45,19 @@
 //! back the job that will ask for it instead (as the distributed runtime does; a worker
 //! blocked in a spawn could hold up, further down its stack, the very job computing the
 //! result).
+//!
+//! A kept result came from another node (or was computed here for a node that died), and
+//! may be wrong: its bytes may not decode as the task's output, its type's `Deserialize` may
+//! refuse them, or the task type's [`check_output`](Task::check_output) may. Such a result is
+//! never used, and never fails the run: the job it was kept for can always be computed
+//! again, so it is, as if nothing had been kept. Every way a kept result is taken follows
+//! that policy: a spawn computes its child, a job a remote thief asks for is given to the
+//! thief ([`Remote::steal_oldest`]), and [`Remote::take_result`] answers `None`. The
+//! result is dropped with a warning naming the node that sent it, as given to
+//! [`Remote::keep_result_from`] ("an unnamed sender" for [`Remote::keep_result`]). This
+//! differs from a result a thief sends for a job it was given
+//! ([`RemoteJob::complete_from`]), which fails the run with [`Error::BadResult`]: only that
+//! thief was computing the job, so its wrong answer cannot be told from a broken run.
 
 use std::any::TypeId;
 use std::collections::HashMap;
@@ -126,20 +139,22 @@ impl Remote {
                     match unsafe { discard_task(job) } {
                         Ok(()) => {
                             let kept = sched.results.take(&sched.workers, (vt.type_id)(), &task);
-                            let Some(output) = kept else {
+                            let Some(kept) = kept else {
                                 return Ok(Some(self.give_away(job, type_name, task)));
                             };
-                            // Its result is known: complete it here and look for another.
+                            // Its result is known: complete it here and look for another,
+                            // unless the result is refused; then the job is given away as
+                            // asked, to be computed by the thief.
                             let id = sched.next_remote_id.fetch_add(1, Ordering::Relaxed);
                             let done = RemoteJob::new(id, job, type_name, task, sched);
-                            sched
-                                .shared_counters
-                                .results_reused
-                                .fetch_add(1, Ordering::Relaxed);
-                            if let Err(e) = done.complete(&output) {
-                                tracing::warn!("a kept result does not decode: {e}");
-                            }
-                            continue;
+                            let Some(job) = done.complete_kept(kept) else {
+                                continue;
+                            };
+                            let c = &sched.shared_counters;
+                            c.jobs_sent.fetch_add(1, Ordering::Relaxed);
+                            c.bytes_moved
+                                .fetch_add(job.task.len() as u64, Ordering::Relaxed);
+                            return Ok(Some(job));
                         }
                         Err(payload) => {
                             (payload, "dropping it once serialized for another process")
@@ -328,22 +343,69 @@ impl Remote {
     }
 
     /// Keeps `output`, the serialized result of the task of type `type_name` serialized as
-    /// `task`, for the next spawn (or remote steal) of an equal task in this process.
+    /// `task`, for the next spawn (or remote steal) of an equal task in this process. Its
+    /// sender is not known; [`keep_result_from`](Remote::keep_result_from) names it. Fails if
+    /// `type_name` is not registered.
     pub fn keep_result(&self, type_name: &str, task: &[u8], output: Vec<u8>) -> Result<(), Error> {
+        self.keep(type_name, task, output, None)
+    }
+
+    /// Like [`keep_result`](Remote::keep_result), for a result that the node `sender` sent
+    /// (or computed): if the result turns out not to decode, or its task refuses it, the
+    /// warning that says so names `sender` (see [Reusing results](self#reusing-results)).
+    pub fn keep_result_from(
+        &self,
+        type_name: &str,
+        task: &[u8],
+        output: Vec<u8>,
+        sender: &str,
+    ) -> Result<(), Error> {
+        self.keep(type_name, task, output, Some(sender.into()))
+    }
+
+    fn keep(
+        &self,
+        type_name: &str,
+        task: &[u8],
+        output: Vec<u8>,
+        sender: Option<Box<str>>,
+    ) -> Result<(), Error> {
         let id = type_id_of(type_name)?;
-        self.sched
-            .results
-            .keep(&self.sched.workers, id, task, output);
+        let kept = Kept { output, sender };
+        self.sched.results.keep(&self.sched.workers, id, task, kept);
         Ok(())
     }
 
     /// Takes the kept result of the task of type `type_name` serialized as `task`, if there
-    /// is one (a result still expected does not count), and counts it as reused.
+    /// is one (a result still expected does not count), and counts it as reused. A kept
+    /// result that does not decode, or that the task type's
+    /// [`check_output`](Task::check_output) refuses, is dropped with a warning naming its
+    /// sender, and `None` returned: the job is to be computed (see
+    /// [Reusing results](self#reusing-results)).
     pub fn take_result(&self, type_name: &str, task: &[u8]) -> Option<Vec<u8>> {
-        let id = type_id_of(type_name).ok()?;
-        let output = self.sched.results.take(&self.sched.workers, id, task)?;
+        let reg = codec::table().ok()?.by_name(type_name).ok()?;
+        let kept = self
+            .sched
+            .results
+            .take(&self.sched.workers, reg.type_id(), task)?;
+        if let Err(e) = reg.check_output(task, &kept.output) {
+            kept.refused(type_name, &e);
+            return None;
+        }
         self.note(Event::ResultReused);
-        Some(output)
+        Some(kept.output)
+    }
+
+    /// Completes `job` with the kept result of its task, if there is one that decodes and
+    /// that its task takes; otherwise hands the job back, to be computed.
+    pub(crate) fn complete_kept(&self, job: RemoteJob) -> Option<RemoteJob> {
+        let Ok(id) = type_id_of(job.type_name) else {
+            return Some(job);
+        };
+        match self.sched.results.take(&self.sched.workers, id, &job.task) {
+            Some(kept) => job.complete_kept(kept),
+            None => Some(job),
+        }
     }
 
     /// Empties the result table.
@@ -485,6 +547,60 @@ impl RemoteJob {
         self.deliver(output, Some(sender))
     }
 
+    /// Completes the job with a kept result, if it decodes and its task takes it; otherwise
+    /// logs that, naming the result's sender, and hands the job back to be computed. An
+    /// aborted job is completed as such.
+    fn complete_kept(mut self, kept: Kept) -> Option<RemoteJob> {
+        let job = self.job.expect("a RemoteJob completes once");
+        if job.is_aborted() {
+            self.job = None;
+            // SAFETY: the job's slot is empty (its task was encoded) and we are its executor.
+            unsafe { finish_elsewhere(job, ABORTED, &self.sched) };
+            return None;
+        }
+        match self.decode_into(job, &kept.output) {
+            Ok(()) => {
+                self.job = None;
+                let c = &self.sched.shared_counters;
+                c.bytes_moved
+                    .fetch_add(kept.output.len() as u64, Ordering::Relaxed);
+                c.results_reused.fetch_add(1, Ordering::Relaxed);
+                // SAFETY: the output is in place and we are the job's executor.
+                unsafe { finish_elsewhere(job, DONE, &self.sched) };
+                None
+            }
+            // Nothing was written into the job, whose task is still at hand as bytes.
+            Err(e @ Error::Decode { what: "output", .. }) => {
+                kept.refused(self.type_name, &e);
+                Some(self)
+            }
+            Err(e) => {
+                self.job = None;
+                fail_job(job, e, &self.sched);
+                None
+            }
+        }
+    }
+
+    /// Decodes `output` into the job, which holds none, and checks it against the task.
+    fn decode_into(&self, job: JobRef, output: &[u8]) -> Result<(), Error> {
+        let decode_output = job.header().vtable.decode_output;
+        let task = &self.task;
+        let decoded = panic::catch_unwind(AssertUnwindSafe(|| {
+            // SAFETY: the slot is empty since the task was encoded.
+            unsafe { decode_output(job, output, task) }
+        }));
+        decoded.unwrap_or_else(|payload| {
+            Err(Error::TaskPanicked {
+                task: job.task_name(),
+                message: format!(
+                    "deserializing or checking its output: {}",
+                    crate::context::panic_message(&*payload)
+                ),
+            })
+        })
+    }
+
     fn deliver(mut self, output: &[u8], sender: Option<&str>) -> Result<(), Error> {
         let job = self.job.take().expect("a RemoteJob completes once");
         self.sched
@@ -496,22 +612,7 @@ impl RemoteJob {
             unsafe { finish_elsewhere(job, ABORTED, &self.sched) };
             return Ok(());
         }
-        let decode_output = job.header().vtable.decode_output;
-        let task = &self.task;
-        let decoded = panic::catch_unwind(AssertUnwindSafe(|| {
-            // SAFETY: the slot is empty since the task was encoded.
-            unsafe { decode_output(job, output, task) }
-        }));
-        let decoded = decoded.unwrap_or_else(|payload| {
-            Err(Error::TaskPanicked {
-                task: job.task_name(),
-                message: format!(
-                    "deserializing or checking its output: {}",
-                    crate::context::panic_message(&*payload)
-                ),
-            })
-        });
-        match decoded {
+        match self.decode_into(job, output) {
             Ok(()) => {
                 // SAFETY: the output is in place and we are the job's executor.
                 unsafe { finish_elsewhere(job, DONE, &self.sched) };
@@ -584,8 +685,27 @@ impl RemoteRoot {
     }
 }
 
+/// A kept result: a serialized output, and the node that sent it, if known.
+pub(crate) struct Kept {
+    output: Vec<u8>,
+    sender: Option<Box<str>>,
+}
+
+impl Kept {
+    /// Logs that this result of a task of type `type_name` is refused (`why`), naming its
+    /// sender; the job is computed instead.
+    fn refused(&self, type_name: &str, why: &Error) {
+        let sender = self.sender.as_deref().unwrap_or("an unnamed sender");
+        tracing::warn!(
+            sender,
+            type_name,
+            "a result kept from {sender} does not decode or is refused ({why}); computing it"
+        );
+    }
+}
+
 /// The results of one task type, by task bytes.
-type OfType = HashMap<Box<[u8]>, Vec<u8>>;
+type OfType = HashMap<Box<[u8]>, Kept>;
 
 /// Results of jobs, by task type and task bytes (see [Reusing results](self#reusing-results)).
 #[derive(Default)]
@@ -614,9 +734,9 @@ impl ResultTable {
         }
     }
 
-    fn keep(&self, workers: &[WorkerShared], id: TypeId, task: &[u8], output: Vec<u8>) {
+    fn keep(&self, workers: &[WorkerShared], id: TypeId, task: &[u8], kept: Kept) {
         let mut results = self.results.lock();
-        results.entry(id).or_default().insert(task.into(), output);
+        results.entry(id).or_default().insert(task.into(), kept);
         self.recount(&results, workers);
     }
 
@@ -627,7 +747,7 @@ impl ResultTable {
     }
 
     /// Takes the result of `task`, if there is one.
-    fn take(&self, workers: &[WorkerShared], id: TypeId, task: &[u8]) -> Option<Vec<u8>> {
+    fn take(&self, workers: &[WorkerShared], id: TypeId, task: &[u8]) -> Option<Kept> {
         if self.len() == 0 {
             return None;
         }
@@ -654,13 +774,18 @@ pub(crate) fn reuse<T: Task>(worker: &Worker, task: &T) -> Option<T::Output> {
         return None;
     }
     let bytes = postcard::to_allocvec(task).ok()?;
-    let output = sched
+    let kept = sched
         .results
         .take(&sched.workers, TypeId::of::<T>(), &bytes)?;
-    let decoded = postcard::from_bytes::<T::Output>(&output).map_err(|e| e.to_string());
+    let name = std::any::type_name::<T>();
+    let decoded = codec::decode::<T::Output>(&kept.output, "output", name);
     let checked = decoded.and_then(|out| {
         if T::CHECKS_OUTPUT {
-            task.check_output(&out)?;
+            task.check_output(&out).map_err(|reason| Error::Decode {
+                task: name,
+                what: "output",
+                reason,
+            })?;
         }
         Ok(out)
     });
@@ -674,10 +799,7 @@ pub(crate) fn reuse<T: Task>(worker: &Worker, task: &T) -> Option<T::Output> {
             Some(out)
         }
         Err(e) => {
-            tracing::warn!(
-                task = std::any::type_name::<T>(),
-                "a kept result does not decode or is refused ({e}); computing it"
-            );
+            kept.refused(name, &e);
             None
         }
     }

@@ -403,3 +403,132 @@ fn a_kept_result_its_task_refuses_is_computed_instead() {
     });
     assert_eq!(out, ((10, 998), 1));
 }
+
+/// Set once [`OfferLeaf`] has queued its leaf, so that a result kept afterwards is found by a
+/// remote steal rather than by the spawn.
+static LEAF_QUEUED: AtomicBool = AtomicBool::new(false);
+
+/// Queues `Leaf(21)` and offers it to remote thieves until its output comes or the run fails.
+#[derive(Serialize, Deserialize)]
+struct OfferLeaf;
+
+impl Task for OfferLeaf {
+    type Output = u64;
+    fn run(self, cx: &mut Context) -> u64 {
+        let leaf = cx.spawn(Leaf(21));
+        LEAF_QUEUED.store(true, Ordering::SeqCst);
+        let start = Instant::now();
+        while !cx.is_aborted() && !leaf.is_ready() {
+            assert!(start.elapsed() < Duration::from_secs(30), "no output came");
+            // Exposes the leaf when a steal is asked for.
+            cx.work_wanted();
+            thread::yield_now();
+        }
+        if cx.is_aborted() {
+            cx.sync();
+            return 0;
+        }
+        leaf.take()
+    }
+}
+satin::register!(OfferLeaf);
+
+#[test]
+fn a_kept_result_that_does_not_decode_is_not_what_a_remote_steal_completes_its_job_with() {
+    let (result, thief_got, stats) = bounded("bad kept result met by a remote steal", || {
+        let rt = Runtime::local().threads(1).inlining(satin::Inlining::OFF);
+        let remote = rt.remote().unwrap();
+        let done = std::sync::Arc::new(AtomicBool::new(false));
+        let stop = std::sync::Arc::clone(&done);
+        let t = thread::spawn(move || {
+            let start = Instant::now();
+            while !LEAF_QUEUED.load(Ordering::SeqCst) {
+                assert!(start.elapsed() < Duration::from_secs(30), "no leaf queued");
+                thread::yield_now();
+            }
+            let name = registered_name::<Leaf>().unwrap().unwrap();
+            let task = postcard::to_allocvec(&Leaf(21)).unwrap();
+            // Not a u64: postcard bytes end before the number does.
+            remote.keep_result(name, &task, Vec::new()).unwrap();
+            // The steal meets the kept result; the job must still be computed somewhere.
+            while !stop.load(Ordering::SeqCst) {
+                if let Some(job) = remote.steal_oldest().expect("steal") {
+                    let task: Leaf = postcard::from_bytes(job.task()).unwrap();
+                    job.complete(&postcard::to_allocvec(&(task.0 * 2)).unwrap())
+                        .unwrap();
+                    return Some(task);
+                }
+                thread::yield_now();
+            }
+            None
+        });
+        let r = rt.run(OfferLeaf);
+        done.store(true, Ordering::SeqCst);
+        (r, t.join().unwrap(), rt.stats())
+    });
+    assert_eq!(result.unwrap(), 42);
+    assert_eq!(thief_got, Some(Leaf(21)));
+    assert_eq!(stats.orphan_results_reused, 0);
+}
+
+#[test]
+fn a_kept_result_that_does_not_decode_or_is_refused_is_not_taken() {
+    let rt = Runtime::local().threads(1);
+    let remote = rt.remote().unwrap();
+    let doubled = registered_name::<Doubled>().unwrap().unwrap();
+    let leaf = registered_name::<Leaf>().unwrap().unwrap();
+    let odd = postcard::to_allocvec(&999u64).unwrap();
+    let twelve = postcard::to_allocvec(&12u64).unwrap();
+    let t5 = postcard::to_allocvec(&Doubled(5)).unwrap();
+    let t6 = postcard::to_allocvec(&Doubled(6)).unwrap();
+    let t3 = postcard::to_allocvec(&Leaf(3)).unwrap();
+    remote.keep_result(doubled, &t5, odd).unwrap();
+    remote.keep_result(doubled, &t6, twelve.clone()).unwrap();
+    remote.keep_result(leaf, &t3, Vec::new()).unwrap();
+    assert_eq!(
+        remote.take_result(doubled, &t5),
+        None,
+        "refused by its task"
+    );
+    assert_eq!(remote.take_result(leaf, &t3), None, "does not decode");
+    assert_eq!(remote.take_result(doubled, &t6), Some(twelve));
+    assert_eq!(remote.results_held(), 0, "bad results are dropped");
+}
+
+/// Collects what a `tracing` subscriber writes.
+#[derive(Clone, Default)]
+struct Log(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Log {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_refused_kept_result_is_logged_with_the_node_that_sent_it() {
+    let log = Log::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let rt = Runtime::local().threads(1);
+    let remote = rt.remote().unwrap();
+    let doubled = registered_name::<Doubled>().unwrap().unwrap();
+    let task = postcard::to_allocvec(&Doubled(7)).unwrap();
+    let odd = postcard::to_allocvec(&13u64).unwrap();
+    remote
+        .keep_result_from(doubled, &task, odd, "node-x-4")
+        .unwrap();
+    let taken =
+        tracing::subscriber::with_default(subscriber, || remote.take_result(doubled, &task));
+    assert_eq!(taken, None);
+    let log = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    assert!(log.contains("node-x-4"), "the warning: {log}");
+    assert!(log.contains("13 is odd"), "the warning: {log}");
+}

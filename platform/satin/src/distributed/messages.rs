@@ -151,12 +151,10 @@ impl Node {
             let _ = job.complete(&[]);
             return;
         }
-        if let Some(output) = self.remote.take_result(job.type_name(), job.task()) {
-            if let Err(e) = job.complete(&output) {
-                tracing::warn!(node = %self.me, "a kept result does not decode: {e}");
-            }
+        // A kept result that is refused is logged, naming its sender, and the job runs.
+        let Some(job) = self.remote.complete_kept(job) else {
             return;
-        }
+        };
         let (type_name, task) = (job.type_name(), job.task().to_vec());
         let slot = Arc::new(Mutex::new(Some(job)));
         let done = Arc::clone(&slot);

@@ -14,7 +14,9 @@
 //!    behind the very job waiting for it, and one that needs longer is a large piece of work
 //!    whose computing again costs less than waiting without bound;
 //! 3. when an orphan finishes, keeps its result and sends it to every node
-//!    (`ORPHAN_RESULT`), which keeps it too.
+//!    (`ORPHAN_RESULT`), which keeps it too, with the name of the node that sent it: a kept
+//!    result that does not decode, or that its task refuses, is logged naming that node and
+//!    computed again (see `satin::remote`, "Reusing results").
 //!
 //! A result of a job is its output for its task bytes, whoever computed it, so a result kept
 //! this way is right wherever an equal job is spawned (see `satin::remote`). No worker waits
@@ -162,7 +164,7 @@ impl Node {
             return;
         }
         tracing::debug!(node = %self.me, from, "orphan result kept");
-        self.orphan_known(job, output);
+        self.orphan_known(job, output, &self.name_of(from));
     }
 
     /// An orphan that ran here finished: keep its result and send it to every node.
@@ -171,12 +173,16 @@ impl Node {
         self.broadcast(Lane::Data, "sending an orphan's result", |l| {
             proto::orphan_result(l, epoch, &job, &output)
         });
-        self.orphan_known(job, output);
+        self.orphan_known(job, output, &self.me.to_string());
     }
 
-    /// Keeps an orphan's result, and runs the jobs that only waited for it.
-    fn orphan_known(&self, job: JobKey, output: Vec<u8>) {
-        if let Err(e) = self.remote.keep_result(&job.type_name, &job.task, output) {
+    /// Keeps an orphan's result, with the node that computed it, and runs the jobs that only
+    /// waited for it.
+    fn orphan_known(&self, job: JobKey, output: Vec<u8>, sender: &str) {
+        let kept = self
+            .remote
+            .keep_result_from(&job.type_name, &job.task, output, sender);
+        if let Err(e) = kept {
             tracing::warn!(node = %self.me, "an orphan's result cannot be kept: {e}");
         }
         let ready = {

@@ -102,6 +102,8 @@ impl Ibis {
         };
         let endpoint = select::start(&cfg, Arc::new(PortsAcceptor(ports.clone())))?;
         let pool = Pool::join(&cfg, &endpoint.address, endpoint.reach.clone(), stream)?;
+        // The transport frees what a dead peer was lent; the pool knows nothing of transports.
+        pool.on_death(Box::new(select::peer_died));
         let id = pool.me().clone();
         crate::trace::joined(&id, cfg.size, pool.clock());
         endpoint.joined(&id);

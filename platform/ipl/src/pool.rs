@@ -43,6 +43,9 @@ struct View {
     registry_lost: Option<String>,
 }
 
+/// What the node has done when the pool declares a member dead.
+pub(crate) type DeathHook = Box<dyn Fn(&NodeId) + Send + Sync>;
+
 pub(crate) struct PoolInner {
     me: NodeId,
     /// The member whose process runs the registry, if one does.
@@ -61,6 +64,8 @@ pub(crate) struct PoolInner {
     view: Mutex<View>,
     changed: Condvar,
     link: OnceLock<Box<dyn Link>>,
+    /// Told of every death, before the subscribers; set by the node (see [`Pool::on_death`]).
+    on_death: OnceLock<DeathHook>,
     /// This node's clock against the registry's, measured at join by traced tcp nodes.
     clock: crate::trace::ClockOffset,
 }
@@ -117,6 +122,7 @@ impl PoolInner {
                 v.elections.retain(|_, w| w != n);
                 if matches!(ev, PoolEvent::Died(_)) {
                     v.dead.insert(n.rank(), n.clone());
+                    self.died(n);
                 } else {
                     v.left.insert(n.rank(), n.clone());
                 }
@@ -135,6 +141,14 @@ impl PoolInner {
         });
         drop(v);
         self.changed.notify_all();
+    }
+
+    /// Tells the node's death hook that `n` died; called before the subscribers hear of it,
+    /// so that what the hook frees is gone by the time they do.
+    fn died(&self, n: &NodeId) {
+        if let Some(f) = self.on_death.get() {
+            f(n);
+        }
     }
 
     /// Updates [`PoolInner::crowded`] from the members in `v`.
@@ -189,6 +203,7 @@ impl PoolInner {
                 tracing::warn!(node = %n, "lost the registry that ran in this member: {why}");
                 v.registry_lost = Some(format!("the registry ran in {n}, which is gone: {why}"));
                 v.dead.insert(r, n.clone());
+                self.died(&n);
                 let ev = PoolEvent::Died(n);
                 crate::trace::pool_event(&ev);
                 v.subscribers.retain(|s| {
@@ -282,6 +297,7 @@ impl Pool {
             view: Mutex::new(view),
             changed: Condvar::new(),
             link: OnceLock::new(),
+            on_death: OnceLock::new(),
             clock,
         });
         inner.count_neighbours(&inner.view.lock());
@@ -461,6 +477,13 @@ impl Pool {
         let (tx, rx) = crossbeam_channel::bounded(SUBSCRIBER_QUEUE);
         self.inner.view.lock().subscribers.push(tx);
         rx
+    }
+
+    /// Sets what is called with each member the pool declares dead, from then on (once per
+    /// pool; a second hook is ignored). It runs with the pool's view locked, so it must not
+    /// call back into the pool.
+    pub(crate) fn on_death(&self, f: DeathHook) {
+        let _ = self.inner.on_death.set(f);
     }
 
     /// Leaves the pool (or reports this node dead, when it is ending by a failure).

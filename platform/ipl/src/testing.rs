@@ -36,3 +36,10 @@ pub fn tcp_reply(buf: &[u8]) -> Result<Option<ConnectReply>, String> {
         Some((r, _)) => ConnectReply::decode(&r.reply).map(Some),
     }
 }
+
+/// How many closed shared-memory connections of this process to `peer` still hold buffers
+/// that `peer` has not read (they are freed when it reads them, closes its end, or the pool
+/// declares it dead).
+pub fn shm_orphans(peer: &crate::NodeId) -> usize {
+    crate::transport::shm::orphans::count(peer)
+}

@@ -110,6 +110,11 @@ fn child_process_entry() {
                 done.receive_timeout(Duration::from_secs(30)).expect("go");
             }
         }
+        // Say that the port is there, and wait to be stopped and killed.
+        "idle-reader" => {
+            println!("ready");
+            std::thread::sleep(LIMIT);
+        }
         r => panic!("unknown role {r}"),
     }
 }
@@ -120,8 +125,20 @@ fn child(
     role: &str,
     server: &str,
     pool: &str,
+    size_rank: (u32, u32),
+    single_copy: bool,
+) -> (Reaped, BufReader<std::process::ChildStdout>) {
+    child_with(role, server, pool, size_rank, single_copy, &[])
+}
+
+/// [`child`] with more environment variables.
+fn child_with(
+    role: &str,
+    server: &str,
+    pool: &str,
     (size, rank): (u32, u32),
     single_copy: bool,
+    envs: &[(&str, &str)],
 ) -> (Reaped, BufReader<std::process::ChildStdout>) {
     let mut c = Command::new(std::env::current_exe().expect("test executable"));
     c.args([
@@ -138,6 +155,7 @@ fn child(
     .env("IPL_SECRET", "test-secret")
     .env("IPL_DRIVER", "shm")
     .env("IPL_SHM_SINGLE_COPY", if single_copy { "1" } else { "0" })
+    .envs(envs.iter().copied())
     .stdin(Stdio::null())
     .stdout(Stdio::piped())
     .stderr(Stdio::null());
@@ -482,4 +500,84 @@ fn a_connection_says_how_much_it_holds_for_a_receiver_that_does_not_read() {
             _ => assert_eq!(room[0].2, 0, "{driver:?}"),
         }
     }
+}
+
+#[test]
+fn buffers_lent_to_a_stopped_receiver_are_freed_when_the_pool_declares_it_dead() {
+    if role().is_some() {
+        return;
+    }
+    let deadline = Instant::now() + LIMIT;
+    // The stopped receiver is declared dead this long after its last heartbeat.
+    let death = Duration::from_secs(5);
+    let net = shm_net(2);
+    let server = net
+        .registry
+        .as_ref()
+        .expect("registry")
+        .address()
+        .to_string();
+    let (mut receiver, out) = child_with(
+        "idle-reader",
+        &server,
+        &net.pool,
+        (2, 1),
+        true,
+        &[("IPL_HEARTBEAT", "100ms"), ("IPL_DEATH_TIMEOUT", "5s")],
+    );
+    let mut c = net.config();
+    c.rank = Some(0);
+    c.heartbeat = Duration::from_millis(100);
+    c.death_timeout = death;
+    let me = Ibis::join(c).expect("join");
+    let events = me.pool().subscribe();
+    let all = me.pool().wait_closed().expect("pool fills");
+    let peer = all[1].clone();
+    wait_for_line(out, "ready", deadline);
+    let sp = me.send_port(&ty()).expect("send port");
+    sp.connect(&peer, "in").expect("connect");
+    assert_eq!(sp.connection_drivers()[0].2, "shm");
+    let ring = 256 << 10;
+    if sp.unread_capacity()[0].2 <= ring {
+        // Buffers are lent only to a receiver that can read this process's memory.
+        eprintln!("skipped: the receiver cannot read this process's memory here");
+        return;
+    }
+    // SAFETY: kill(2) of our own child, which `receiver` reaps.
+    let rc = unsafe { libc::kill(receiver.0.id() as i32, libc::SIGSTOP) };
+    assert_eq!(rc, 0, "stop the receiver");
+    let stopped = Instant::now();
+    // Four rings' worth: what does not fit the ring is lent from this process's memory.
+    let items = vec![7u64; 4 * ring as usize / 8];
+    let mut w = sp.message();
+    w.write_slice(&items[..]);
+    w.finish().expect("a message the ring and the buffers hold");
+    // Closing keeps the connection, whose buffers the receiver has not read, among the
+    // orphans: the stopped receiver keeps its socket open.
+    drop(sp);
+    let orphans = ipl::testing::shm_orphans(&peer);
+    assert_eq!(
+        orphans,
+        1,
+        "orphans {:?} after the stop (the receiver is declared dead after {death:?})",
+        stopped.elapsed()
+    );
+    loop {
+        // The events come from the subscription on, and the death may have come before.
+        if me.pool().dead().contains(&peer) {
+            break;
+        }
+        match events.recv_deadline(deadline) {
+            Ok(ipl::PoolEvent::Died(n)) if n == peer => break,
+            Ok(_) => continue,
+            Err(_) => panic!("the stopped receiver was not declared dead in time"),
+        }
+    }
+    // The pool frees them before anybody hears of the death.
+    assert_eq!(
+        ipl::testing::shm_orphans(&peer),
+        0,
+        "orphans after the death"
+    );
+    let _ = receiver.0.kill();
 }

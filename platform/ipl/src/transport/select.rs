@@ -31,6 +31,13 @@ pub(crate) struct Endpoint {
     _listening: Option<Listening>,
 }
 
+/// The pool declared `peer` dead: what this process lent it over shared memory and it has
+/// not read is freed (see `shm::orphans::forget`). The node calls this on every death it
+/// learns of.
+pub(crate) fn peer_died(peer: &NodeId) {
+    shm::orphans::forget(peer);
+}
+
 /// Refuses at once a configuration whose driver cannot start here (before a node starts its
 /// registry or joins).
 pub(crate) fn precheck(cfg: &Config) -> Result<()> {

@@ -223,6 +223,7 @@ impl Driver for ShmDriver {
                     producer: Producer::new(ring, reply.remote, reply.offers),
                     sock: s,
                     peer_closed: false,
+                    peer: peer.clone(),
                 }))
             }
         };
@@ -387,6 +388,8 @@ struct ShmOut {
     sock: UnixStream,
     /// The receiver closed its end of the socket (its port closed, or it died).
     peer_closed: bool,
+    /// The receiving node, whose death frees what it has not read (see [`orphans::forget`]).
+    peer: NodeId,
 }
 
 impl Sink for ShmOut {
@@ -472,29 +475,80 @@ impl Sink for ShmOut {
     }
 }
 
-/// Closed connections whose receivers have still to read buffers of this process.
+/// Closed connections whose receivers have still to read buffers of this process; freed once
+/// the receiver has read them, closed its end, or been declared dead by the pool.
 pub(crate) mod orphans {
     use super::{drain, ShmOut};
+    use crate::node::NodeId;
     use crate::transport::poll;
     use parking_lot::Mutex;
+    use std::collections::VecDeque;
     use std::os::fd::AsRawFd;
     use std::time::{Duration, Instant};
 
-    static ORPHANS: Mutex<Vec<ShmOut>> = Mutex::new(Vec::new());
+    /// How many dead peers are remembered, for connections to them closed after their death
+    /// was learnt; the oldest are forgotten first (a connection closes soon after its peer is
+    /// declared dead, as its sends fail).
+    const DEAD_REMEMBERED: usize = 1024;
 
-    /// Frees what the receivers have read, or will never read (they closed their end).
-    fn reap(v: &mut Vec<ShmOut>) {
-        v.retain_mut(|o| {
-            o.peer_closed |= !drain(&o.sock);
-            !o.peer_closed && o.producer.lending()
+    struct Orphans {
+        outs: Vec<ShmOut>,
+        /// Peers the pool declared dead, newest last.
+        dead: VecDeque<NodeId>,
+    }
+
+    static ORPHANS: Mutex<Orphans> = Mutex::new(Orphans {
+        outs: Vec::new(),
+        dead: VecDeque::new(),
+    });
+
+    /// Frees what the receivers have read, or will never read (they closed their end, or the
+    /// pool declared them dead).
+    fn reap(o: &mut Orphans) {
+        let dead = &o.dead;
+        o.outs.retain_mut(|out| {
+            if dead.contains(&out.peer) {
+                // Dropped as closed by its peer, which frees the buffers (see `forget`).
+                out.peer_closed = true;
+                return false;
+            }
+            out.peer_closed |= !drain(&out.sock);
+            !out.peer_closed && out.producer.lending()
         });
     }
 
     /// Keeps `o` until its receiver has read what it lent.
     pub(super) fn keep(o: ShmOut) {
         let mut v = ORPHANS.lock();
-        v.push(o);
+        v.outs.push(o);
         reap(&mut v);
+    }
+
+    /// The pool declared `peer` dead: frees the buffers it has not read, now and for
+    /// connections to it closed later. A peer that is stopped rather than gone keeps its
+    /// socket open, so without this they would stay allocated for as long as this process
+    /// lives, and [`linger`] would wait for them.
+    ///
+    /// Should the peer run again and read those buffers (with `process_vm_readv`), the
+    /// kernel checks the addresses against this process's mappings: it reads freed or reused
+    /// memory, or fails, and nothing of this process is touched. What it reads does not count
+    /// either way: the pool has declared it dead, so its part is over.
+    pub(crate) fn forget(peer: &NodeId) {
+        let mut v = ORPHANS.lock();
+        if !v.dead.contains(peer) {
+            if v.dead.len() == DEAD_REMEMBERED {
+                v.dead.pop_front();
+            }
+            v.dead.push_back(peer.clone());
+        }
+        reap(&mut v);
+    }
+
+    /// How many closed connections to `peer` still hold buffers it has not read.
+    pub(crate) fn count(peer: &NodeId) -> usize {
+        let mut v = ORPHANS.lock();
+        reap(&mut v);
+        v.outs.iter().filter(|o| &o.peer == peer).count()
     }
 
     /// Waits until the receivers have read what this process lent them, until `deadline`:
@@ -507,17 +561,17 @@ pub(crate) mod orphans {
             let mut v = ORPHANS.lock();
             reap(&mut v);
             let now = Instant::now();
-            if v.is_empty() || now >= deadline {
-                if !v.is_empty() {
+            if v.outs.is_empty() || now >= deadline {
+                if !v.outs.is_empty() {
                     tracing::warn!(
                         "leaving while {} receivers have not read what they were sent",
-                        v.len()
+                        v.outs.len()
                     );
                 }
                 return;
             }
             fds.clear();
-            for o in v.iter_mut() {
+            for o in v.outs.iter_mut() {
                 o.producer.prepare_wait();
                 fds.push(poll::entry(o.sock.as_raw_fd(), libc::POLLIN));
             }

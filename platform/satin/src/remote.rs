@@ -381,7 +381,8 @@ impl Remote {
     /// result that does not decode, or that the task type's
     /// [`check_output`](Task::check_output) refuses, is dropped with a warning naming its
     /// sender, and `None` returned: the job is to be computed (see
-    /// [Reusing results](self#reusing-results)).
+    /// [Reusing results](self#reusing-results)). A panic of the task type's code while
+    /// decoding or checking it counts as a refusal here, since no job is at hand to fail.
     pub fn take_result(&self, type_name: &str, task: &[u8]) -> Option<Vec<u8>> {
         let reg = codec::table().ok()?.by_name(type_name).ok()?;
         let kept = self

@@ -22,8 +22,18 @@ fn process_cpu() -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
+/// Held by each test of this file while it runs: the CPU time measured is the whole
+/// process's, which another test computing meanwhile would add to.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Takes [`ONE_AT_A_TIME`], whether or not a test that held it failed.
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn idle_workers_do_not_burn_cpu() {
+    let _alone = alone();
     let used = bounded("idle", || {
         let rt = Runtime::local().threads(4);
         assert_eq!(rt.run(Fib(20)).unwrap(), fib(20));
@@ -114,6 +124,7 @@ satin::register!(WaitThenHelp);
 
 #[test]
 fn idle_time_never_includes_work_done_while_waiting() {
+    let _alone = alone();
     let threads = 2;
     let (idle, worked, wall) = bounded("idle accounting", move || {
         WORKED_NS.store(0, std::sync::atomic::Ordering::Relaxed);

@@ -42,6 +42,11 @@ struct Shared {
     /// Who hears of members declared dead for their silence, by pool (see
     /// [`RegistryServer::watch_silent`] and [`ToRegistry::Watch`]).
     silent: Mutex<Vec<(String, SilentWatcher)>>,
+    /// The last [`SILENT_QUEUE`] members declared dead for their silence, of any pool, with
+    /// their process ids: a watcher that connects later hears of those of its pool first, so
+    /// that a member which stops before its launcher's watch is in place is not missed.
+    /// Locked after `silent`, never before.
+    silenced: Mutex<std::collections::VecDeque<(String, u32, Option<u32>)>>,
     /// The process id each member that sent one ([`ToRegistry::Pid`]) runs as.
     pids: Mutex<HashMap<(String, u32), u32>>,
     /// The connections of watchers, by connection id, to close when the registry stops.
@@ -107,6 +112,7 @@ impl RegistryServer {
             stop: AtomicBool::new(false),
             handshakes: Mutex::new(Handshakes::default()),
             silent: Mutex::new(Vec::new()),
+            silenced: Mutex::new(std::collections::VecDeque::new()),
             pids: Mutex::new(HashMap::new()),
             watchers: Mutex::new(HashMap::new()),
         });
@@ -131,10 +137,16 @@ impl RegistryServer {
                             let pid = shared.pids.lock().get(&(pool.clone(), rank)).copied();
                             shared.state.lock().remove(&pool, rank, true);
                             shared.removed.notify_all();
-                            shared
-                                .silent
-                                .lock()
-                                .retain(|(p, w)| *p != pool || w.tell(rank, pid));
+                            {
+                                let mut watchers = shared.silent.lock();
+                                let mut silenced = shared.silenced.lock();
+                                if silenced.len() == SILENT_QUEUE {
+                                    silenced.pop_front();
+                                }
+                                silenced.push_back((pool.clone(), rank, pid));
+                                drop(silenced);
+                                watchers.retain(|(p, w)| *p != pool || w.tell(rank, pid));
+                            }
                             if let Some(s) = shared.sockets.lock().remove(&(pool, rank)) {
                                 let _ = s.shutdown(std::net::Shutdown::Both);
                             }
@@ -470,13 +482,22 @@ fn serve_watcher(mut stream: TcpStream, peer: SocketAddr, id: u64, pool: String,
         shared.watchers.lock().remove(&id);
         return;
     }
-    let (tx, rx) = crossbeam_channel::bounded(SILENT_QUEUE);
-    // Queued before the watcher is listed, so the answer goes out before any member.
-    let _ = tx.try_send(FromRegistry::Watching);
-    shared
-        .silent
-        .lock()
-        .push((pool.clone(), SilentWatcher::Remote(tx.clone())));
+    // Room for the answer and every member of the history.
+    let (tx, rx) = crossbeam_channel::bounded(SILENT_QUEUE + 1);
+    {
+        // Queued before the watcher is listed, so the answer goes out before any member, and
+        // the members declared silent so far, so that none is missed or told twice: under
+        // the lock the reaper tells the listed watchers and extends the history with.
+        let mut watchers = shared.silent.lock();
+        let _ = tx.try_send(FromRegistry::Watching);
+        for (_, rank, pid) in shared.silenced.lock().iter().filter(|(p, ..)| *p == pool) {
+            let _ = tx.try_send(FromRegistry::Silent {
+                rank: *rank,
+                pid: *pid,
+            });
+        }
+        watchers.push((pool.clone(), SilentWatcher::Remote(tx.clone())));
+    }
     let writer = stream.try_clone().map(|w| {
         let _ = w.set_write_timeout(Some(Duration::from_secs(30)));
         spawn_writer("ipl-registry-watch", w, rx)
@@ -557,6 +578,34 @@ mod tests {
         watcher
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
+        match read_frame::<FromRegistry>(&mut watcher).unwrap() {
+            FromRegistry::Silent { rank, pid } => assert_eq!((rank, pid), (0, Some(4242))),
+            m => panic!("{m:?}"),
+        }
+    }
+
+    #[test]
+    fn a_watcher_that_comes_later_hears_first_of_its_pools_members_silent_so_far() {
+        let server = RegistryServer::start("127.0.0.1:0", "s").unwrap();
+        let (in_p, in_q) = (server.watch_silent("p"), server.watch_silent("q"));
+        // Silent in turn (no heartbeat: dead after 100 ms): q's member first, so that a
+        // history not sorted by pool would name it first.
+        let mut other = connect(&server, "q");
+        join(&mut other, "q");
+        assert_eq!(in_q.recv_timeout(Duration::from_secs(10)), Ok(0));
+        let mut member = connect(&server, "p");
+        join(&mut member, "p");
+        write_frame(&mut member, &ToRegistry::Pid(4242)).unwrap();
+        assert_eq!(in_p.recv_timeout(Duration::from_secs(10)), Ok(0));
+        let mut watcher = connect(&server, "p");
+        write_frame(&mut watcher, &ToRegistry::Watch { pool: "p".into() }).unwrap();
+        watcher
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        assert!(matches!(
+            read_frame::<FromRegistry>(&mut watcher).unwrap(),
+            FromRegistry::Watching
+        ));
         match read_frame::<FromRegistry>(&mut watcher).unwrap() {
             FromRegistry::Silent { rank, pid } => assert_eq!((rank, pid), (0, Some(4242))),
             m => panic!("{m:?}"),

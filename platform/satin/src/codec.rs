@@ -74,17 +74,40 @@ fn check_encoded<T: Task>(task: &[u8], output: &[u8]) -> Result<(), Error> {
     let name = std::any::type_name::<T>();
     contain(name, "deserializing or checking its output", || {
         let out: T::Output = decode(output, "output", name)?;
-        if T::CHECKS_OUTPUT {
-            // These bytes were encoded by a process that ran or gave the task away.
-            let task: T = decode(task, "task", name)?;
-            task.check_output(&out).map_err(|reason| Error::Decode {
-                task: name,
-                what: "output",
-                reason,
-            })?;
-        }
-        Ok(())
+        check_output_of_encoded::<T>(task, &out)
     })
+}
+
+/// `task`'s [`Task::check_output`] of `output`, if its type checks outputs
+/// ([`Task::CHECKS_OUTPUT`]); a refused output is reported as one that does not decode.
+pub(crate) fn check_output<T: Task>(task: &T, output: &T::Output) -> Result<(), Error> {
+    if !T::CHECKS_OUTPUT {
+        return Ok(());
+    }
+    task.check_output(output).map_err(|reason| Error::Decode {
+        task: std::any::type_name::<T>(),
+        what: "output",
+        reason,
+    })
+}
+
+/// [`check_output`] for the task encoded as `task`, which is decoded only if its type checks
+/// outputs.
+pub(crate) fn check_output_of_encoded<T: Task>(
+    task: &[u8],
+    output: &T::Output,
+) -> Result<(), Error> {
+    if !T::CHECKS_OUTPUT {
+        return Ok(());
+    }
+    // These bytes were encoded by a process that ran or gave the task away, so a failure
+    // here is not the output's.
+    let task: T = postcard::from_bytes(task).map_err(|e| Error::Decode {
+        task: std::any::type_name::<T>(),
+        what: "task",
+        reason: format!("decoding it again to check an output: {e}"),
+    })?;
+    check_output(&task, output)
 }
 
 /// Decodes a task of type `T` and runs it as a root whose output, serialized, goes to

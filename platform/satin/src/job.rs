@@ -446,32 +446,9 @@ unsafe fn encode_task<T: Task>(job: JobRef) -> Result<Vec<u8>, Error> {
 /// # Safety
 /// `job` must be a `Job<T>` that holds no output, and the caller its only user.
 unsafe fn decode_output<T: Task>(job: JobRef, bytes: &[u8], task: &[u8]) -> Result<(), Error> {
-    let output: T::Output = postcard::from_bytes(bytes).map_err(|e| Error::Decode {
-        task: std::any::type_name::<T>(),
-        what: "output",
-        reason: e.to_string(),
-    })?;
-    if T::CHECKS_OUTPUT {
-        check_output::<T>(task, &output)?;
-    }
+    let output: T::Output = crate::codec::decode(bytes, "output", std::any::type_name::<T>())?;
+    crate::codec::check_output_of_encoded::<T>(task, &output)?;
     // SAFETY: as the caller vouches; there is no output, so nothing is overwritten unseen.
     unsafe { Job::<T>::output_ptr(job).write(output) };
     Ok(())
-}
-
-/// [`Task::check_output`] for an output decoded for the task encoded as `task`. A refused
-/// output is reported as one that does not decode.
-fn check_output<T: Task>(task: &[u8], output: &T::Output) -> Result<(), Error> {
-    let name = std::any::type_name::<T>();
-    // These bytes were encoded by this process, so a failure here is not the output's.
-    let task: T = postcard::from_bytes(task).map_err(|e| Error::Decode {
-        task: name,
-        what: "task",
-        reason: format!("decoding it again to check an output: {e}"),
-    })?;
-    task.check_output(output).map_err(|reason| Error::Decode {
-        task: name,
-        what: "output",
-        reason,
-    })
 }

@@ -780,16 +780,7 @@ pub(crate) fn reuse<T: Task>(worker: &Worker, task: &T) -> Option<T::Output> {
         .take(&sched.workers, TypeId::of::<T>(), &bytes)?;
     let name = std::any::type_name::<T>();
     let decoded = codec::decode::<T::Output>(&kept.output, "output", name);
-    let checked = decoded.and_then(|out| {
-        if T::CHECKS_OUTPUT {
-            task.check_output(&out).map_err(|reason| Error::Decode {
-                task: name,
-                what: "output",
-                reason,
-            })?;
-        }
-        Ok(out)
-    });
+    let checked = decoded.and_then(|out| codec::check_output(task, &out).map(|()| out));
     match checked {
         Ok(out) => {
             sched

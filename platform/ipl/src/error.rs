@@ -180,3 +180,12 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         "(panic payload is not text)".to_string()
     }
 }
+
+/// [`panic_message`] of a caught panic's payload, which is then dropped where a payload whose
+/// own `Drop` panics cannot unwind further (it would end the thread, or abort the process if
+/// it is already unwinding).
+pub fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
+    let message = panic_message(&*payload);
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(payload)));
+    message
+}

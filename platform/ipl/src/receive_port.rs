@@ -7,7 +7,7 @@
 //! upcall running at a time, in order per connection.
 
 use crate::connect::{ConnectReply, ConnectRequest};
-use crate::error::{Error, Result};
+use crate::error::{panic_text, Error, Result};
 use crate::message::ReadMessage;
 use crate::node::NodeId;
 use crate::pool::Pool;
@@ -26,15 +26,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-/// The text of a panic raised in a user's upcall, for the error or log line that reports it.
-/// The payload is dropped here, where a payload of another type that panics in its own drop
-/// cannot end the thread.
-fn upcall_panic(payload: Box<dyn std::any::Any + Send>) -> String {
-    let message = crate::error::panic_message(&*payload);
-    let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
-    message
-}
 
 /// Decides whether a sender may connect: `Err(reason)` refuses it.
 pub type ConnectUpcall = Box<dyn Fn(&NodeId) -> std::result::Result<(), String> + Send + Sync>;
@@ -272,7 +263,7 @@ impl PortShared {
                     let why = format!(
                         "the connection upcall of port '{}' panicked: {}",
                         self.name,
-                        upcall_panic(payload)
+                        panic_text(payload)
                     );
                     tracing::warn!(port = %self.name, from = %req.from, "{why}");
                     return ConnectReply::Refused(why);
@@ -340,7 +331,7 @@ impl PortShared {
                     port = %self.name,
                     "the disconnection upcall for {} panicked: {}",
                     c.origin,
-                    upcall_panic(payload)
+                    panic_text(payload)
                 );
             }
         }
@@ -834,7 +825,7 @@ impl<'a> ReceivePortBuilder<'a> {
                                     Err(payload) => tracing::warn!(
                                         port = %s.name,
                                         "message upcall panicked: {}",
-                                        upcall_panic(payload)
+                                        panic_text(payload)
                                     ),
                                 }
                             }

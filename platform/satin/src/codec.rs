@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Arc, OnceLock};
 
-use crate::context::panic_message;
 use crate::root::{self, RootState};
 use crate::scheduler::Scheduler;
 use crate::{Error, Task};
@@ -142,9 +141,7 @@ fn contain<R>(
     f: impl FnOnce() -> Result<R, Error>,
 ) -> Result<R, Error> {
     panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
-        let message = format!("{doing}: {}", panic_message(&*payload));
-        // A payload whose destructor panics would unwind after all; contain it.
-        let _ = panic::catch_unwind(AssertUnwindSafe(move || drop(payload)));
+        let message = format!("{doing}: {}", ipl::error::panic_text(payload));
         Err(Error::TaskPanicked { task, message })
     })
 }

@@ -16,7 +16,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::arena::{self, Arena};
-use crate::context::{panic_message, Context, RecordGuard};
+use crate::context::{Context, RecordGuard};
 use crate::deque::Deque;
 use crate::job::{Frame, Job, JobRef, DONE, PENDING};
 use crate::root;
@@ -592,10 +592,8 @@ pub(crate) fn fail_for_panic(
 ) -> Error {
     let error = Error::TaskPanicked {
         task: job.task_name(),
-        message: format!("{doing}: {}", panic_message(&*payload)),
+        message: format!("{doing}: {}", ipl::error::panic_text(payload)),
     };
-    // A payload whose destructor panics would end the thread; contain it.
-    let _ = panic::catch_unwind(AssertUnwindSafe(move || drop(payload)));
     tracing::debug!(%error, "user code panicked outside a task; cancelling the run");
     job.root_state().fail(sched, error.clone());
     error

@@ -978,15 +978,7 @@ fn kill_silent(launched: &Mutex<Launched>, rank: u32, hosts: Option<&[&str]>) {
         .and_then(|h| h.get(rank as usize))
         .map(|h| format!(" on {h}"))
         .unwrap_or_default();
-    eprintln!(
-        "ipl-run: rank {rank}{host} stopped answering the registry (no heartbeat for its \
-         death timeout) and is dead to its pool; killing it"
-    );
-    // SAFETY: kill(2) of the process group our child leads; the child has not been reaped
-    // (its slot is cleared under this lock first), so the group id is still ours.
-    unsafe {
-        libc::kill(-pgid, libc::SIGKILL);
-    }
+    kill_dead_to_pool(*pgid, &format!("rank {rank}{host}"));
 }
 
 /// Kills the rank whose process group holds process `pid`, which the registry of the pool this
@@ -1007,12 +999,19 @@ fn kill_silent_process(launched: &Mutex<Launched>, member: u32, pid: u32) {
     let Some(index) = l.groups.iter().position(|g| *g == Some(pgid)) else {
         return;
     };
+    kill_dead_to_pool(pgid, &format!("rank +{index} (joined as rank {member})"));
+}
+
+/// Says that `rank` (as the launcher names it) stopped answering the registry, and kills the
+/// process group `pgid` it leads. Called with the launch's group list locked, `pgid` in it.
+fn kill_dead_to_pool(pgid: i32, rank: &str) {
     eprintln!(
-        "ipl-run: rank +{index} (joined as rank {member}) stopped answering the registry (no \
-         heartbeat for its death timeout) and is dead to its pool; killing it"
+        "ipl-run: {rank} stopped answering the registry (no heartbeat for its death timeout) \
+         and is dead to its pool; killing it"
     );
     // SAFETY: kill(2) of the process group our child leads; the child has not been reaped
-    // (its slot is cleared under this lock first), so the group id is still ours.
+    // (its slot is cleared under the group list's lock, which the caller holds), so the group
+    // id is still ours.
     unsafe {
         libc::kill(-pgid, libc::SIGKILL);
     }

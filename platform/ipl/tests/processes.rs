@@ -586,32 +586,48 @@ fn a_stopped_rank_is_killed_once_the_registry_declares_it_dead() {
     );
 }
 
-/// A pool of two started by one `ipl-run`, and a second `ipl-run --join JOIN_ARGS` adding
-/// processes to it, where the member of rank `stop` (a joiner) stops itself: the joining
-/// launcher's exit code and output. The first launch must succeed.
-fn join_and_stop(stop: u32, join_args: &[&str]) -> (i32, String, String) {
-    let deadline = Instant::now() + Duration::from_secs(60);
+/// An address on loopback with a port free a moment ago, for a launcher's registry.
+fn free_local_addr() -> String {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    let addr = format!("127.0.0.1:{port}");
+    format!("127.0.0.1:{port}")
+}
+
+/// `ipl-run ARGS` starting this test binary's child entry in pool `pool`, with `envs`.
+fn launch_pool(args: &[&str], pool: &str, envs: &[(&str, &str)]) -> testkit::Reaped {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ipl-run"));
+    cmd.args(args)
+        .arg("--")
+        .arg(std::env::current_exe().unwrap())
+        .args(["child_process_entry", "--exact", "--nocapture"])
+        .env("IPL_POOL", pool)
+        .envs(envs.iter().copied());
+    testkit::Reaped::start(&mut cmd)
+}
+
+/// A pool of two started by one `ipl-run`, and a second `ipl-run --join JOIN_ARGS` adding
+/// processes to it, where the member of rank `stop` (a joiner) stops itself: the joining
+/// launcher's exit code and output. The first launch must succeed.
+fn join_and_stop(stop: u32, join_args: &[&str]) -> (i32, String, String) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let addr = free_local_addr();
     let pool = format!("join-stop-{}-{stop}", std::process::id());
-    let exe = std::env::current_exe().unwrap();
+    let stop = stop.to_string();
     let launch = |args: &[&str]| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ipl-run"));
-        cmd.args(args)
-            .arg("--")
-            .arg(&exe)
-            .args(["child_process_entry", "--exact", "--nocapture"])
-            .env("IPL_TEST_ROLE", "join-stop")
-            .env("IPL_TEST_STOP", stop.to_string())
-            .env("IPL_POOL", &pool)
-            .env("IPL_SECRET", "join-stop-secret")
-            .env("IPL_HEARTBEAT", "200ms")
-            .env("IPL_DEATH_TIMEOUT", "1s");
-        testkit::Reaped::start(&mut cmd)
+        launch_pool(
+            args,
+            &pool,
+            &[
+                ("IPL_TEST_ROLE", "join-stop"),
+                ("IPL_TEST_STOP", &stop),
+                ("IPL_SECRET", "join-stop-secret"),
+                ("IPL_HEARTBEAT", "200ms"),
+                ("IPL_DEATH_TIMEOUT", "1s"),
+            ],
+        )
     };
     let first = launch(&["-n", "2", "--registry-addr", &addr]);
     let joined = launch(&[&["--join", addr.as_str()], join_args].concat());
@@ -662,24 +678,14 @@ fn ipl_run_join_adds_processes_to_a_running_pool() {
         return;
     }
     let deadline = Instant::now() + Duration::from_secs(90);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = free_local_addr();
     let pool = format!("grow-{}", std::process::id());
-    let exe = std::env::current_exe().unwrap();
     let launch = |args: &[&str]| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ipl-run"));
-        cmd.args(args)
-            .arg("--")
-            .arg(&exe)
-            .args(["child_process_entry", "--exact", "--nocapture"])
-            .env("IPL_TEST_ROLE", "grow")
-            .env("IPL_POOL", &pool)
-            .env("IPL_SECRET", "grow-secret");
-        testkit::Reaped::start(&mut cmd)
+        launch_pool(
+            args,
+            &pool,
+            &[("IPL_TEST_ROLE", "grow"), ("IPL_SECRET", "grow-secret")],
+        )
     };
     let first = launch(&["-n", "2", "--registry-addr", &addr]);
     // The first pool is up once its registry answers; --join waits for it as any node does.

@@ -539,6 +539,9 @@ pub(crate) struct RoundWait {
     w: Watch,
     /// The notice of a bulk payload, once it came.
     notice: Option<Msg>,
+    /// [`Net::checks`] when the stash was last looked through for a mismatch with this
+    /// wait: it needs no second look until something is stashed or a group changes.
+    checked: Option<u64>,
 }
 
 impl RoundWait {
@@ -549,6 +552,7 @@ impl RoundWait {
             sig,
             w: Watch::new(),
             notice: None,
+            checked: None,
         }
     }
 }
@@ -588,6 +592,9 @@ pub(crate) struct Net {
     stash: HashMap<Key, Msg>,
     /// The groups this process belongs to now, the whole machine (0) included.
     comms: HashMap<u64, CommInfo>,
+    /// Counts the changes that can make a wait a mismatch: a message stashed, a group joined,
+    /// left or started (see [`RoundWait::checked`]).
+    checks: u64,
     /// The host board of the whole machine, when all its processes share this host.
     pub board: Option<Arc<Board>>,
     /// The whole machine's sync over MPI, when it runs on ipl's mpi driver (see
@@ -679,6 +686,7 @@ impl Net {
                     thread: None,
                 },
             )]),
+            checks: 0,
             board: None,
             #[cfg(feature = "mpi")]
             words: None,
@@ -688,6 +696,7 @@ impl Net {
 
     /// Notes that this process belongs to group `comm` from now on.
     pub(crate) fn join_comm(&mut self, comm: u64, members: Vec<usize>) {
+        self.checks += 1;
         self.comms.entry(comm).or_insert(CommInfo {
             next_seq: 0,
             members,
@@ -716,11 +725,13 @@ impl Net {
 
     /// Notes that this process no longer uses group `comm`.
     pub(crate) fn leave_comm(&mut self, comm: u64) {
+        self.checks += 1;
         self.comms.remove(&comm);
     }
 
     /// Notes that operation `seq` of group `comm` has started here.
     pub(crate) fn started(&mut self, comm: u64, seq: u64) {
+        self.checks += 1;
         if let Some(c) = self.comms.get_mut(&comm) {
             c.next_seq = c.next_seq.max(seq + 1);
             c.thread = Some(this_thread());
@@ -921,6 +932,7 @@ impl Net {
         match parsed {
             Ok(Parsed::Round(key, msg)) if want == Some(key) => return Ok(Some(msg)),
             Ok(Parsed::Round(key, msg)) => {
+                self.checks += 1;
                 if self.stash.insert(key, msg).is_some() {
                     return Err(self.decode_error(
                         ctx,
@@ -1216,8 +1228,9 @@ impl Net {
     fn pump_for(&mut self, wait: &mut RoundWait, ctx: &Ctx) -> Result<Option<Msg>> {
         let key = wait.key;
         let (comm, seq, src, op) = (key.0, key.1, key.3 as usize, wait.op);
-        // Nothing stashed: nothing can be a mismatch.
-        if self.stash.is_empty() {
+        // Nothing stashed: nothing can be a mismatch. Nothing changed since the last look
+        // through the stash: it found none, and would find none again.
+        if self.stash.is_empty() || wait.checked == Some(self.checks) {
             return self.pump(&mut wait.w, ctx, Some(key));
         }
         // Get replies belong to the sync whose sequence number they carry.
@@ -1286,6 +1299,7 @@ impl Net {
         if let Some(e) = self.crossed(src, comm, seq, op) {
             return Err(e);
         }
+        wait.checked = Some(self.checks);
         self.pump(&mut wait.w, ctx, Some(key))
     }
 

@@ -171,24 +171,54 @@ pub fn parse_bodies(text: &str) -> Result<Vec<Body>, ReadError> {
     parse_lines(text.split('\n').map(Ok::<&str, LineError>))
 }
 
-/// Reads bodies from `reader` in the format of the module documentation.
+/// Reads bodies from `reader` in the format of the module documentation, to its end: bound an
+/// untrusted reader yourself (`Read::take`); [`read_file`] bounds what it reads.
 pub fn read_bodies<R: Read>(mut reader: R) -> Result<Vec<Body>, ReadError> {
     let mut bytes = Vec::new();
     reader.read_to_end(&mut bytes)?;
+    parse_bytes(&bytes)
+}
+
+/// The largest bodies file read: 16 GiB, some eighty million bodies in the writer's form.
+/// The whole text is held in memory while it is parsed, so a larger file is refused, as is
+/// anything that is not a regular file (a device such as `/dev/zero` would be read until
+/// memory ran out, and a FIFO without a writer would never open).
+pub const MAX_FILE_BYTES: u64 = 16 << 30;
+
+/// Reads bodies from the file at `path`: a regular file of at most [`MAX_FILE_BYTES`].
+pub fn read_file(path: &Path) -> Result<Vec<Body>, ReadError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let open = |source| ReadError::Open {
+        path: path.to_owned(),
+        source,
+    };
+    // Opening a FIFO for reading waits for a writer, unless it does not block; a regular
+    // file is read as usual with the flag.
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(open)?;
+    if !f.metadata().map_err(open)?.is_file() {
+        return Err(open(std::io::Error::other("it is not a regular file")));
+    }
+    let mut bytes = Vec::new();
+    f.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(open(std::io::Error::other(format!(
+            "it is larger than {MAX_FILE_BYTES} bytes"
+        ))));
+    }
+    parse_bytes(&bytes)
+}
+
+/// [`parse_bodies`] of text that may not be UTF-8 throughout: a line that is not fails.
+fn parse_bytes(bytes: &[u8]) -> Result<Vec<Body>, ReadError> {
     parse_lines(
         bytes
             .split(|&b| b == b'\n')
             .map(|l| std::str::from_utf8(l).map_err(|_| LineError::NotUtf8)),
     )
-}
-
-/// Reads bodies from the file at `path`.
-pub fn read_file(path: &Path) -> Result<Vec<Body>, ReadError> {
-    let f = File::open(path).map_err(|source| ReadError::Open {
-        path: path.to_owned(),
-        source,
-    })?;
-    read_bodies(f)
 }
 
 fn parse_lines<'a, I>(lines: I) -> Result<Vec<Body>, ReadError>

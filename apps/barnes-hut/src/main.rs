@@ -147,6 +147,33 @@ enum AppError {
     },
     #[error("the thread of in-process node {0} panicked")]
     Panicked(u32),
+    #[error(
+        "the simulation diverged: after {steps} steps {bodies} bodies have positions or \
+         velocities that are no longer finite numbers (a smaller --dtime may help; it was {dtime:?})"
+    )]
+    Diverged {
+        steps: usize,
+        bodies: usize,
+        dtime: f64,
+    },
+}
+
+/// Fails a run whose bodies left the finite numbers (a time step far too large for them): its
+/// result line would hold nulls, and its output file could not be read back.
+fn check_finite(bodies: &[Body], steps: usize, dtime: f64) -> Result<(), AppError> {
+    let finite = |v: barnes_hut::geom::Vec3| v.x.is_finite() && v.y.is_finite() && v.z.is_finite();
+    let bad = bodies
+        .iter()
+        .filter(|b| !finite(b.pos) || !finite(b.vel))
+        .count();
+    if bad == 0 {
+        return Ok(());
+    }
+    Err(AppError::Diverged {
+        steps,
+        bodies: bad,
+        dtime,
+    })
 }
 
 /// Peak memory per body of a sequential run, measured: 379 MB for 1,000,000 bodies (the bodies,
@@ -362,6 +389,7 @@ fn run_sequential(cli: Cli) -> Result<Value, AppError> {
     let steps = sim.steps_done();
     let mut bodies = sim.into_bodies();
     bodies.sort_unstable_by_key(|b| b.id);
+    check_finite(&bodies, steps, params.dtime)?;
     if let Some(output) = output {
         output.write(&bodies)?;
     }
@@ -525,6 +553,7 @@ fn parallel_process(cli: &Cli, bsp: &mut bsp::Bsp) -> Result<Option<Value>, AppE
         }
     }
     let cpu_total: Option<f64> = per_os_process.iter().map(|(_, c)| *c).sum();
+    check_finite(&bodies, steps, params.sim.dtime)?;
     if let Some(output) = output {
         output.write(&bodies)?;
     }

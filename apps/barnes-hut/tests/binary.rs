@@ -370,3 +370,44 @@ fn an_unwritable_output_is_found_before_the_run() {
         .collect();
     assert_eq!(left, ["bodies.txt"]);
 }
+
+#[test]
+fn an_input_that_is_not_a_regular_file_is_refused_rather_than_read_for_ever() {
+    let tmp = scratch();
+    let fifo = tmp.path().join("bodies.fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    // /dev/zero was read until memory ran out; a FIFO without a writer never opened.
+    for input in [Path::new("/dev/zero"), fifo.as_path(), tmp.path()] {
+        let (status, out, err) = Reaped::start(barnes_hut().arg("--seq").arg("--input").arg(input))
+            .output(Instant::now() + LIMIT);
+        assert!(!status.success(), "{input:?}: {status}");
+        assert!(out.is_empty(), "{input:?}: no result line: {out}");
+        assert!(
+            err.contains(&*input.to_string_lossy()) && err.contains("not a regular file"),
+            "{input:?}: the error names the file and why: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_run_whose_bodies_leave_the_finite_numbers_fails_rather_than_print_nulls() {
+    // A time step far too large sends every body to infinity in one step; the result line
+    // used to carry a null checksum and energy, with status 0.
+    for parallel in [false, true] {
+        let mut cmd = barnes_hut();
+        cmd.args(["-n", "50", "--dtime", "1e308", "--tstop", "1e308"]);
+        if !parallel {
+            cmd.arg("--seq");
+        }
+        let (status, out, err) = Reaped::start(&mut cmd).output(Instant::now() + LIMIT);
+        assert_eq!(status.code(), Some(1), "parallel {parallel}: {err}");
+        assert!(out.is_empty(), "parallel {parallel}: no result line: {out}");
+        assert!(
+            err.contains("the simulation diverged: after 1 steps 50 bodies")
+                && err.contains("1e308"),
+            "parallel {parallel}: {err}"
+        );
+    }
+}

@@ -307,10 +307,12 @@ fn run(args: Args) -> Result<(), AppError> {
 
     let (source, scene_name) = match &args.nff {
         Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|source| AppError::File {
-                what: "read NFF file",
-                path: path.display().to_string(),
-                source,
+            let text = ipl::cli::read_small_file(path, nff::MAX_FILE_BYTES).map_err(|source| {
+                AppError::File {
+                    what: "read NFF file",
+                    path: path.display().to_string(),
+                    source,
+                }
             })?;
             let desc = nff::parse(&text).map_err(|source| AppError::Nff {
                 path: path.display().to_string(),

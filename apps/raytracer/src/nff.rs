@@ -27,6 +27,11 @@ use thiserror::Error;
 use crate::scene::{Light, Material, Polygon, SceneDescription, Sphere, View};
 use crate::vec3::Vec3;
 
+/// Largest NFF file read: 1 GiB, about ten million spheres. The whole text is held in memory
+/// while it is parsed, so a file is refused beyond this, as is anything that is not a regular
+/// file (a device such as `/dev/zero` would be read until memory ran out).
+pub const MAX_FILE_BYTES: u64 = 1 << 30;
+
 /// Largest image side a `resolution` line may ask for: the camera's.
 pub const MAX_RESOLUTION: u32 = crate::camera::MAX_SIDE;
 

@@ -289,3 +289,26 @@ fn a_fatal_error_is_printed_whatever_rust_log_says() {
         "{err}"
     );
 }
+
+#[test]
+fn a_scene_that_is_not_a_regular_file_is_refused_rather_than_read_for_ever() {
+    let dir = testkit::scratch_dir("raytracer-nff-special");
+    let fifo = dir.path().join("scene.fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    // /dev/zero was read until memory ran out; a FIFO without a writer never opened.
+    for nff in [Path::new("/dev/zero"), fifo.as_path()] {
+        let (status, out, err) = output(
+            raytracer().args(["--seq", "--no-png", "--nff"]).arg(nff),
+            Instant::now() + LIMIT,
+        );
+        assert_eq!(status.code(), Some(1), "{nff:?}: {err}");
+        assert!(out.is_empty(), "{nff:?}: {out}");
+        assert!(
+            err.contains(&format!("cannot read NFF file {}", nff.display()))
+                && err.contains("not a regular file"),
+            "{nff:?}: {err}"
+        );
+    }
+}

@@ -135,7 +135,7 @@ fn submit_encoded<T: Task>(
 }
 
 /// Runs `f`, which calls user code of task type `task`, turning a panic into an error.
-fn contain<R>(
+pub(crate) fn contain<R>(
     task: &'static str,
     doing: &str,
     f: impl FnOnce() -> Result<R, Error>,

@@ -48,7 +48,8 @@
 //!
 //! A kept result came from another node (or was computed here for a node that died), and
 //! may be wrong: its bytes may not decode as the task's output, its type's `Deserialize` may
-//! refuse them, or the task type's [`check_output`](Task::check_output) may. Such a result is
+//! refuse them, or the task type's [`check_output`](Task::check_output) may (a panic of
+//! either counts as a refusal, since only that result sets it off). Such a result is
 //! never used, and never fails the run: the job it was kept for can always be computed
 //! again, so it is, as if nothing had been kept. Every way a kept result is taken follows
 //! that policy: a spawn computes its child, a job a remote thief asks for is given to the
@@ -382,7 +383,8 @@ impl Remote {
     /// [`check_output`](Task::check_output) refuses, is dropped with a warning naming its
     /// sender, and `None` returned: the job is to be computed (see
     /// [Reusing results](self#reusing-results)). A panic of the task type's code while
-    /// decoding or checking it counts as a refusal here, since no job is at hand to fail.
+    /// decoding or checking it counts as a refusal, as it does wherever a kept result is
+    /// taken.
     pub fn take_result(&self, type_name: &str, task: &[u8]) -> Option<Vec<u8>> {
         let reg = codec::table().ok()?.by_name(type_name).ok()?;
         let kept = self
@@ -549,8 +551,8 @@ impl RemoteJob {
     }
 
     /// Completes the job with a kept result, if it decodes and its task takes it; otherwise
-    /// logs that, naming the result's sender, and hands the job back to be computed. An
-    /// aborted job is completed as such.
+    /// (a panic while decoding or checking it included) logs that, naming the result's
+    /// sender, and hands the job back to be computed. An aborted job is completed as such.
     fn complete_kept(mut self, kept: Kept) -> Option<RemoteJob> {
         let job = self.job.expect("a RemoteJob completes once");
         if job.is_aborted() {
@@ -570,8 +572,10 @@ impl RemoteJob {
                 unsafe { finish_elsewhere(job, DONE, &self.sched) };
                 None
             }
-            // Nothing was written into the job, whose task is still at hand as bytes.
-            Err(e @ Error::Decode { what: "output", .. }) => {
+            // Nothing was written into the job, whose task is still at hand as bytes. A panic
+            // of the task type's code over the result is the result's refusal too: the job can
+            // be computed instead, as for `take_result` and a spawn.
+            Err(e @ (Error::Decode { what: "output", .. } | Error::TaskPanicked { .. })) => {
                 kept.refused(self.type_name, &e);
                 Some(self)
             }
@@ -583,23 +587,20 @@ impl RemoteJob {
         }
     }
 
-    /// Decodes `output` into the job, which holds none, and checks it against the task.
+    /// Decodes `output` into the job, which holds none, and checks it against the task. A
+    /// panic of the task type's code (or of its payload's `Drop`) is returned as
+    /// [`Error::TaskPanicked`]; nothing is written into the job then.
     fn decode_into(&self, job: JobRef, output: &[u8]) -> Result<(), Error> {
         let decode_output = job.header().vtable.decode_output;
         let task = &self.task;
-        let decoded = panic::catch_unwind(AssertUnwindSafe(|| {
-            // SAFETY: the slot is empty since the task was encoded.
-            unsafe { decode_output(job, output, task) }
-        }));
-        decoded.unwrap_or_else(|payload| {
-            Err(Error::TaskPanicked {
-                task: job.task_name(),
-                message: format!(
-                    "deserializing or checking its output: {}",
-                    crate::context::panic_message(&*payload)
-                ),
-            })
-        })
+        codec::contain(
+            job.task_name(),
+            "deserializing or checking its output",
+            || {
+                // SAFETY: the slot is empty since the task was encoded.
+                unsafe { decode_output(job, output, task) }
+            },
+        )
     }
 
     fn deliver(mut self, output: &[u8], sender: Option<&str>) -> Result<(), Error> {
@@ -763,10 +764,12 @@ impl ResultTable {
     }
 }
 
-/// For a spawn while results are kept (the signal word's reuse bit): the output of `task` from the worker's result table, or
-/// `None` if the child must run (also when the result does not decode or
-/// [`Task::check_output`] refuses it). A task whose `Serialize` or `check_output` panics
-/// unwinds into the spawning task, as any panic of its own code does.
+/// For a spawn while results are kept (the signal word's reuse bit): the output of `task`
+/// from the worker's result table, or `None` if the child must run (also when the result does
+/// not decode or [`Task::check_output`] refuses it, or either panics: the kept result is then
+/// refused as on every other path, see [Reusing results](self#reusing-results)). A task
+/// whose `Serialize` panics unwinds into the spawning task, as any panic of its own code
+/// does: that is no fault of a kept result.
 #[cold]
 #[inline(never)]
 pub(crate) fn reuse<T: Task>(worker: &Worker, task: &T) -> Option<T::Output> {
@@ -779,8 +782,12 @@ pub(crate) fn reuse<T: Task>(worker: &Worker, task: &T) -> Option<T::Output> {
         .results
         .take(&sched.workers, TypeId::of::<T>(), &bytes)?;
     let name = std::any::type_name::<T>();
-    let decoded = codec::decode::<T::Output>(&kept.output, "output", name);
-    let checked = decoded.and_then(|out| codec::check_output(task, &out).map(|()| out));
+    // The output's `Drop`, on a refusal, is user code too, so it runs inside.
+    let checked = codec::contain(name, "deserializing or checking a kept output", || {
+        let out = codec::decode::<T::Output>(&kept.output, "output", name)?;
+        codec::check_output(task, &out)?;
+        Ok(out)
+    });
     match checked {
         Ok(out) => {
             sched

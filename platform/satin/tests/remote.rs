@@ -433,41 +433,187 @@ impl Task for OfferLeaf {
 }
 satin::register!(OfferLeaf);
 
+/// Runs `root`, which queues the task encoded as `task` and sets `queued`, while a thread
+/// keeps `kept` as that task's result and then steals remotely until it gets a job, which it
+/// completes with `answer` of the job's task bytes. The run's output, the stolen job's task
+/// bytes, and the runtime's stats.
+fn steal_meeting_kept<T: Task<Output = u64>>(
+    root: T,
+    queued: &'static AtomicBool,
+    name: &'static str,
+    task: Vec<u8>,
+    kept: Vec<u8>,
+    answer: fn(&[u8]) -> Vec<u8>,
+) -> (Result<u64, Error>, Option<Vec<u8>>, satin::Stats) {
+    let rt = Runtime::local().threads(1).inlining(satin::Inlining::OFF);
+    let remote = rt.remote().unwrap();
+    let done = std::sync::Arc::new(AtomicBool::new(false));
+    let stop = std::sync::Arc::clone(&done);
+    let t = thread::spawn(move || {
+        let start = Instant::now();
+        while !queued.load(Ordering::SeqCst) {
+            assert!(start.elapsed() < Duration::from_secs(30), "nothing queued");
+            thread::yield_now();
+        }
+        remote.keep_result(name, &task, kept).unwrap();
+        // The steal meets the kept result; the job must still be computed somewhere.
+        while !stop.load(Ordering::SeqCst) {
+            if let Some(job) = remote.steal_oldest().expect("steal") {
+                let task = job.task().to_vec();
+                job.complete(&answer(&task)).unwrap();
+                return Some(task);
+            }
+            thread::yield_now();
+        }
+        None
+    });
+    let r = rt.run(root);
+    done.store(true, Ordering::SeqCst);
+    (r, t.join().unwrap(), rt.stats())
+}
+
 #[test]
 fn a_kept_result_that_does_not_decode_is_not_what_a_remote_steal_completes_its_job_with() {
     let (result, thief_got, stats) = bounded("bad kept result met by a remote steal", || {
-        let rt = Runtime::local().threads(1).inlining(satin::Inlining::OFF);
-        let remote = rt.remote().unwrap();
-        let done = std::sync::Arc::new(AtomicBool::new(false));
-        let stop = std::sync::Arc::clone(&done);
-        let t = thread::spawn(move || {
-            let start = Instant::now();
-            while !LEAF_QUEUED.load(Ordering::SeqCst) {
-                assert!(start.elapsed() < Duration::from_secs(30), "no leaf queued");
-                thread::yield_now();
-            }
-            let name = registered_name::<Leaf>().unwrap().unwrap();
-            let task = postcard::to_allocvec(&Leaf(21)).unwrap();
-            // Not a u64: postcard bytes end before the number does.
-            remote.keep_result(name, &task, Vec::new()).unwrap();
-            // The steal meets the kept result; the job must still be computed somewhere.
-            while !stop.load(Ordering::SeqCst) {
-                if let Some(job) = remote.steal_oldest().expect("steal") {
-                    let task: Leaf = postcard::from_bytes(job.task()).unwrap();
-                    job.complete(&postcard::to_allocvec(&(task.0 * 2)).unwrap())
-                        .unwrap();
-                    return Some(task);
-                }
-                thread::yield_now();
-            }
-            None
-        });
-        let r = rt.run(OfferLeaf);
-        done.store(true, Ordering::SeqCst);
-        (r, t.join().unwrap(), rt.stats())
+        let name = registered_name::<Leaf>().unwrap().unwrap();
+        let task = postcard::to_allocvec(&Leaf(21)).unwrap();
+        // Not a u64: postcard bytes end before the number does.
+        steal_meeting_kept(OfferLeaf, &LEAF_QUEUED, name, task, Vec::new(), |task| {
+            let task: Leaf = postcard::from_bytes(task).unwrap();
+            postcard::to_allocvec(&(task.0 * 2)).unwrap()
+        })
     });
     assert_eq!(result.unwrap(), 42);
+    let thief_got: Option<Leaf> = thief_got.map(|t| postcard::from_bytes(&t).unwrap());
     assert_eq!(thief_got, Some(Leaf(21)));
+    assert_eq!(stats.orphan_results_reused, 0);
+}
+
+/// An output whose `Deserialize` panics on [`UNLUCKY`].
+#[derive(Serialize, Debug, PartialEq)]
+struct Fussy(u64);
+
+/// The value [`Fussy`]'s `Deserialize` panics on.
+const UNLUCKY: u64 = 13;
+
+/// The value [`Fuss::check_output`] panics on.
+const CHECKED_OUT: u64 = 15;
+
+impl<'de> Deserialize<'de> for Fussy {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Fussy, D::Error> {
+        let v = u64::deserialize(d)?;
+        assert_ne!(v, UNLUCKY, "{UNLUCKY} is unlucky");
+        if v == BOOBY_TRAPPED {
+            std::panic::panic_any(Bomb);
+        }
+        Ok(Fussy(v))
+    }
+}
+
+/// The value [`Fussy`]'s `Deserialize` panics on with a [`Bomb`].
+const BOOBY_TRAPPED: u64 = 17;
+
+/// A panic payload whose `Drop` panics again.
+struct Bomb;
+
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        panic!("the payload went off");
+    }
+}
+
+/// Doubles its number into a [`Fussy`]; its `check_output` panics on [`CHECKED_OUT`].
+#[derive(Serialize, Deserialize, Debug, PartialEq)]
+struct Fuss(u64);
+
+impl Task for Fuss {
+    type Output = Fussy;
+    fn run(self, _cx: &mut Context) -> Fussy {
+        Fussy(2 * self.0)
+    }
+
+    const CHECKS_OUTPUT: bool = true;
+
+    fn check_output(&self, output: &Fussy) -> Result<(), String> {
+        assert_ne!(output.0, CHECKED_OUT, "{CHECKED_OUT} is checked out");
+        Ok(())
+    }
+}
+satin::register!(Fuss);
+
+/// Spawns `Fuss(5)` and `Fuss(6)` and returns their outputs.
+#[derive(Serialize, Deserialize)]
+struct TwoFusses;
+
+impl Task for TwoFusses {
+    type Output = (u64, u64);
+    fn run(self, cx: &mut Context) -> (u64, u64) {
+        let a = cx.spawn(Fuss(5));
+        let b = cx.spawn(Fuss(6));
+        cx.sync();
+        (a.take().0, b.take().0)
+    }
+}
+satin::register!(TwoFusses);
+
+#[test]
+fn a_kept_result_whose_decoding_or_check_panics_is_computed_by_the_spawn_instead() {
+    let out = bounded("panicking kept results met by spawns", || {
+        let rt = Runtime::local().threads(1).inlining(satin::Inlining::OFF);
+        let remote = rt.remote().unwrap();
+        let name = registered_name::<Fuss>().unwrap().unwrap();
+        for (n, kept) in [(5u64, UNLUCKY), (6, CHECKED_OUT)] {
+            let task = postcard::to_allocvec(&Fuss(n)).unwrap();
+            let kept = postcard::to_allocvec(&kept).unwrap();
+            remote.keep_result(name, &task, kept).unwrap();
+        }
+        let got = rt.run(TwoFusses).map_err(|e| e.to_string());
+        (got, rt.stats().orphan_results_reused, remote.results_held())
+    });
+    assert_eq!(out, (Ok((10, 12)), 0, 0));
+}
+
+/// Set once [`OfferFuss`] has queued its child.
+static FUSS_QUEUED: AtomicBool = AtomicBool::new(false);
+
+/// Queues `Fuss(21)` and offers it to remote thieves until its output comes or the run fails.
+#[derive(Serialize, Deserialize)]
+struct OfferFuss;
+
+impl Task for OfferFuss {
+    type Output = u64;
+    fn run(self, cx: &mut Context) -> u64 {
+        let fuss = cx.spawn(Fuss(21));
+        FUSS_QUEUED.store(true, Ordering::SeqCst);
+        let start = Instant::now();
+        while !cx.is_aborted() && !fuss.is_ready() {
+            assert!(start.elapsed() < Duration::from_secs(30), "no output came");
+            cx.work_wanted();
+            thread::yield_now();
+        }
+        if cx.is_aborted() {
+            cx.sync();
+            return 0;
+        }
+        fuss.take().0
+    }
+}
+satin::register!(OfferFuss);
+
+#[test]
+fn a_kept_result_whose_decoding_panics_is_not_what_a_remote_steal_completes_its_job_with() {
+    let (result, thief_got, stats) = bounded("panicking kept result met by a remote steal", || {
+        let name = registered_name::<Fuss>().unwrap().unwrap();
+        let task = postcard::to_allocvec(&Fuss(21)).unwrap();
+        let kept = postcard::to_allocvec(&UNLUCKY).unwrap();
+        steal_meeting_kept(OfferFuss, &FUSS_QUEUED, name, task, kept, |task| {
+            let task: Fuss = postcard::from_bytes(task).unwrap();
+            postcard::to_allocvec(&Fussy(task.0 * 2)).unwrap()
+        })
+    });
+    assert_eq!(result.map_err(|e| e.to_string()), Ok(42));
+    let thief_got: Option<Fuss> = thief_got.map(|t| postcard::from_bytes(&t).unwrap());
+    assert_eq!(thief_got, Some(Fuss(21)));
     assert_eq!(stats.orphan_results_reused, 0);
 }
 
@@ -492,6 +638,17 @@ fn a_kept_result_that_does_not_decode_or_is_refused_is_not_taken() {
     );
     assert_eq!(remote.take_result(leaf, &t3), None, "does not decode");
     assert_eq!(remote.take_result(doubled, &t6), Some(twelve));
+    let fuss = registered_name::<Fuss>().unwrap().unwrap();
+    for (n, kept) in [(5u64, UNLUCKY), (6, CHECKED_OUT)] {
+        let task = postcard::to_allocvec(&Fuss(n)).unwrap();
+        let kept = postcard::to_allocvec(&kept).unwrap();
+        remote.keep_result(fuss, &task, kept).unwrap();
+        assert_eq!(
+            remote.take_result(fuss, &task),
+            None,
+            "panics for Fuss({n})"
+        );
+    }
     assert_eq!(remote.results_held(), 0, "bad results are dropped");
 }
 
@@ -531,4 +688,37 @@ fn a_refused_kept_result_is_logged_with_the_node_that_sent_it() {
     let log = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
     assert!(log.contains("node-x-4"), "the warning: {log}");
     assert!(log.contains("13 is odd"), "the warning: {log}");
+}
+
+#[test]
+fn a_panic_whose_payload_panics_when_dropped_while_decoding_a_thiefs_output_fails_the_run() {
+    let (result, completed) = bounded("a booby-trapped output from a thief", || {
+        let rt = Runtime::local().threads(1).inlining(satin::Inlining::OFF);
+        let remote = rt.remote().unwrap();
+        let done = std::sync::Arc::new(AtomicBool::new(false));
+        let stop = std::sync::Arc::clone(&done);
+        let t = thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                if let Some(job) = remote.steal_oldest().expect("steal") {
+                    let trap = postcard::to_allocvec(&BOOBY_TRAPPED).unwrap();
+                    return Some(job.complete_from(&trap, "node-b-1"));
+                }
+                thread::yield_now();
+            }
+            None
+        });
+        let r = rt.run(OfferFuss);
+        done.store(true, Ordering::SeqCst);
+        (r, t.join().expect("the thief's thread"))
+    });
+    let completed = completed.expect("the job was stolen");
+    for e in [result.unwrap_err(), completed.unwrap_err()] {
+        match &e {
+            Error::TaskPanicked { task, message } => {
+                assert!(task.ends_with("Fuss"), "{e}");
+                assert!(message.contains("deserializing"), "{e}");
+            }
+            other => panic!("expected a panic of Fuss's output, got: {other}"),
+        }
+    }
 }

@@ -104,7 +104,10 @@ pub(crate) fn check_output_of_encoded<T: Task>(
     let task: T = postcard::from_bytes(task).map_err(|e| Error::Decode {
         task: std::any::type_name::<T>(),
         what: "task",
-        reason: format!("decoding it again to check an output: {e}"),
+        reason: format!(
+            "decoding it again to check an output: {}",
+            reason::<T>(task, e)
+        ),
     })?;
     check_output(&task, output)
 }
@@ -159,7 +162,8 @@ pub(crate) fn encode<V: serde::Serialize>(
     })
 }
 
-/// The inverse of [`encode`].
+/// The inverse of [`encode`]. A value its type's `Deserialize` refuses with a text of its
+/// own (`de::Error::custom`, as `#[serde(try_from = ...)]` does) is reported with that text.
 pub(crate) fn decode<V: serde::de::DeserializeOwned>(
     bytes: &[u8],
     what: &'static str,
@@ -168,8 +172,22 @@ pub(crate) fn decode<V: serde::de::DeserializeOwned>(
     postcard::from_bytes(bytes).map_err(|e| Error::Decode {
         task,
         what,
-        reason: e.to_string(),
+        reason: reason::<V>(bytes, e),
     })
+}
+
+/// Why `bytes` did not decode as a `V`, given postcard's error `e`. postcard keeps no text
+/// of a type's own refusal, so the bytes are decoded again to recover it (see
+/// [`refusal`](crate::refusal)): the type's `Deserialize` runs a second time, and only for
+/// bytes it refused.
+#[cold]
+fn reason<V: serde::de::DeserializeOwned>(bytes: &[u8], e: postcard::Error) -> String {
+    if e == postcard::Error::SerdeDeCustom {
+        if let Some(text) = crate::refusal::custom_text::<V>(bytes) {
+            return text;
+        }
+    }
+    e.to_string()
 }
 
 pub(crate) struct Table {

@@ -211,6 +211,7 @@ mod error;
 mod handle;
 mod inlining;
 mod job;
+mod refusal;
 pub mod remote;
 mod root;
 mod runtime;

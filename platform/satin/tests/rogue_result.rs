@@ -158,6 +158,8 @@ fn a_result_that_does_not_decode_names_the_node_that_sent_it() {
 fn a_result_its_type_refuses_names_the_node_that_sent_it() {
     let (e, thief) = forged(Forgery::Odd);
     assert_blames(&e, &thief);
+    // The type's own words, not only that it refused.
+    assert!(e.to_string().contains("3 is odd"), "{e}");
 }
 
 #[test]

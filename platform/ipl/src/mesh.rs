@@ -92,7 +92,7 @@ use crate::port_type::{Connection, PortType, Receive, Serialization};
 use crate::receive_port::ReceivePort;
 use crate::registry::PoolEvent;
 use crate::send_port::SendPort;
-use crossbeam_channel::Receiver;
+use crossbeam_channel::{Receiver, RecvTimeoutError};
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -688,8 +688,10 @@ impl Mesh {
             Error::NodeLeft(n) => self.record(&mut t, PoolEvent::Left(n.clone())),
             _ => {}
         }
+        // Set once the pool can report nothing more: its event stream has ended.
+        let mut ended = false;
         loop {
-            let _ = self.ask_pool(&mut t, std::slice::from_ref(to));
+            let asked = self.ask_pool(&mut t, std::slice::from_ref(to));
             if let Some(err) = self.departure_error(&t, to) {
                 return err;
             }
@@ -698,6 +700,31 @@ impl Mesh {
                     return err;
                 }
             }
+            // A node cut off from its pool's registry will hear of no departure any more:
+            // waiting out the patience would only delay the error.
+            if let Err(lost) = asked {
+                let why = match lost {
+                    MeshError::Ipl { source, .. } => source.to_string(),
+                    other => other.to_string(),
+                };
+                return self.ipl_error(
+                    format!(
+                        "{} (the pool can no longer tell whether {to} is gone: {why})",
+                        what.into()
+                    ),
+                    e,
+                );
+            }
+            if ended {
+                return self.ipl_error(
+                    format!(
+                        "{} (the pool's events have ended, so whether {to} is gone cannot be \
+                         known)",
+                        what.into()
+                    ),
+                    e,
+                );
+            }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return self.ipl_error(what.into(), e);
@@ -705,8 +732,12 @@ impl Mesh {
             drop(t);
             let ev = self.wake.recv_timeout(left.min(EVENT_SLICE));
             t = self.note();
-            if let Ok(ev) = ev {
-                self.record(&mut t, ev);
+            match ev {
+                Ok(ev) => self.record(&mut t, ev),
+                Err(RecvTimeoutError::Timeout) => {}
+                // The events that came before are recorded (by `note`); one more look at the
+                // pool decides.
+                Err(RecvTimeoutError::Disconnected) => ended = true,
             }
         }
     }

@@ -215,6 +215,9 @@ impl PoolInner {
             }
             _ => v.registry_lost = Some(why),
         }
+        // No event can come any more: ending the streams ends their readers' loops at once,
+        // rather than at their own deadlines (see [`Pool::subscribe`]).
+        v.subscribers.clear();
         self.lost.store(true, Ordering::SeqCst);
         drop(v);
         self.changed.notify_all();
@@ -473,9 +476,21 @@ impl Pool {
 
     /// A stream of membership events from now on (bounded; a subscriber that stops reading
     /// loses events rather than growing memory).
+    ///
+    /// The stream ends when this node loses its pool's registry: no event can reach it any
+    /// more, so a loop over the events (`for ev in events`, or `recv` returning `Err`) ends
+    /// once it has read those that came before, rather than waiting for one that never comes.
+    /// When the registry ran in a member, that member's [`PoolEvent::Died`] is the last event.
+    /// [`Pool::check_alive`] then says why, as an [`Error::Registry`]. A stream taken after the
+    /// loss is ended from the start.
     pub fn subscribe(&self) -> Receiver<PoolEvent> {
         let (tx, rx) = crossbeam_channel::bounded(SUBSCRIBER_QUEUE);
-        self.inner.view.lock().subscribers.push(tx);
+        let mut v = self.inner.view.lock();
+        // The loss and the clearing of the subscribers happen under this lock: a stream is
+        // either ended by it or taken after it, never left open.
+        if v.registry_lost.is_none() {
+            v.subscribers.push(tx);
+        }
         rx
     }
 

@@ -212,6 +212,70 @@ fn child(role: &str, envs: &[(&str, String)]) -> Reaped {
     Reaped(c.spawn().unwrap())
 }
 
+/// A node whose registry stops sees its event streams end at once, rather than waiting for
+/// events that can no longer come, and a mesh's failed send stops waiting for the departure
+/// behind it.
+#[test]
+fn the_event_stream_of_a_node_that_loses_its_registry_ends_at_once() {
+    if role().is_some() {
+        return;
+    }
+    // Far below the waits a lost registry used to cost: the stream never ended, and a loop
+    // over it waited out its own deadline.
+    const PROMPT: Duration = Duration::from_secs(5);
+    let secret = "loss-test";
+    let registry = RegistryServer::start("127.0.0.1:0", secret).unwrap();
+    let pool = format!("loss-{}", std::process::id());
+    let mut cfg = Config::tcp(&pool, 1, registry.address().to_string(), secret);
+    cfg.rank = Some(0);
+    let ibis = Ibis::join(cfg).unwrap();
+    ibis.pool().wait_closed().unwrap();
+    let events = ibis.pool().subscribe();
+    let mesh = ipl::Mesh::builder(&ibis, "loss")
+        .data_upcall(|_| Ok(()))
+        .patience(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let stopped = Instant::now();
+    drop(registry);
+    let ended = loop {
+        match events.recv_timeout(PROMPT.saturating_sub(stopped.elapsed())) {
+            Ok(_) => continue,
+            Err(e) => break e,
+        }
+    };
+    let took = stopped.elapsed();
+    println!("the wait on the event stream ended ({ended:?}) {took:?} after the registry stopped");
+    assert_eq!(
+        ended,
+        crossbeam_channel::RecvTimeoutError::Disconnected,
+        "the stream did not end within {PROMPT:?}"
+    );
+    let e = ibis.pool().check_alive(&[]).unwrap_err();
+    assert!(matches!(e, ipl::Error::Registry(_)), "{e}");
+    // A stream taken after the loss is ended from the start.
+    assert_eq!(
+        ibis.pool().subscribe().recv_timeout(PROMPT),
+        Err(crossbeam_channel::RecvTimeoutError::Disconnected)
+    );
+    // A failed send no longer waits its patience for a departure the pool cannot report.
+    let asked = Instant::now();
+    let e = mesh.send_error(
+        &ibis.id(),
+        "sending to myself",
+        ipl::Error::Closed("a test's send".into()),
+    );
+    let took = asked.elapsed();
+    println!("the mesh's send error came {took:?} after it was asked for");
+    assert!(took < PROMPT, "the send error took {took:?}: {e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("can no longer tell") && text.contains("a test's send"),
+        "{text}"
+    );
+    mesh.close();
+}
+
 #[test]
 fn a_killed_process_is_noticed_by_the_others_within_15s() {
     if role().is_some() {

@@ -106,13 +106,20 @@ fn this_thread() -> u64 {
 /// `holder` while held, so that a receive that finds the state taken can tell whether the
 /// taker is its own thread, which would wait for itself for ever.
 ///
-/// The record is written only under the lock, by the holder: its identity on taking it, 0
-/// before giving it back, with relaxed stores, which cost what plain stores do. A thread that
-/// reads its own identity there holds the lock: a read sees the thread's own last store to it
-/// or a later one, and every later one is another thread's identity or 0. The guard, like
+/// The record is written only under the lock, by the holder: its identity on taking it (with
+/// [`SHUT_ON_RELEASE`] added if it drops the port), 0 before giving it back, with relaxed
+/// stores, which cost what plain stores do. A thread that reads its own identity there holds
+/// the lock: a read sees the thread's own last store to it or a later one, and every later one
+/// is another thread's identity or 0. The guard, like
 /// `parking_lot`'s, stays on the thread that took it (a `ReadMessage` is not `Send`), so the
 /// record cannot name a thread that gave the message away.
 pub(crate) struct RxGuard(ArcMutexGuard<RawQuickLock, PortRx>);
+
+/// Set in the holder record, beside the holder's identity, by a drop of the port on the
+/// thread that holds it ([`ReceivePort`]'s drop): that drop cannot take the state, which the
+/// thread gives back only after the drop returns, so the guard shuts the port's connections
+/// down when it is released. Thread identities never reach this bit.
+const SHUT_ON_RELEASE: u64 = 1 << 63;
 
 impl RxGuard {
     #[inline]
@@ -140,9 +147,13 @@ impl DerefMut for RxGuard {
 
 impl Drop for RxGuard {
     /// Clears the record while still holding the lock, which the guard's own drop then gives
-    /// back.
+    /// back; first shuts the connections down if the port was dropped meanwhile by this thread.
+    /// The load costs next to nothing: the line is this thread's since it took the lock.
     #[inline]
     fn drop(&mut self) {
+        if self.0.holder.load(Ordering::Relaxed) & SHUT_ON_RELEASE != 0 {
+            self.0.shut_down();
+        }
         self.0.holder.store(0, Ordering::Relaxed);
     }
 }
@@ -189,6 +200,15 @@ pub(crate) struct PortRx {
 }
 
 impl PortRx {
+    /// Shuts down every connection of a closed port, so that its senders see it gone.
+    #[cold]
+    #[inline(never)]
+    fn shut_down(&mut self) {
+        for mut c in self.conns.drain(..) {
+            c.reader.shutdown();
+        }
+    }
+
     /// A connection together with a check the read path polls while it waits, so that a dead
     /// sender ends the wait.
     pub(crate) fn conn_and_liveness(
@@ -434,7 +454,7 @@ impl PortShared {
             Some(rx) => rx,
             // Only a receive that finds the port taken asks by whom: the receive that gets it
             // at once pays for the record's two stores alone.
-            None if self.holder.load(Ordering::Relaxed) == this_thread() => {
+            None if self.holder.load(Ordering::Relaxed) & !SHUT_ON_RELEASE == this_thread() => {
                 return Err(Error::HeldByCaller {
                     port: self.name.clone(),
                     node: self.owner.to_string(),
@@ -942,11 +962,25 @@ impl Drop for ReceivePort {
                 let _ = t.join();
             }
         }
-        if let Some(mut rx) = self.shared.rx.try_lock_for(Duration::from_secs(1)) {
-            self.shared.adopt(&mut rx);
-            for mut c in rx.conns.drain(..) {
+        let me = this_thread();
+        if self.shared.holder.load(Ordering::Relaxed) == me {
+            // This thread holds a message of the port (or runs inside its disconnection
+            // upcall): the state comes free only after this drop returns, so waiting for it
+            // would wait for itself. The message stays readable, as it holds the state and
+            // its connections; releasing it shuts them down. The record is the holder's to
+            // write, and the holder is this thread.
+            self.shared
+                .holder
+                .store(me | SHUT_ON_RELEASE, Ordering::Relaxed);
+            let pending = std::mem::take(&mut *self.shared.pending.lock());
+            for mut c in pending {
                 c.reader.shutdown();
             }
+            return;
+        }
+        if let Some(mut rx) = self.shared.rx.try_lock_for(Duration::from_secs(1)) {
+            self.shared.adopt(&mut rx);
+            rx.shut_down();
         }
     }
 }

@@ -200,3 +200,47 @@ fn a_receive_from_the_disconnection_upcall_of_an_explicit_port_fails() {
         });
     }
 }
+
+/// Dropping a port on the thread that holds one of its messages returns at once (it used to
+/// wait a second for the port, which that thread gives back only later), and the message stays
+/// readable until it is finished.
+#[test]
+fn dropping_a_port_on_the_thread_that_holds_its_message_does_not_wait() {
+    // Well under the second the drop used to wait for itself.
+    const PROMPT: Duration = Duration::from_millis(500);
+    for d in DRIVERS {
+        run_pool(d, 2, move |ibis, all| {
+            let t = PortType::builder().connection(Connection::OneToOne).build();
+            let rp = ibis.receive_port(&t, "dropped")?;
+            if ibis.id().rank() == 0 {
+                let sp = ibis.send_port(&t)?;
+                sp.connect(&all[1], "dropped")?;
+                let mut w = sp.message();
+                w.write_u32(7);
+                w.write_u64(11);
+                w.finish()?;
+                return Ok(());
+            }
+            let mut m = rp.receive()?;
+            if m.read_u32()? != 7 {
+                return Err(failed("the first item is not 7"));
+            }
+            let dropping = Instant::now();
+            drop(rp);
+            let took = dropping.elapsed();
+            println!("over {d:?}, dropping the port that holds a message took {took:?}");
+            if took >= PROMPT {
+                return Err(failed(format!(
+                    "over {d:?}, dropping the port on the thread that holds its message took \
+                     {took:?}"
+                )));
+            }
+            // The rest of the message is still there to read.
+            if m.read_u64()? != 11 {
+                return Err(failed("the second item is not 11"));
+            }
+            m.finish();
+            Ok(())
+        });
+    }
+}

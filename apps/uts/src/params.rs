@@ -163,6 +163,15 @@ pub enum ParamError {
     },
 }
 
+/// A number as the command line would give it: its digits, or `1e300` rather than 301 of them.
+fn shown(x: f64) -> String {
+    if x.abs() < 1e16 {
+        x.to_string()
+    } else {
+        format!("{x:e}")
+    }
+}
+
 impl ParamError {
     fn range(flag: &'static str, value: impl fmt::Display, why: impl Into<String>) -> ParamError {
         ParamError::OutOfRange {
@@ -185,14 +194,14 @@ impl TreeParams {
         if !(b.is_finite() && b > 0.0) {
             return Err(ParamError::range(
                 "-b",
-                b,
+                shown(b),
                 "the root branching factor must be a positive number",
             ));
         }
         if b > MAX_ROOT_BRANCHING {
             return Err(ParamError::range(
                 "-b",
-                b,
+                shown(b),
                 format!("the root branching factor must be at most {MAX_ROOT_BRANCHING}"),
             ));
         }

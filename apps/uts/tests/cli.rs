@@ -166,6 +166,11 @@ fn bad_flags_are_refused_with_status_2() {
             &["-b", "-1"][..],
             "-b -1: the root branching factor must be a positive number",
         ),
+        // Not its 301 digits.
+        (
+            &["-b", "1e300"][..],
+            "-b 1e300: the root branching factor must be at most",
+        ),
         (
             &["-q", "2"][..],
             "-q 2: a probability must be between 0 and 1",

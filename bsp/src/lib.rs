@@ -140,13 +140,14 @@
 //!   up to 16 processes) piece by piece, with stores that go to memory without first taking
 //!   the lines back from the readers' caches, and the readers copy it out as it comes: two
 //!   copies that overlap, and no writer waits for a reader. Reductions, scans and scatters
-//!   whose data fits an area take this way.
+//!   below 16 KiB per writer take this way.
 //! - **From each other's memory.** Each process writes the length of its data and where it
 //!   lies in its memory to its row, and the processes that need the data read it from there
 //!   directly (`process_vm_readv`, one copy, as MPI's shared-memory transport does) and tell
-//!   the writer, which keeps its data until all have. All-gathers and all-to-alls, and data
-//!   beyond a bulk area, take this way where the host has a processor for every process and
-//!   reading another process's memory is allowed (see [`Options::single_copy`]).
+//!   the writer, which keeps its data until all have. All-gathers and all-to-alls, and
+//!   reductions, scans and scatters from 16 KiB, take this way where the host has a processor
+//!   for every process and reading another process's memory is allowed (see
+//!   [`Options::single_copy`]).
 //!
 //! Otherwise all-gathers take the bulk areas, and all-to-alls and data beyond an area take
 //! messages. Groups, the local form, values of serde types and the broadcasts and gathers use

@@ -43,8 +43,9 @@ pub struct Options {
     /// allows it, rather than through the board's bulk areas, two copies. A process whose
     /// data others read must keep it until all have, so it waits for them; through the bulk
     /// areas it goes on once its data is there. Where it may, all-gathers, all-to-alls and
-    /// data beyond a bulk area read from memory; reductions, scans and scatters whose data
-    /// fits an area take it all the same, which was faster. `None` (the default): where the
+    /// data beyond a bulk area read from memory, and so do reductions, scans and scatters of
+    /// at least 16 KiB per writer; smaller ones take the bulk areas all the same, which was
+    /// faster. `None` (the default): where the
     /// host has a processor for every process, not where it has fewer (a reader waiting for a
     /// processor would hold the others up). Every process must give the same; where one says
     /// `Some(false)`, or cannot read another's memory, all take the bulk areas.

@@ -777,14 +777,11 @@ impl Bsp {
 
     /// Whether a large reduce, scan, exscan or scatter, whose writers put `bytes` each on the
     /// board, reads them straight from the writers' memory rather than through the bulk
-    /// halves: only where they do not fit a half. Through the halves, a writer's streaming
-    /// copy and its readers' copies overlap piece by piece and no writer waits for its
-    /// readers, where a read from another process's memory pins each page it reads: at P = 2
-    /// on 64 KiB, a back-to-back exscan took 5.7 to 6.1 us through the halves and 7.0 to 8.7 us
-    /// from memory. An all-gather, in which every process both writes and reads, keeps
-    /// reading from memory, which was faster there.
+    /// halves: from [`READ_PEERS_FROM`] bytes on, and beyond what a half holds, where the
+    /// single copy is allowed at all. Below that, the read's fixed cost (a system call, and
+    /// the writer waiting for its readers) outweighs a second copy.
     pub(crate) fn reads_peers(&self, board: &crate::board::Board, bytes: usize) -> bool {
-        self.single_copy() && bytes > board.bulk_capacity()
+        self.single_copy() && (bytes >= READ_PEERS_FROM || bytes > board.bulk_capacity())
     }
 
     /// Writes this process's row of `call` with the length and address of `data`, which stays
@@ -1624,3 +1621,20 @@ impl Bsp {
         self.halving(&call, &values, &parts, &With::new(f))
     }
 }
+
+/// Bytes from which a reduce, scan, exscan or scatter on the host board reads its writers'
+/// data from their memory, one copy, where the single copy is allowed (see
+/// [`Bsp::reads_peers`]); MPI's shared-memory transport changes to its single copy at 4 KiB.
+/// Through the bulk halves, the writer's copy and its readers' copies overlap piece by
+/// piece and no writer waits; how that compares with one read from memory depends on the
+/// machine. `bsp-bench` at P = 2, back-to-back operations, each way measured alternately:
+/// - on an AMD EPYC virtual machine, an exscan of 64 KiB took 5.7 to 6.1 us through the
+///   halves and 7.0 to 8.7 us from memory;
+/// - on an Intel Xeon virtual machine (4 MiB L2 per core, a 260 MiB L3), from memory against
+///   through the halves: 1 KiB 1.7 against 0.6 us, 4 KiB 1.8 against 1.3 us, 16 KiB 2.5
+///   against 4.1 us, 64 KiB 5.4 against 11.3 us, 256 KiB 15 against 34 us (exscan; reduce,
+///   scan and scatter alike).
+///
+/// The one copy loses a fifth where it loses and wins twofold where it wins, so it is taken
+/// from 16 KiB, where it won on the second machine.
+pub(crate) const READ_PEERS_FROM: usize = 16 << 10;

@@ -404,6 +404,25 @@ fn a_kept_result_its_task_refuses_is_computed_instead() {
     assert_eq!(out, ((10, 998), 1));
 }
 
+/// Spawns `child`, sets `queued`, and offers the child to remote thieves until its output
+/// comes (`Some`) or the run is aborted (`None`).
+fn offer<T: Task>(cx: &mut Context, child: T, queued: &AtomicBool) -> Option<T::Output> {
+    let handle = cx.spawn(child);
+    queued.store(true, Ordering::SeqCst);
+    let start = Instant::now();
+    while !cx.is_aborted() && !handle.is_ready() {
+        assert!(start.elapsed() < Duration::from_secs(30), "no output came");
+        // Exposes the child when a steal is asked for.
+        cx.work_wanted();
+        thread::yield_now();
+    }
+    if cx.is_aborted() {
+        cx.sync();
+        return None;
+    }
+    Some(handle.take())
+}
+
 /// Set once [`OfferLeaf`] has queued its leaf, so that a result kept afterwards is found by a
 /// remote steal rather than by the spawn.
 static LEAF_QUEUED: AtomicBool = AtomicBool::new(false);
@@ -415,20 +434,7 @@ struct OfferLeaf;
 impl Task for OfferLeaf {
     type Output = u64;
     fn run(self, cx: &mut Context) -> u64 {
-        let leaf = cx.spawn(Leaf(21));
-        LEAF_QUEUED.store(true, Ordering::SeqCst);
-        let start = Instant::now();
-        while !cx.is_aborted() && !leaf.is_ready() {
-            assert!(start.elapsed() < Duration::from_secs(30), "no output came");
-            // Exposes the leaf when a steal is asked for.
-            cx.work_wanted();
-            thread::yield_now();
-        }
-        if cx.is_aborted() {
-            cx.sync();
-            return 0;
-        }
-        leaf.take()
+        offer(cx, Leaf(21), &LEAF_QUEUED).unwrap_or(0)
     }
 }
 satin::register!(OfferLeaf);
@@ -583,19 +589,7 @@ struct OfferFuss;
 impl Task for OfferFuss {
     type Output = u64;
     fn run(self, cx: &mut Context) -> u64 {
-        let fuss = cx.spawn(Fuss(21));
-        FUSS_QUEUED.store(true, Ordering::SeqCst);
-        let start = Instant::now();
-        while !cx.is_aborted() && !fuss.is_ready() {
-            assert!(start.elapsed() < Duration::from_secs(30), "no output came");
-            cx.work_wanted();
-            thread::yield_now();
-        }
-        if cx.is_aborted() {
-            cx.sync();
-            return 0;
-        }
-        fuss.take().0
+        offer(cx, Fuss(21), &FUSS_QUEUED).map_or(0, |f| f.0)
     }
 }
 satin::register!(OfferFuss);

@@ -1,7 +1,8 @@
 //! Crashes and changing pools on real processes over tcp: processes killed with SIGKILL at
 //! random moments (the master's result stays exact and nothing hangs), orphans of a killed
 //! process reused, a killed master ending the run everywhere, a process leaving on SIGTERM
-//! with nothing run again, and processes joining a running pool and taking work.
+//! with nothing run again, processes joining a running pool and taking work, and all of
+//! these in one run.
 //!
 //! The children are this test binary re-run with `SATIN_TEST_ROLE=member`; what they run is
 //! in `SATIN_TEST_TASK`. Kill moments are random: each test prints its seed, and
@@ -127,6 +128,57 @@ impl Task for Slow {
 }
 satin::register!(Slow);
 
+/// The churn scenario's root: rounds of `parts` fib(n) subtrees, each round's sum printed,
+/// until the gate file exists. The test opens the gate only after its last event, so the
+/// run spans every event however fast or loaded the machine is, and every round has an
+/// exact answer.
+#[derive(Serialize, Deserialize)]
+struct Rounds {
+    parts: u32,
+    n: u32,
+    threshold: u32,
+    gate: String,
+}
+
+impl Task for Rounds {
+    type Output = u64;
+    fn run(self, cx: &mut Context) -> u64 {
+        let mut total = 0;
+        for round in 1.. {
+            let parts: Vec<_> = (0..self.parts)
+                .map(|_| {
+                    cx.spawn(Part(FibT {
+                        n: self.n,
+                        threshold: self.threshold,
+                    }))
+                })
+                .collect();
+            cx.sync();
+            let sum: u64 = parts.into_iter().map(|h| h.take()).sum();
+            println!("round {round} {sum}");
+            total += sum;
+            if std::path::Path::new(&self.gate).exists() {
+                break;
+            }
+        }
+        total
+    }
+}
+satin::register!(Rounds);
+
+/// A fib subtree that says where it runs: the test's view of which processes hold work.
+#[derive(Serialize, Deserialize)]
+struct Part(FibT);
+
+impl Task for Part {
+    type Output = u64;
+    fn run(self, cx: &mut Context) -> u64 {
+        println!("part on {}", RANK.load(Ordering::Relaxed));
+        cx.call(self.0)
+    }
+}
+satin::register!(Part);
+
 fn orphan_answer(leaves: u32) -> u64 {
     (0..leaves).map(|i| u64::from(i) * u64::from(i) + 1).sum()
 }
@@ -167,6 +219,12 @@ fn member() {
             leaves: num(1),
             leaf_ms: u64::from(num(2)),
             hold_ms: u64::from(num(3)),
+        }),
+        "rounds" => rt.run(Rounds {
+            parts: num(1),
+            n: num(2),
+            threshold: num(3),
+            gate: words[4].to_string(),
         }),
         other => panic!("unknown task {other}"),
     };
@@ -538,4 +596,201 @@ fn two_processes_joining_a_running_run_of_two_take_stolen_work() {
         assert_eq!(p.children[slot].wait_exit(deadline), 0, "slot {slot}");
     }
     eprintln!("join: {:?}", out.stats);
+}
+
+/// Removes the churn test's gate file however the test ends.
+struct Gate(std::path::PathBuf);
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// What the churn test has seen of its pool so far: each slot's rank, how many parts each
+/// rank has started, and the lines that `collect` reads later.
+#[derive(Default)]
+struct Watch {
+    rank_of: Vec<Option<u32>>,
+    parts: std::collections::HashMap<u32, u32>,
+    keep: Vec<(usize, String)>,
+}
+
+impl Watch {
+    fn parts(&self, rank: u32) -> u32 {
+        self.parts.get(&rank).copied().unwrap_or(0)
+    }
+
+    fn rank(&self, slot: usize) -> Option<u32> {
+        self.rank_of.get(slot).copied().flatten()
+    }
+
+    /// Reads lines until `done` holds, before `deadline`. The run cannot end while the gate
+    /// is closed, so a result fails the test, as does an `error` line.
+    fn until(
+        &mut self,
+        p: &mut Processes,
+        deadline: Instant,
+        what: &str,
+        done: impl Fn(&Watch) -> bool,
+    ) {
+        while !done(self) {
+            let (slot, line) = p.next_line(deadline, what);
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words.as_slice() {
+                ["ready", r] => {
+                    if self.rank_of.len() <= slot {
+                        self.rank_of.resize(slot + 1, None);
+                    }
+                    self.rank_of[slot] = Some(r.parse().unwrap());
+                }
+                ["part", "on", r] => *self.parts.entry(r.parse().unwrap()).or_default() += 1,
+                ["result", ..] => panic!(
+                    "the run ended with its gate closed, waiting for {what}: {:#?}",
+                    p.seen
+                ),
+                ["error", ..] => panic!("{line}; lines: {:#?}", p.seen),
+                ["none", ..] | ["stats", ..] => self.keep.push((slot, line)),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// A run through what a cluster does to it, in one go: two processes join, one leaves on
+/// SIGTERM, one is killed, one more joins. Each event waits for progress it can see (a
+/// joiner starting a part, the leaver's last line) rather than for time, and the run goes on
+/// until the test opens its gate after the last event, so however loaded the machine, every
+/// event comes mid-run; each round of the run is checked exactly.
+#[test]
+fn a_run_through_joins_a_leave_a_kill_and_a_late_join_stays_exact() {
+    if role().is_some() {
+        return;
+    }
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(45);
+    let mut rng = StdRng::seed_from_u64(seed());
+    // A part of fib(31) takes tens of milliseconds in a debug build, so that a kill soon
+    // after one starts finds it unfinished; a round is 8 of them.
+    let (parts, n, threshold) = (8, 31, 22);
+    let pool = common::processes::unique_pool("churn-gate");
+    let gate = Gate(std::env::temp_dir().join(pool));
+    let _ = std::fs::remove_file(&gate.0);
+    let task = format!("rounds {parts} {n} {threshold} {}", gate.0.display());
+    let mut p = start_pool("churn", 3, &task, deadline);
+    let mut w = Watch {
+        rank_of: vec![Some(0), Some(1), Some(2)],
+        ..Watch::default()
+    };
+    w.until(&mut p, deadline, "the run to start", |w| w.parts(0) >= 1);
+
+    // (1) Two processes join and each starts a part it stole.
+    let joiners = [
+        p.start("member", None, None, &env(&task)),
+        p.start("member", None, None, &env(&task)),
+    ];
+    w.until(&mut p, deadline, "the joiners to take work", |w| {
+        joiners
+            .iter()
+            .all(|&s| w.rank(s).is_some_and(|r| w.parts(r) >= 1))
+    });
+    let joined: Vec<u32> = joiners.iter().map(|&s| w.rank(s).unwrap()).collect();
+
+    // (2) A process of the first three leaves while it runs a part.
+    let leaver: u32 = rng.gen_range(1..3);
+    let before = w.parts(leaver);
+    w.until(&mut p, deadline, "the leaver to take a part", |w| {
+        w.parts(leaver) > before
+    });
+    p.children[leaver as usize].signal(libc::SIGTERM);
+    let gone = format!("none {leaver} left");
+    w.until(&mut p, deadline, "the leaver to leave", |w| {
+        w.keep.iter().any(|(_, l)| *l == gone)
+    });
+    let left_at = Instant::now();
+
+    // (3) Another process is killed at a random moment within a part it runs.
+    let others = [3 - leaver, joined[0], joined[1]];
+    let victim = others[rng.gen_range(0..others.len())];
+    let victim_slot = (0..p.children.len())
+        .find(|&s| w.rank(s) == Some(victim))
+        .unwrap();
+    let before = w.parts(victim);
+    w.until(&mut p, deadline, "the victim to take a part", |w| {
+        w.parts(victim) > before
+    });
+    let after = Duration::from_millis(rng.gen_range(0..30));
+    std::thread::sleep(after);
+    p.children[victim_slot].signal(libc::SIGKILL);
+
+    // (4) One more process joins and starts a part it stole.
+    let late = p.start("member", None, None, &env(&task));
+    w.until(&mut p, deadline, "the late joiner to take work", |w| {
+        w.rank(late).is_some_and(|r| w.parts(r) >= 1)
+    });
+    let late_rank = w.rank(late).unwrap();
+
+    std::fs::write(&gate.0, b"").expect("open the gate");
+    p.put_back(std::mem::take(&mut w.keep));
+    // Every process but the victim prints its statistics, the leaver among them.
+    let survivors = p.children.len() - 1;
+    let out = collect(&mut p, survivors, deadline);
+
+    let round = parts as u64 * fib(n);
+    let rounds: Vec<(u64, u64)> = p
+        .seen
+        .iter()
+        .filter(|(slot, _)| *slot == 0)
+        .filter_map(|(_, l)| {
+            let mut words = l.strip_prefix("round ")?.split_whitespace();
+            Some((words.next()?.parse().ok()?, words.next()?.parse().ok()?))
+        })
+        .collect();
+    for (i, &(r, sum)) in rounds.iter().enumerate() {
+        assert_eq!((r, sum), (i as u64 + 1, round), "{:#?}", p.seen);
+    }
+    assert_eq!(
+        out.result,
+        Some(rounds.len() as u64 * round),
+        "{:#?}",
+        p.seen
+    );
+    let master = out.stats.iter().find(|s| s.0 == 0).unwrap().1;
+    assert_eq!(
+        (master.joined, master.left, master.died),
+        (3, 1, 1),
+        "the master saw three joins, a leave and a death: {:?}",
+        out.stats
+    );
+    for rank in joined.iter().chain([&late_rank]).filter(|&&r| r != victim) {
+        let c = out.stats.iter().find(|s| s.0 == *rank).unwrap().1;
+        assert!(
+            c.received >= 1,
+            "joiner {rank} ran no stolen job: {:?}",
+            out.stats
+        );
+    }
+    // The leaver ends at once, without waiting for the run it left (as in the leave test).
+    let prompt = left_at + Duration::from_secs(8);
+    assert_eq!(
+        p.children[leaver as usize].wait_exit(prompt.min(deadline)),
+        0,
+        "the leaver"
+    );
+    assert_eq!(
+        p.children[victim_slot].wait_exit(deadline),
+        -1,
+        "the victim"
+    );
+    for slot in (0..p.children.len()).filter(|&s| s != leaver as usize && s != victim_slot) {
+        assert_eq!(p.children[slot].wait_exit(deadline), 0, "slot {slot}");
+    }
+    let redone: u64 = out.stats.iter().map(|s| s.1.reexecuted).sum();
+    eprintln!(
+        "churn: joined {joined:?} then {late_rank}, rank {leaver} left, rank {victim} killed {after:?} into a part; \
+         {} rounds exact in {}, {redone} jobs run again; {:?}",
+        rounds.len(),
+        secs(started.elapsed()),
+        out.stats
+    );
 }

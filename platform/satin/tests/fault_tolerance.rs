@@ -696,25 +696,30 @@ fn a_run_through_joins_a_leave_a_kill_and_a_late_join_stays_exact() {
     });
     let joined: Vec<u32> = joiners.iter().map(|&s| w.rank(s).unwrap()).collect();
 
-    // (2) A process of the first three leaves while it runs a part.
-    let leaver: u32 = rng.gen_range(1..3);
+    // (2) A non-master process, one of the first three or a joiner, leaves while it runs a
+    // part.
+    let slot_of = |w: &Watch, rank: u32| {
+        (0..w.rank_of.len())
+            .find(|&s| w.rank(s) == Some(rank))
+            .unwrap()
+    };
+    let mut others = vec![1, 2, joined[0], joined[1]];
+    let leaver = others.swap_remove(rng.gen_range(0..others.len()));
+    let leaver_slot = slot_of(&w, leaver);
     let before = w.parts(leaver);
     w.until(&mut p, deadline, "the leaver to take a part", |w| {
         w.parts(leaver) > before
     });
-    p.children[leaver as usize].signal(libc::SIGTERM);
+    p.children[leaver_slot].signal(libc::SIGTERM);
     let gone = format!("none {leaver} left");
     w.until(&mut p, deadline, "the leaver to leave", |w| {
         w.keep.iter().any(|(_, l)| *l == gone)
     });
     let left_at = Instant::now();
 
-    // (3) Another process is killed at a random moment within a part it runs.
-    let others = [3 - leaver, joined[0], joined[1]];
+    // (3) Another non-master process is killed at a random moment within a part it runs.
     let victim = others[rng.gen_range(0..others.len())];
-    let victim_slot = (0..p.children.len())
-        .find(|&s| w.rank(s) == Some(victim))
-        .unwrap();
+    let victim_slot = slot_of(&w, victim);
     let before = w.parts(victim);
     w.until(&mut p, deadline, "the victim to take a part", |w| {
         w.parts(victim) > before
@@ -762,6 +767,7 @@ fn a_run_through_joins_a_leave_a_kill_and_a_late_join_stays_exact() {
         "the master saw three joins, a leave and a death: {:?}",
         out.stats
     );
+    // A joiner that left says what it received too; the killed one said it by its parts.
     for rank in joined.iter().chain([&late_rank]).filter(|&&r| r != victim) {
         let c = out.stats.iter().find(|s| s.0 == *rank).unwrap().1;
         assert!(
@@ -773,7 +779,7 @@ fn a_run_through_joins_a_leave_a_kill_and_a_late_join_stays_exact() {
     // The leaver ends at once, without waiting for the run it left (as in the leave test).
     let prompt = left_at + Duration::from_secs(8);
     assert_eq!(
-        p.children[leaver as usize].wait_exit(prompt.min(deadline)),
+        p.children[leaver_slot].wait_exit(prompt.min(deadline)),
         0,
         "the leaver"
     );
@@ -782,7 +788,7 @@ fn a_run_through_joins_a_leave_a_kill_and_a_late_join_stays_exact() {
         -1,
         "the victim"
     );
-    for slot in (0..p.children.len()).filter(|&s| s != leaver as usize && s != victim_slot) {
+    for slot in (0..p.children.len()).filter(|&s| s != leaver_slot && s != victim_slot) {
         assert_eq!(p.children[slot].wait_exit(deadline), 0, "slot {slot}");
     }
     let redone: u64 = out.stats.iter().map(|s| s.1.reexecuted).sum();

@@ -154,6 +154,10 @@ pub struct Bsp {
     /// in one copy, as MPI's shared-memory collectives do. Empty where not every process can
     /// read every other's memory (see [`Bsp::meet_peers`]).
     pub(crate) board_peers: Vec<Option<ipl::shared_memory::PeerMemory>>,
+    /// Whether every large operation on the board reads from `board_peers`, or only those
+    /// whose readers do not wait for one another (all-to-alls and scatters): where the
+    /// processes outnumber the host's processors (see [`Options::single_copy`]).
+    pub(crate) peers_everywhere: bool,
     /// Keeps `Bsp` from being `Sync` whatever its other fields: `net` takes the
     /// connections' lock with plain stores when no other handle shares them, which is sound
     /// only while no other thread can use this handle at the same time.
@@ -364,8 +368,11 @@ impl Bsp {
         let (addr, probe) = PeerMemory::probe();
         board.announce(std::process::id(), addr, &probe);
         self.on_board(board, call, &[], |_, _| Ok(()))?;
-        let want = self.ibis.config().shm_single_copy
-            && self.opts.single_copy.unwrap_or(!self.ibis.pool().crowded());
+        let want = self.ibis.config().shm_single_copy && self.opts.single_copy != Some(false);
+        // Where the processes crowd the host, a reader may wait for a processor, and in an
+        // operation whose readers wait for one another (a scan's chain, a reduction's tree)
+        // every process waits with it: those keep the bulk halves there.
+        let everywhere = self.opts.single_copy.unwrap_or(!self.ibis.pool().crowded());
         let peers: Vec<Option<PeerMemory>> = (0..p)
             .map(|j| {
                 let (pid, addr, probe) = board.announced(j);
@@ -378,14 +385,22 @@ impl Bsp {
                 .iter()
                 .enumerate()
                 .all(|(j, m)| j == me || m.is_some());
-        let mut all = true;
-        self.on_board(board, call, &[u64::from(able)], |_, row| {
-            all &= row == [1];
+        let (mut all, mut all_everywhere) = (true, true);
+        let mine = u64::from(able) | u64::from(everywhere) << 1;
+        self.on_board(board, call, &[mine], |_, row| {
+            all &= row[0] & 1 == 1;
+            all_everywhere &= row[0] & 2 == 2;
             Ok(())
         })?;
-        tracing::debug!(pid = me, single_copy = all, "host board peers");
+        tracing::debug!(
+            pid = me,
+            single_copy = all,
+            everywhere = all_everywhere,
+            "host board peers"
+        );
         if all {
             self.board_peers = peers;
+            self.peers_everywhere = all_everywhere;
         }
         Ok(())
     }
@@ -809,6 +824,7 @@ impl Bsp {
             // Groups have no board; the whole machine sets it up when first needed.
             board_checked: comm != 0,
             board_peers: Vec::new(),
+            peers_everywhere: false,
             _not_sync: PhantomData,
         }
     }

@@ -147,7 +147,8 @@
 //!   the writer, which keeps its data until all have. All-gathers and all-to-alls, and
 //!   reductions, scans and scatters from 16 KiB, take this way where the host has a processor
 //!   for every process and reading another process's memory is allowed (see
-//!   [`Options::single_copy`]).
+//!   [`Options::single_copy`]); where the processes outnumber the processors, only
+//!   all-to-alls and scatters do, whose readers do not wait for one another.
 //!
 //! Otherwise all-gathers take the bulk areas, and all-to-alls and data beyond an area take
 //! messages. Groups, the local form, values of serde types and the broadcasts and gathers use

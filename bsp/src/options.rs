@@ -45,10 +45,12 @@ pub struct Options {
     /// areas it goes on once its data is there. Where it may, all-gathers, all-to-alls and
     /// data beyond a bulk area read from memory, and so do reductions, scans and scatters of
     /// at least 16 KiB per writer; smaller ones take the bulk areas all the same, which was
-    /// faster. `None` (the default): where the
-    /// host has a processor for every process, not where it has fewer (a reader waiting for a
-    /// processor would hold the others up). Every process must give the same; where one says
-    /// `Some(false)`, or cannot read another's memory, all take the bulk areas.
+    /// faster. `None` (the default): so where the host has a processor for every process;
+    /// where it has fewer, only all-to-alls and scatters, whose readers do not wait for one
+    /// another, read from memory, and the rest take the bulk areas (a reader waiting for a
+    /// processor would hold up a scan's chain or a reduction's tree). Every process must give
+    /// the same; where one says `Some(false)`, or cannot read another's memory, all take the
+    /// bulk areas.
     pub single_copy: Option<bool>,
 }
 

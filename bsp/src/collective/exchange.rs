@@ -171,7 +171,7 @@ impl Bsp {
         let (p, me, size) = (self.nprocs, self.pid, std::mem::size_of::<T>());
         let data: usize = send.iter().map(|v| v.len() * size).sum();
         let in_row = p + data.div_ceil(8) <= board.capacity();
-        let in_memory = !in_row && self.single_copy() && 2 * p < board.capacity();
+        let in_memory = !in_row && self.single_copy_fanning() && 2 * p < board.capacity();
         let for_others = data - send[me].len() * size;
         let in_bulk =
             !in_row && !in_memory && p < board.capacity() && for_others <= board.bulk_capacity();

@@ -411,7 +411,7 @@ impl Bsp {
             let k = v.len() / p;
             // A word for the size of a part, then the parts.
             if bytes.len().div_ceil(8) >= board.capacity() {
-                if self.reads_peers(board, bytes.len()) {
+                if self.scatter_reads_peers(board, bytes.len()) {
                     // Every process reads its part straight from the root's memory.
                     let head = [(bytes.len() / p) as u64 | IN_PEER, bytes.as_ptr() as u64];
                     let b = board.begin_acks();

@@ -210,12 +210,7 @@ fn a_sender_killed_in_the_middle_of_a_message_leaves_an_error_and_no_wrong_data(
 fn sender_killed(single_copy: bool) {
     let deadline = Instant::now() + LIMIT;
     let net = shm_net(3);
-    let server = net
-        .registry
-        .as_ref()
-        .expect("registry")
-        .address()
-        .to_string();
+    let server = net.registry_address();
     let (mut sender, out) = child("sender", &server, &net.pool, (3, 1), true);
     let (me, honest) = std::thread::scope(|s| {
         let h = s.spawn(|| join(&net, 2));
@@ -281,12 +276,7 @@ fn a_receiver_killed_in_the_middle_of_a_message_fails_the_send_instead_of_hangin
 fn receiver_killed(single_copy: bool) {
     let deadline = Instant::now() + LIMIT;
     let net = shm_net(2);
-    let server = net
-        .registry
-        .as_ref()
-        .expect("registry")
-        .address()
-        .to_string();
+    let server = net.registry_address();
     let (mut reader, out) = child("reader", &server, &net.pool, (2, 1), single_copy);
     let me = join(&net, 0);
     let all = me.pool().wait_closed().expect("pool fills");
@@ -511,12 +501,7 @@ fn buffers_lent_to_a_stopped_receiver_are_freed_when_the_pool_declares_it_dead()
     // The stopped receiver is declared dead this long after its last heartbeat.
     let death = Duration::from_secs(5);
     let net = shm_net(2);
-    let server = net
-        .registry
-        .as_ref()
-        .expect("registry")
-        .address()
-        .to_string();
+    let server = net.registry_address();
     let (mut receiver, out) = child_with(
         "idle-reader",
         &server,

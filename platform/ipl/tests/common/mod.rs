@@ -55,6 +55,16 @@ impl Net {
         c.join_timeout = Duration::from_secs(30);
         c
     }
+
+    /// The address of the pool's registry, for child processes to join; a pool over a
+    /// network driver has one.
+    pub fn registry_address(&self) -> String {
+        self.registry
+            .as_ref()
+            .expect("a pool over a network driver has a registry")
+            .address()
+            .to_string()
+    }
 }
 
 /// Runs `f` on `n` nodes (threads), each with its node handle and the closed pool in rank order;

@@ -151,11 +151,7 @@ impl Remote {
                             let Some(job) = done.complete_kept(kept) else {
                                 continue;
                             };
-                            let c = &sched.shared_counters;
-                            c.jobs_sent.fetch_add(1, Ordering::Relaxed);
-                            c.bytes_moved
-                                .fetch_add(job.task.len() as u64, Ordering::Relaxed);
-                            return Ok(Some(job));
+                            return Ok(Some(self.sent(job)));
                         }
                         Err(payload) => {
                             (payload, "dropping it once serialized for another process")
@@ -185,14 +181,23 @@ impl Remote {
 
     /// Records a job taken and encoded as given away.
     fn give_away(&self, job: JobRef, type_name: &'static str, task: Vec<u8>) -> RemoteJob {
-        let sched = &self.sched;
-        let c = &sched.shared_counters;
+        let id = self.sched.next_remote_id.fetch_add(1, Ordering::Relaxed);
+        self.sent(RemoteJob::new(id, job, type_name, task, &self.sched))
+    }
+
+    /// Counts `job` as sent to another process, its task's bytes as moved.
+    fn sent(&self, job: RemoteJob) -> RemoteJob {
+        let c = &self.sched.shared_counters;
         c.jobs_sent.fetch_add(1, Ordering::Relaxed);
         c.bytes_moved
-            .fetch_add(task.len() as u64, Ordering::Relaxed);
-        let id = sched.next_remote_id.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(id, type_name, bytes = task.len(), "job given away");
-        RemoteJob::new(id, job, type_name, task, sched)
+            .fetch_add(job.task.len() as u64, Ordering::Relaxed);
+        tracing::debug!(
+            id = job.id,
+            type_name = job.type_name,
+            bytes = job.task.len(),
+            "job given away"
+        );
+        job
     }
 
     /// Decodes a task of the type registered as `type_name` from `task` and runs it as a new

@@ -789,13 +789,13 @@ impl Bsp {
     /// single copy is allowed at all. Below that, the read's fixed cost (a system call, and
     /// the writer waiting for its readers) outweighs a second copy.
     pub(crate) fn reads_peers(&self, board: &crate::board::Board, bytes: usize) -> bool {
-        self.single_copy() && (bytes >= READ_PEERS_FROM || bytes > board.bulk_capacity())
+        self.single_copy() && worth_reading_peers(board, bytes)
     }
 
     /// [`reads_peers`](Bsp::reads_peers) for a scatter, whose readers do not wait for one
     /// another (see [`single_copy_fanning`](Bsp::single_copy_fanning)).
     pub(crate) fn scatter_reads_peers(&self, board: &crate::board::Board, bytes: usize) -> bool {
-        self.single_copy_fanning() && (bytes >= READ_PEERS_FROM || bytes > board.bulk_capacity())
+        self.single_copy_fanning() && worth_reading_peers(board, bytes)
     }
 
     /// Writes this process's row of `call` with the length and address of `data`, which stays
@@ -1634,6 +1634,12 @@ impl Bsp {
         let call = self.begin(op::REDUCE_SCATTER, type_sig::<T>(counts_hash));
         self.halving(&call, &values, &parts, &With::new(f))
     }
+}
+
+/// Whether a writer's `bytes` on `board` are read from its memory where that is allowed: from
+/// [`READ_PEERS_FROM`] on, and whatever does not fit a bulk half.
+fn worth_reading_peers(board: &crate::board::Board, bytes: usize) -> bool {
+    bytes >= READ_PEERS_FROM || bytes > board.bulk_capacity()
 }
 
 /// Bytes from which a reduce, scan, exscan or scatter on the host board reads its writers'

@@ -187,28 +187,11 @@ pub const MAX_FILE_BYTES: u64 = 16 << 30;
 
 /// Reads bodies from the file at `path`: a regular file of at most [`MAX_FILE_BYTES`].
 pub fn read_file(path: &Path) -> Result<Vec<Body>, ReadError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let open = |source| ReadError::Open {
-        path: path.to_owned(),
-        source,
-    };
-    // Opening a FIFO for reading waits for a writer, unless it does not block; a regular
-    // file is read as usual with the flag.
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(open)?;
-    if !f.metadata().map_err(open)?.is_file() {
-        return Err(open(std::io::Error::other("it is not a regular file")));
-    }
-    let mut bytes = Vec::new();
-    f.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(open(std::io::Error::other(format!(
-            "it is larger than {MAX_FILE_BYTES} bytes"
-        ))));
-    }
+    let bytes =
+        ipl::cli::read_bounded_file(path, MAX_FILE_BYTES).map_err(|source| ReadError::Open {
+            path: path.to_owned(),
+            source,
+        })?;
     parse_bytes(&bytes)
 }
 

@@ -89,11 +89,11 @@ impl Drop for ClaimedFile {
     }
 }
 
-/// Reads the small text file at `path` (a host file, a secret file): a regular file of at
-/// most `max` bytes, in UTF-8. Anything else fails with an error saying what it is, before
-/// more than `max` bytes are read: a device such as `/dev/zero` would be read until memory
-/// ran out, and a pipe without a writer would never open.
-pub fn read_small_file(path: &Path, max: u64) -> std::io::Result<String> {
+/// Reads the regular file at `path`, of at most `max` bytes (a host file, a secret file, an
+/// application's input). Anything else fails with an error saying what it is, before more
+/// than `max` bytes are read: a device such as `/dev/zero` would be read until memory ran
+/// out, and a pipe without a writer would never open.
+pub fn read_bounded_file(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     // Opening a FIFO for reading waits for a writer, unless it does not block.
@@ -111,7 +111,13 @@ pub fn read_small_file(path: &Path, max: u64) -> std::io::Result<String> {
             "it is larger than {max} bytes"
         )));
     }
-    String::from_utf8(bytes).map_err(|_| std::io::Error::other("it is not UTF-8 text"))
+    Ok(bytes)
+}
+
+/// [`read_bounded_file`] of a text file, in UTF-8.
+pub fn read_small_file(path: &Path, max: u64) -> std::io::Result<String> {
+    String::from_utf8(read_bounded_file(path, max)?)
+        .map_err(|_| std::io::Error::other("it is not UTF-8 text"))
 }
 
 /// clap's message without its usage and hint paragraphs, on one line.

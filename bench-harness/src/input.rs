@@ -3,34 +3,18 @@
 //! file that grows while it is read, is refused rather than read until memory runs out or
 //! waited on for ever.
 
-use std::io::Read as _;
+use std::io::ErrorKind;
 use std::path::Path;
 
-/// Reads the regular file at `path`, of at most `max` bytes; the error says why not, for the
-/// caller to name the file in its own error type.
+/// Reads the regular file at `path`, of at most `max` bytes, through
+/// [`ipl::cli::read_bounded_file`]; the error says why not, for the caller to name the file
+/// in its own error type.
 pub fn read_bounded(path: &Path, max: u64) -> std::result::Result<Vec<u8>, String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read: {e}"))?;
-    // Looked at before opening: a pipe without a writer would block the open itself.
-    if !meta.is_file() {
-        return Err("not a regular file".into());
-    }
-    if meta.len() > max {
-        return Err(format!(
-            "{} bytes is more than the {max} such a file may hold",
-            meta.len()
-        ));
-    }
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot read: {e}"))?;
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(max + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read: {e}"))?;
-    if bytes.len() as u64 > max {
-        return Err(format!(
-            "grew past the {max} bytes such a file may hold while it was read"
-        ));
-    }
-    Ok(bytes)
+    ipl::cli::read_bounded_file(path, max).map_err(|e| match e.kind() {
+        ErrorKind::InvalidInput => "not a regular file".to_string(),
+        _ if e.raw_os_error().is_none() => e.to_string(),
+        _ => format!("cannot read: {e}"),
+    })
 }
 
 /// [`read_bounded`], as text.
@@ -52,10 +36,19 @@ mod tests {
         std::fs::write(&f, [b'x'; 100]).unwrap();
         assert_eq!(read_bounded(&f, 100).unwrap().len(), 100);
         let e = read_bounded(&f, 99).unwrap_err();
-        assert!(e.contains("100 bytes is more than the 99"), "{e}");
+        assert!(e.contains("larger than 99 bytes (100 bytes)"), "{e}");
         std::fs::write(&f, [0xff, 0xfe]).unwrap();
         assert!(read_text_bounded(&f, 100).unwrap_err().contains("UTF-8"));
         let e = read_bounded(dir, 100).unwrap_err();
         assert!(e.contains("not a regular file"), "{e}");
+        // A FIFO without a writer: refused at once, where opening it to read would wait.
+        let fifo = dir.join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid, NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = read_bounded(&fifo, 100).unwrap_err();
+        assert!(e.contains("not a regular file"), "{e}");
+        let e = read_bounded(&dir.join("absent"), 100).unwrap_err();
+        assert!(e.starts_with("cannot read: "), "{e}");
     }
 }

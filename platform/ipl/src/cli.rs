@@ -90,26 +90,43 @@ impl Drop for ClaimedFile {
 }
 
 /// Reads the regular file at `path`, of at most `max` bytes (a host file, a secret file, an
-/// application's input). Anything else fails with an error saying what it is, before more
-/// than `max` bytes are read: a device such as `/dev/zero` would be read until memory ran
-/// out, and a pipe without a writer would never open.
+/// application's input, a result set). Anything else fails with an error saying what it is,
+/// before more than `max` bytes are read: a device such as `/dev/zero` would be read until
+/// memory ran out, and a pipe without a writer would never open. The error's kind tells the
+/// cases apart for callers that word them their own way: [`InvalidInput`] for what is not a
+/// regular file, [`FileTooLarge`] for a file over the bound (or one that grew past it while
+/// it was read), the system's own kinds for the rest.
+///
+/// [`InvalidInput`]: std::io::ErrorKind::InvalidInput
+/// [`FileTooLarge`]: std::io::ErrorKind::InvalidData
 pub fn read_bounded_file(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
+    use std::io::{Error, ErrorKind, Read};
     use std::os::unix::fs::OpenOptionsExt;
     // Opening a FIFO for reading waits for a writer, unless it does not block.
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(std::io::Error::other("it is not a regular file"));
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            "it is not a regular file",
+        ));
     }
-    let mut bytes = Vec::new();
+    if meta.len() > max {
+        return Err(Error::new(
+            ErrorKind::InvalidData,
+            format!("it is larger than {max} bytes ({} bytes)", meta.len()),
+        ));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
     file.take(max + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > max {
-        return Err(std::io::Error::other(format!(
-            "it is larger than {max} bytes"
-        )));
+        return Err(Error::new(
+            ErrorKind::InvalidData,
+            format!("it is larger than {max} bytes (it grew while it was read)"),
+        ));
     }
     Ok(bytes)
 }

@@ -115,10 +115,78 @@ pub struct Outcome {
     pub exit: Exit,
     /// Wall-clock seconds from start to end.
     pub wall_seconds: f64,
-    /// Everything it wrote to standard output.
+    /// What it wrote to standard output: all of it, or its last [`KEPT_OUTPUT`] bytes from
+    /// a line's start.
     pub stdout: String,
-    /// Everything it wrote to standard error.
+    /// What it wrote to standard error, kept as its standard output is.
     pub stderr: String,
+}
+
+/// The most of a child's standard output, and of its standard error, that an [`Outcome`]
+/// holds: the end, where result lines and the last error are. A workload run with
+/// `RUST_LOG=trace` can write gigabytes; [`run_logged`] leaves all of it in its log files,
+/// and [`run_captured`] drops what comes before.
+pub const KEPT_OUTPUT: usize = 16 << 20;
+
+/// Drops the partial line `bytes` starts with, its newline included.
+fn drop_partial_line(bytes: &mut Vec<u8>) {
+    let end = bytes
+        .iter()
+        .position(|&b| b == b'\n')
+        .map_or(bytes.len(), |nl| nl + 1);
+    bytes.drain(..end);
+}
+
+/// The end of the file at `p`: all of it, or its last `max` bytes from a line's start. Only
+/// that much is read.
+fn read_tail(p: &Path, max: usize) -> std::io::Result<String> {
+    use std::io::{Seek, SeekFrom};
+    let mut f = File::open(p)?;
+    let len = f.metadata()?.len();
+    // One byte more than kept, so that a cut at a line's start is seen as one.
+    let from = len.saturating_sub(max as u64 + 1);
+    f.seek(SeekFrom::Start(from))?;
+    let mut bytes = Vec::new();
+    f.take(max as u64 + 1).read_to_end(&mut bytes)?;
+    if from == 0 && bytes.len() <= max {
+        return Ok(String::from_utf8_lossy(&bytes).into_owned());
+    }
+    // The byte before the kept ones tells whether the first kept line is whole.
+    let whole_first = bytes.first() == Some(&b'\n');
+    bytes.remove(0);
+    if !whole_first {
+        drop_partial_line(&mut bytes);
+    }
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Reads `r` to its end, keeping only its last `max` bytes as [`read_tail`] does: a child
+/// writing without end is drained (it never blocks on a full pipe) in bounded memory.
+fn drain_tail(mut r: impl Read, max: usize) -> String {
+    let mut kept = Vec::new();
+    let mut chunk = vec![0u8; 64 << 10];
+    loop {
+        match r.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => {
+                kept.extend_from_slice(&chunk[..n]);
+                // Dropping the front only now and then keeps the copying linear.
+                if kept.len() > 2 * max {
+                    kept.drain(..kept.len() - max - 1);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+    }
+    if kept.len() > max {
+        let whole_first = kept[kept.len() - max - 1] == b'\n';
+        kept.drain(..kept.len() - max);
+        if !whole_first {
+            drop_partial_line(&mut kept);
+        }
+    }
+    String::from_utf8_lossy(&kept).into_owned()
 }
 
 fn spawn(cmd: &CommandLine, stdout: Stdio, stderr: Stdio) -> Result<Child> {
@@ -280,7 +348,8 @@ fn wait_group(
 }
 
 /// Runs `cmd` with its output going to the files `stdout` and `stderr`, bounded by `timeout`
-/// and by the `stop` flag, and returns the outcome with the files' contents.
+/// and by the `stop` flag, and returns the outcome with the files' contents (their ends, past
+/// [`KEPT_OUTPUT`] bytes).
 pub fn run_logged(
     cmd: &CommandLine,
     timeout: Duration,
@@ -294,11 +363,7 @@ pub fn run_logged(
     let mut child = spawn(cmd, create(stdout)?.into(), create(stderr)?.into())?;
     let (exit, wall_seconds) = wait_bounded(&mut child, timeout, stop)?;
     let read = |p: &Path| -> Result<String> {
-        let mut s = Vec::new();
-        File::open(p)
-            .and_then(|mut f| f.read_to_end(&mut s))
-            .map_err(|e| Error::io(format!("cannot read {}", p.display()), e))?;
-        Ok(String::from_utf8_lossy(&s).into_owned())
+        read_tail(p, KEPT_OUTPUT).map_err(|e| Error::io(format!("cannot read {}", p.display()), e))
     };
     Ok(Outcome {
         exit,
@@ -308,17 +373,12 @@ pub fn run_logged(
     })
 }
 
-/// Runs `cmd` with its output captured in memory, bounded by `timeout`.
+/// Runs `cmd` with its output captured in memory (its end, past [`KEPT_OUTPUT`] bytes),
+/// bounded by `timeout`.
 pub fn run_captured(cmd: &CommandLine, timeout: Duration) -> Result<Outcome> {
     let mut child = spawn(cmd, Stdio::piped(), Stdio::piped())?;
     let drain = |r: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut r) = r {
-                let _ = r.read_to_end(&mut buf);
-            }
-            String::from_utf8_lossy(&buf).into_owned()
-        })
+        std::thread::spawn(move || r.map(|r| drain_tail(r, KEPT_OUTPUT)).unwrap_or_default())
     };
     let out = drain(
         child
@@ -449,6 +509,53 @@ mod tests {
         assert_eq!(c.display(), r"IPL_SPIN=0 ipl-run -n 2 -- 'a b' 'it'\''s'");
         assert!(which("sh").is_some());
         assert!(which("surely-not-a-program-here").is_none());
+    }
+
+    #[test]
+    fn only_the_end_of_a_long_output_is_kept_from_a_line_start() {
+        let tmp = testkit::scratch_dir("bh-exec-tail");
+        let f = tmp.path().join("out");
+        for (text, max, kept) in [
+            ("ab\ncd\n", 10, "ab\ncd\n"),
+            ("ab\ncd\n", 6, "ab\ncd\n"),
+            ("ab\ncd\n", 5, "cd\n"),
+            ("ab\ncd\n", 3, "cd\n"),
+            ("ab\ncd\n", 2, ""),
+            ("abcdef", 3, ""),
+            ("", 3, ""),
+        ] {
+            std::fs::write(&f, text).unwrap();
+            assert_eq!(read_tail(&f, max).unwrap(), kept, "{text:?} within {max}");
+            assert_eq!(
+                drain_tail(text.as_bytes(), max),
+                kept,
+                "{text:?} within {max}"
+            );
+        }
+        // Far more than the bound, through a pipe: drained to the end, the end kept.
+        let long = "x".repeat(99) + "\n";
+        let all = long.repeat(10_000) + "RESULT\n";
+        let kept = drain_tail(all.as_bytes(), 1000);
+        assert!(
+            kept.len() <= 1000 && kept.ends_with("\nRESULT\n"),
+            "{}",
+            kept.len()
+        );
+        assert!(kept.starts_with('x'), "from a line's start");
+        std::fs::write(&f, &all).unwrap();
+        assert_eq!(read_tail(&f, 1000).unwrap(), kept);
+    }
+
+    #[test]
+    fn a_child_writing_more_than_is_kept_is_drained_to_its_end() {
+        // Three times what is kept, then a last line.
+        let script = format!(
+            "head -c {} /dev/zero | tr '\\0' 'x'; echo; echo last",
+            3 * KEPT_OUTPUT
+        );
+        let o = run_captured(&sh(&script), Duration::from_secs(60)).unwrap();
+        assert_eq!(o.exit, Exit::Code(0));
+        assert_eq!(o.stdout, "last\n", "the long line is cut off whole");
     }
 
     #[test]

@@ -21,6 +21,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+/// The largest figures file a micro-benchmark may write (they hold a few kilobytes).
+const MAX_MICRO_JSON: u64 = 16 << 20;
+
 /// How and where a sweep runs, besides what it measures.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -750,17 +753,26 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
                     &mdir.join(format!("{stem}.txt")),
                     &mdir.join(format!("{stem}.err")),
                 )?;
-                let json = if m.json && out.exit.success() {
-                    std::fs::read_to_string(&json_path)
-                        .ok()
-                        .and_then(|t| serde_json::from_str(&t).ok())
-                } else {
-                    None
+                // The figures file a micro-benchmark wrote, read within a bound as any file.
+                let figures = (m.json && out.exit.success()).then(|| {
+                    crate::input::read_text_bounded(&json_path, MAX_MICRO_JSON).and_then(|t| {
+                        serde_json::from_str::<serde_json::Value>(&t)
+                            .map_err(|e| format!("not JSON: {e}"))
+                    })
+                });
+                let unreadable = match &figures {
+                    Some(Err(why)) => Some(why.clone()),
+                    _ => None,
                 };
+                let json = figures.and_then(Result::ok);
                 let (status, note) = match out.exit {
                     Exit::Code(0) if m.json && json.is_none() => (
                         Status::NoResult,
-                        Some(format!("no readable JSON in {}", json_path.display())),
+                        Some(format!(
+                            "no readable JSON in {}: {}",
+                            json_path.display(),
+                            unreadable.as_deref().unwrap_or("no figures")
+                        )),
                     ),
                     Exit::Code(0) => (Status::Ok, None),
                     Exit::TimedOut => (Status::TimedOut, Some("killed at the timeout".into())),

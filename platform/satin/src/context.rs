@@ -301,7 +301,7 @@ impl<'scope> Context<'scope> {
     #[inline(always)]
     pub fn spawn<T: Task>(&mut self, task: T) -> Handle<'scope, T::Output> {
         // One comparison covers a publish request, an abort and kept results (see `Signal`).
-        if self.worker().signal() != self.seen.get() {
+        if self.worker().signal_changed(self.seen.get()) {
             return self.spawn_signalled(task);
         }
         self.spawn_unsignalled(task)
@@ -417,7 +417,7 @@ impl<'scope> Context<'scope> {
     pub fn sync(&mut self) {
         let w = self.worker();
         bump(&w.local.syncs);
-        if w.signal() != self.seen.get() && self.attend() {
+        if w.signal_changed(self.seen.get()) && self.attend() {
             abort_unwind();
         }
         // Without a frame, no child was queued: all ran within their spawn.
@@ -474,7 +474,7 @@ impl<'scope> Context<'scope> {
     #[inline(always)]
     pub fn call<T: Task>(&mut self, task: T) -> T::Output {
         let w = self.worker();
-        if w.signal() != self.seen.get() && self.attend() {
+        if w.signal_changed(self.seen.get()) && self.attend() {
             drop(task);
             abort_unwind();
         }
@@ -636,7 +636,7 @@ impl<'scope> Context<'scope> {
     /// ignored, so a long computation may stop early.
     #[inline(always)]
     pub fn is_aborted(&self) -> bool {
-        self.worker().signal() != self.seen.get() && self.attend()
+        self.worker().signal_changed(self.seen.get()) && self.attend()
     }
 
     /// True when an idle worker asked this one for work and nothing it has queued can serve

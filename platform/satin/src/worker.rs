@@ -231,6 +231,17 @@ impl Worker {
         unsafe { (*self.signal).load(Ordering::Acquire) }
     }
 
+    /// True if the signal word differs from `seen`, the generation a task last saw: the check
+    /// of every spawn and sync. Relaxed, because whoever acts on a change loads the word again
+    /// through [`signal`](Worker::signal), whose acquire then orders what follows after the
+    /// abort or request that changed it; an acquire here would only keep the compiler from
+    /// reusing, after the check, what the spawn or sync loaded before it.
+    #[inline(always)]
+    pub(crate) fn signal_changed(&self, seen: u64) -> bool {
+        // SAFETY: as in `signal`.
+        unsafe { (*self.signal).load(Ordering::Relaxed) != seen }
+    }
+
     /// Serves a publish request, if one is raised.
     #[inline(always)]
     pub(crate) fn serve_publish_request(&self) {
@@ -258,7 +269,7 @@ impl Worker {
     /// [`Context::child_of`] of that frame.
     #[inline(always)]
     pub(crate) fn run_child(&self, job: JobRef, frame: &Frame, cx: &mut Context<'_>) {
-        if self.signal() == cx.seen() {
+        if !self.signal_changed(cx.seen()) {
             // SAFETY: popped by its parent's frame, which was found not aborted at the
             // generation that is still current.
             unsafe { self.run_popped(job, cx) }

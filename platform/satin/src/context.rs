@@ -824,7 +824,7 @@ impl<'c, T> UnwindGuard<'c, T> {
 impl<T> Drop for UnwindGuard<'_, T> {
     fn drop(&mut self) {
         // SAFETY: the guard is declared after the context it points to, so it is dropped first.
-        unwound::<T>(unsafe { &*self.cx });
+        unwound(unsafe { &*self.cx }, std::any::type_name::<T>);
     }
 }
 
@@ -840,44 +840,41 @@ impl Drop for DrainGuard<'_> {
 }
 
 /// [`UnwindGuard`] for a queued child run by its parent's sync, which also finishes the
-/// child's record.
-pub(crate) struct RecordGuard<'c, T> {
+/// child's record. Not generic: it sits in the caller of the child's executor (see
+/// [`Worker::run_popped`](crate::worker::Worker::run_popped)), which does not know the
+/// child's type, and finds the task's name through the record.
+pub(crate) struct RecordGuard<'c> {
     cx: *const Context<'c>,
     job: JobRef,
-    _task: PhantomData<T>,
 }
 
-impl<'c, T> RecordGuard<'c, T> {
+impl<'c> RecordGuard<'c> {
     #[inline(always)]
     pub(crate) fn new(cx: &Context<'c>, job: JobRef) -> Self {
-        RecordGuard {
-            cx,
-            job,
-            _task: PhantomData,
-        }
+        RecordGuard { cx, job }
     }
 }
 
-impl<T> Drop for RecordGuard<'_, T> {
+impl Drop for RecordGuard<'_> {
     fn drop(&mut self) {
         // SAFETY: as for `UnwindGuard`.
         let cx = unsafe { &*self.cx };
-        let state = unwound::<T>(cx);
+        let state = unwound(cx, || self.job.task_name());
         // SAFETY: this thread runs the job, popped by its parent, and its task is gone.
         unsafe { cx.worker().finish(self.job, state, Mode::Inline) };
     }
 }
 
-/// Ends the task of `cx`, of type `T`, that is unwinding: notes a panic (and cancels the run)
-/// or an abort, and cancels the task's children. Returns the task's final state.
-fn unwound<T>(cx: &Context<'_>) -> u8 {
+/// Ends the task of `cx`, named by `task`, that is unwinding: notes a panic (and cancels the
+/// run) or an abort, and cancels the task's children. Returns the task's final state.
+fn unwound(cx: &Context<'_>, task: impl FnOnce() -> &'static str) -> u8 {
     let w = cx.worker();
     let state = if ABORT_UNWINDING.with(|a| a.get()) {
         ABORTED
     } else {
         PANICKED_TASK.with(|p| {
             if p.get().is_none() {
-                p.set(Some(std::any::type_name::<T>()));
+                p.set(Some(task()));
             }
         });
         // Cancel the run now, so that the stolen children waited for below stop soon.

@@ -309,8 +309,15 @@ impl Worker {
     /// [`Context::child_of`] of that frame.
     #[inline(always)]
     pub(crate) unsafe fn run_popped(&self, job: JobRef, cx: &mut Context<'_>) {
-        // SAFETY: the job was just taken off the deque, so this thread is its only executor.
+        // A panic or abort unwinds on into the parent's frame, which runs on this thread too;
+        // the guard finishes the job on the way. It sits here rather than in `run_inline`, so
+        // that the executor of every job has no landing pad and keeps neither the record nor
+        // the context across the task's run but for writing the output.
+        let guard = RecordGuard::new(cx, job);
+        // SAFETY: the job was just taken off the deque, so this thread is its only executor;
+        // the guard finishes it should the task unwind.
         unsafe { (job.header().vtable.run_inline)(job, cx) };
+        std::mem::forget(guard);
         // The child's frame, if it wrote one, is ended here rather than in `run_inline`, which
         // keeps the executor of every job small.
         if cx.has_frame() {
@@ -615,18 +622,14 @@ pub(crate) fn fail_for_panic(
 /// # Safety
 /// `job` must be a pending `Job<T>` popped by its parent on this thread, which makes the
 /// calling thread its only executor; `cx` must come from [`Context::child_of`] of that
-/// parent, and the caller must end the frame the task may leave in it (as
-/// [`Worker::run_popped`] does).
+/// parent, and the caller must finish the job should the task unwind and end the frame the
+/// task may leave in it (as [`Worker::run_popped`] does).
 pub(crate) unsafe fn run_inline<T: Task>(job: JobRef, cx: &mut Context<'_>) {
     // SAFETY: as the caller vouches; the job is pending, so it holds the task, which its only
     // executor moves out once.
     let task = unsafe { Job::<T>::task_ptr(job).read() };
     bump(&cx.worker().local.executed);
-    // A panic here unwinds on into the parent's frame, which runs on this thread too; the
-    // guard finishes this job on the way.
-    let guard = RecordGuard::<T>::new(cx, job);
     let output = task.run(cx);
-    std::mem::forget(guard);
     // SAFETY: a record of `T`, which holds no output yet.
     unsafe { Job::<T>::output_ptr(job).write(output) };
     // Finished before its frame, if it wrote one, is ended by the caller (see `run_popped`):

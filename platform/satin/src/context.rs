@@ -321,7 +321,7 @@ impl<'scope> Context<'scope> {
     #[inline(always)]
     fn runs_at_once(&self) -> bool {
         let w = self.worker();
-        w.private_len() >= w.inline_queued() && self.up as usize & SHALLOW == 0
+        w.has_queued_enough() && self.up as usize & SHALLOW == 0
     }
 
     /// `spawn` when the signal word changed: the job queued by the previous spawn is published
@@ -382,7 +382,7 @@ impl<'scope> Context<'scope> {
     #[inline(always)]
     fn spawn_queued<T: Task>(&mut self, task: T) -> Handle<'scope, T::Output> {
         let w = self.worker();
-        bump(&w.local.spawns);
+        // Counted by the deque's push (see `LocalCounters`).
         let room = const { Worker::room_for::<T>() };
         let (frame, room) = match self.own_if_any() {
             Some(own) => (&own.frame, w.arena.alloc(room)),

@@ -26,8 +26,20 @@ use crate::job::{Frame, JobHeader, JobRef, Link};
 pub(crate) struct Deque {
     /// The newest private job; each links to the next older one, the oldest to `bottom`.
     top: Cell<*const JobHeader>,
-    /// Number of jobs on the private stack.
-    private_len: Cell<u32>,
+    /// Jobs pushed since the deque was made. Every queued spawn of the worker pushes one, so
+    /// this is also the worker's count of queued spawns (see `LocalCounters`).
+    pushed: Cell<u64>,
+    /// Jobs that left the private stack since the deque was made, by any way, plus
+    /// `inline_queued`: at least that many jobs wait exactly while `pushed` reaches it, which
+    /// a spawn asks with one comparison and a pop keeps true with one increment.
+    left_plus_queued: Cell<u64>,
+    /// The [`Inlining`](crate::Inlining) threshold of queued jobs, in `left_plus_queued`.
+    inline_queued: u64,
+    /// Of the jobs that left, those that did not leave by their parent frame's pop: published,
+    /// or taken by `pop_any`. Counted off the spawn and sync paths, as is `returned`.
+    moved: Cell<u64>,
+    /// Jobs popped back from the public part by their parent frame.
+    returned: Cell<u64>,
     /// What the oldest private job links to: a record that belongs to no frame, so that a
     /// pop compares the top's parent with its frame without first looking for an empty stack.
     /// Owned (freed on drop), but not a `Box`: the stack's links point into it, and moving a
@@ -39,11 +51,17 @@ pub(crate) struct Deque {
 }
 
 impl Deque {
-    pub(crate) fn new(public: Public<JobRef>) -> Self {
+    /// A deque whose [`has_queued_enough`](Deque::has_queued_enough) asks for
+    /// `inline_queued` jobs.
+    pub(crate) fn new(public: Public<JobRef>, inline_queued: u32) -> Self {
         let bottom = NonNull::from(Box::leak(Box::new(JobHeader::mark())));
         Deque {
             top: Cell::new(bottom.as_ptr()),
-            private_len: Cell::new(0),
+            pushed: Cell::new(0),
+            left_plus_queued: Cell::new(u64::from(inline_queued)),
+            inline_queued: u64::from(inline_queued),
+            moved: Cell::new(0),
+            returned: Cell::new(0),
             bottom,
             public,
             scratch: UnsafeCell::new(Vec::new()),
@@ -71,13 +89,32 @@ impl Deque {
         // SAFETY: the link of a job being pushed is a `below` pointer.
         debug_assert!(unsafe { job.header().link.get().below } == self.top.get());
         self.top.set(job.as_ptr());
-        self.private_len.set(self.private_len.get() + 1);
+        self.pushed.set(self.pushed.get() + 1);
     }
 
-    /// Number of jobs waiting on the private stack.
+    /// Notes that `n` jobs left the private stack.
     #[inline(always)]
-    pub(crate) fn private_len(&self) -> u32 {
-        self.private_len.get()
+    fn left(&self, n: u64) {
+        self.left_plus_queued.set(self.left_plus_queued.get() + n);
+    }
+
+    /// True while at least the `inline_queued` given to [`new`](Deque::new) jobs wait on
+    /// the private stack.
+    #[inline(always)]
+    pub(crate) fn has_queued_enough(&self) -> bool {
+        self.pushed.get() >= self.left_plus_queued.get()
+    }
+
+    /// Jobs pushed since the deque was made.
+    pub(crate) fn pushed(&self) -> u64 {
+        self.pushed.get()
+    }
+
+    /// Jobs popped by their parent frame since the deque was made, from the private stack or
+    /// back from the public part: each is then run or dropped at once by that frame.
+    pub(crate) fn popped_by_parents(&self) -> u64 {
+        let left = self.left_plus_queued.get() - self.inline_queued;
+        left - self.moved.get() + self.returned.get()
     }
 
     /// True if the newest private job is a child of `frame`.
@@ -103,7 +140,7 @@ impl Deque {
                 return None;
             }
             self.top.set((*top).link.get().below);
-            self.private_len.set(self.private_len.get() - 1);
+            self.left(1);
             Some(JobRef::from_ptr(top))
         }
     }
@@ -119,7 +156,7 @@ impl Deque {
                 return None;
             }
             self.top.set((*top).link.get().below);
-            self.private_len.set(self.private_len.get() - 1);
+            self.left(1);
             Some(JobRef::from_ptr(top))
         }
     }
@@ -133,6 +170,7 @@ impl Deque {
             // SAFETY: the parent is the frame asking, alive on this thread.
             let parent = unsafe { &*f.parent };
             parent.away.set(parent.away.get() - 1);
+            self.returned.set(self.returned.get() + 1);
             Some(job)
         } else {
             // Back where it was: it came off the new end and goes back on the new end.
@@ -152,7 +190,8 @@ impl Deque {
         // SAFETY: as in `pop_child`; private jobs are children of frames running on this thread.
         unsafe {
             self.top.set((*top).link.get().below);
-            self.private_len.set(self.private_len.get() - 1);
+            self.left(1);
+            self.moved.set(self.moved.get() + 1);
             let parent = &*(*top).parent;
             parent.away.set(parent.away.get() + 1);
             Some(JobRef::from_ptr(top))
@@ -165,7 +204,6 @@ impl Deque {
         // scratch vector.
         let scratch = unsafe { &mut *self.scratch.get() };
         let mut node = self.top.replace(self.bottom.as_ptr());
-        self.private_len.set(0);
         while !self.is_bottom(node) {
             // SAFETY: as in `pop_child`; the parent frames run on this thread.
             unsafe {
@@ -176,6 +214,8 @@ impl Deque {
             }
         }
         let n = scratch.len();
+        self.left(n as u64);
+        self.moved.set(self.moved.get() + n as u64);
         for job in scratch.drain(..).rev() {
             self.public.push(job);
         }

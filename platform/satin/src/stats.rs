@@ -198,20 +198,29 @@ pub(crate) fn add(counter: &AtomicU64, n: u64) {
 
 /// Counts a worker keeps in its own memory, next to its deque, so that bumping one on the spawn
 /// path is a single increment. A spawn that runs its child at once bumps `inlined` alone, which
-/// counts as a spawn and an executed job both: `spawns` and `executed` leave those out. They
-/// are added to the worker's [`WorkerCounters`] whenever the worker finishes a job it did not
-/// spawn itself (before the completion is published, so a finished run's counts are all
-/// visible) and while it idles.
+/// counts as a spawn and an executed job both: spawns and `executed` leave those out.
+///
+/// Two counts cost the spawn and sync paths nothing of their own, because the deque keeps them
+/// anyway: a queued spawn is a push, and a child that its parent pops is executed right then,
+/// unless it is dropped unrun, which [`Worker::discard`](crate::worker::Worker::discard) takes
+/// back out of `executed`. The counts are added to the worker's [`WorkerCounters`] whenever the
+/// worker finishes a job it did not spawn itself (before the completion is published, so a
+/// finished run's counts are all visible) and while it idles; between a pop and its run or
+/// drop nothing adds them.
 #[derive(Default)]
 pub(crate) struct LocalCounters {
-    pub(crate) spawns: Cell<u64>,
     pub(crate) inlined: Cell<u64>,
     pub(crate) syncs: Cell<u64>,
+    /// Jobs executed other than by their parent's pop: taken from elsewhere, less those popped
+    /// by their parent and dropped unrun (wrapping below zero until the pops are added).
     pub(crate) executed: Cell<u64>,
     pub(crate) discarded: Cell<u64>,
     pub(crate) aborts: Cell<u64>,
     pub(crate) steal_attempts: Cell<u64>,
     pub(crate) steals: Cell<u64>,
+    /// The deque's pushes and pops by parents at the last flush.
+    flushed_pushed: Cell<u64>,
+    flushed_popped: Cell<u64>,
 }
 
 /// Adds one to a worker-local count.
@@ -220,12 +229,23 @@ pub(crate) fn bump(c: &Cell<u64>) {
     c.set(c.get().wrapping_add(1));
 }
 
+/// Takes one off a worker-local count.
+#[inline(always)]
+pub(crate) fn unbump(c: &Cell<u64>) {
+    c.set(c.get().wrapping_sub(1));
+}
+
 impl LocalCounters {
-    pub(crate) fn flush_into(&self, to: &WorkerCounters) {
-        add(&to.spawns, self.spawns.take());
+    /// Adds the counts since the last flush to `to`, given the deque's
+    /// [`pushed`](crate::deque::Deque::pushed) and
+    /// [`popped_by_parents`](crate::deque::Deque::popped_by_parents).
+    pub(crate) fn flush_into(&self, to: &WorkerCounters, pushed: u64, popped_by_parents: u64) {
+        let spawns = pushed.wrapping_sub(self.flushed_pushed.replace(pushed));
+        let popped = popped_by_parents.wrapping_sub(self.flushed_popped.replace(popped_by_parents));
+        add(&to.spawns, spawns);
         add(&to.inlined, self.inlined.take());
         add(&to.syncs, self.syncs.take());
-        add(&to.executed, self.executed.take());
+        add(&to.executed, self.executed.take().wrapping_add(popped));
         add(&to.discarded, self.discarded.take());
         add(&to.aborts, self.aborts.take());
         add(&to.steal_attempts, self.steal_attempts.take());

@@ -21,7 +21,7 @@ use crate::deque::Deque;
 use crate::job::{Frame, Job, JobRef, DONE, PENDING};
 use crate::root;
 use crate::scheduler::{Scheduler, WorkerShared, FLAGS, PUBLISH};
-use crate::stats::{add, bump, LocalCounters, WorkerCounters};
+use crate::stats::{add, bump, unbump, LocalCounters, WorkerCounters};
 use crate::{Error, Task};
 
 /// Who runs a job, which decides how its completion is published.
@@ -57,9 +57,9 @@ pub(crate) struct Worker {
     pub(crate) local: LocalCounters,
     /// This worker's signal word in `sched.workers` (see [`Signal`](crate::scheduler::Signal)).
     signal: *const AtomicU64,
-    /// The scheduler's [`Inlining`](crate::Inlining) thresholds, at hand for every spawn.
+    /// The scheduler's [`Inlining`](crate::Inlining) depth, at hand for every spawn; the
+    /// deque keeps the threshold of queued jobs.
     inline_depth: u32,
-    inline_queued: u32,
     /// Records of children whose handles were dropped before the child finished, newest
     /// last: the frame that spawned them drops their outputs when it ends. Frames nest, so a
     /// frame's are the last ones.
@@ -74,7 +74,7 @@ impl Worker {
         // The pointer stays valid as long as `sched`, which the worker owns a reference to.
         let signal: *const AtomicU64 = sched.workers[index].publish_request.word();
         Worker {
-            deque: Deque::new(public),
+            deque: Deque::new(public, sched.inlining.min_queued),
             arena: Arena::new(),
             local: LocalCounters::default(),
             signal,
@@ -83,7 +83,6 @@ impl Worker {
                 u16::MAX => u32::MAX,
                 d => u32::from(d),
             },
-            inline_queued: sched.inlining.min_queued,
             orphans: UnsafeCell::new(Vec::new()),
             index,
             sched,
@@ -111,7 +110,11 @@ impl Worker {
 
     /// Makes the worker-local counts visible to `Runtime::stats`.
     pub(crate) fn flush_counters(&self) {
-        self.local.flush_into(self.counters());
+        self.local.flush_into(
+            self.counters(),
+            self.deque.pushed(),
+            self.deque.popped_by_parents(),
+        );
     }
 
     pub(crate) fn main_loop(self) {
@@ -198,17 +201,11 @@ impl Worker {
         self.inline_depth
     }
 
-    /// Spawns deep enough may run their child at once while at least this many jobs wait
-    /// unpublished here (see [`Inlining`](crate::Inlining)).
+    /// True while enough jobs wait unpublished on this worker's deque for spawns deep enough
+    /// to run their child at once (see [`Inlining`](crate::Inlining)).
     #[inline(always)]
-    pub(crate) fn inline_queued(&self) -> u32 {
-        self.inline_queued
-    }
-
-    /// Number of jobs waiting unpublished on this worker's deque.
-    #[inline(always)]
-    pub(crate) fn private_len(&self) -> u32 {
-        self.deque.private_len()
+    pub(crate) fn has_queued_enough(&self) -> bool {
+        self.deque.has_queued_enough()
     }
 
     /// Pops the newest job if it is a child of `frame`.
@@ -349,6 +346,10 @@ impl Worker {
             fail_for_panic(job, &self.sched, "dropping it unrun", payload);
         }
         bump(&self.local.discarded);
+        if mode == Mode::Inline {
+            // Its parent's pop counted it as executed (see `LocalCounters`).
+            unbump(&self.local.executed);
+        }
         // SAFETY: the job is finished and this thread is its executor.
         unsafe { self.finish(job, crate::job::ABORTED, mode) };
     }
@@ -628,7 +629,7 @@ pub(crate) unsafe fn run_inline<T: Task>(job: JobRef, cx: &mut Context<'_>) {
     // SAFETY: as the caller vouches; the job is pending, so it holds the task, which its only
     // executor moves out once.
     let task = unsafe { Job::<T>::task_ptr(job).read() };
-    bump(&cx.worker().local.executed);
+    // Counted as executed by its parent's pop (see `LocalCounters`).
     let output = task.run(cx);
     // SAFETY: a record of `T`, which holds no output yet.
     unsafe { Job::<T>::output_ptr(job).write(output) };

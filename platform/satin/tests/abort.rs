@@ -113,6 +113,17 @@ fn abort_cancels_outstanding_work() {
         let after = STARTED_AFTER_ABORT.load(Ordering::SeqCst);
         let full = u64::from(SUBTREES) * ((1u64 << (DEPTH + 1)) - 1);
         assert!(stats.aborts >= 1);
+        if threads == 1 {
+            // Every job started is counted, the root too, and every spawned job was either
+            // started or dropped unrun. (With more threads, a thief may count a job it dropped
+            // only after the run's end is reported.)
+            assert_eq!(stats.jobs_executed, started + 1, "{stats:?}");
+            assert_eq!(
+                stats.spawns + 1,
+                stats.jobs_executed + stats.jobs_discarded,
+                "{stats:?}"
+            );
+        }
         if std::env::var_os("SATIN_UNDER_MEMCHECK").is_some() || cfg!(miri) {
             // One thread at a time, for slices of thousands of jobs (memcheck), or a few
             // subtrees small enough to finish before the first result (Miri): no bound on

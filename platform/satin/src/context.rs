@@ -856,13 +856,28 @@ impl<'c> RecordGuard<'c> {
 }
 
 impl Drop for RecordGuard<'_> {
+    /// Inline, so that the landing pad gets the context and the record as values, not the
+    /// guard in memory: the caller then stores nothing of it on the normal path.
+    #[inline(always)]
     fn drop(&mut self) {
         // SAFETY: as for `UnwindGuard`.
-        let cx = unsafe { &*self.cx };
-        let state = unwound(cx, || self.job.task_name());
-        // SAFETY: this thread runs the job, popped by its parent, and its task is gone.
-        unsafe { cx.worker().finish(self.job, state, Mode::Inline) };
+        unsafe { finish_unwound(self.cx, self.job) };
     }
+}
+
+/// What a [`RecordGuard`] does.
+///
+/// # Safety
+/// `cx` must point to the live context of the unwinding task of `job`, a child popped by its
+/// parent on this thread.
+#[cold]
+#[inline(never)]
+unsafe fn finish_unwound(cx: *const Context<'_>, job: JobRef) {
+    // SAFETY: as the caller vouches.
+    let cx = unsafe { &*cx };
+    let state = unwound(cx, || job.task_name());
+    // SAFETY: this thread runs the job, popped by its parent, and its task is gone.
+    unsafe { cx.worker().finish(job, state, Mode::Inline) };
 }
 
 /// Ends the task of `cx`, named by `task`, that is unwinding: notes a panic (and cancels the

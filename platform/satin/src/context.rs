@@ -16,7 +16,7 @@ use crate::job::{Frame, JobRef, ABORTED, DONE, FAILED, PENDING, RECORD, SHALLOW,
 use crate::root::RootState;
 use crate::scheduler::{FLAGS, PUBLISH, REUSE};
 use crate::stats::bump;
-use crate::worker::{Mode, Worker};
+use crate::worker::{signal_changed, Mode, Worker};
 use crate::{Error, Task};
 
 /// Unwinds an aborted task out of user code; caught by the task's executor. Never printed:
@@ -31,6 +31,8 @@ pub(crate) struct AbortUnwind;
 /// start to end on one worker thread. Write it as `&mut satin::Context` in a task's `run`; the
 /// lifetime is elided.
 pub struct Context<'scope> {
+    /// The worker running the task, as [`Worker::as_ptr`] gives it, which reaches the worker's
+    /// signal word too (see [`signal_changed`]).
     worker: *const Worker,
     /// The task's own frame (an [`Own`]), written when it first queues a child, aborts, or
     /// waits for completions; null until then, so that a task that needs no frame (a leaf, or
@@ -91,8 +93,12 @@ impl<'scope> Context<'scope> {
     /// The context of the children that `frame` pops from this worker's deque and runs, one
     /// after the other, after finding itself not aborted at generation `seen`: each child
     /// leaves it as it found it (see [`end`](Context::end)), so one serves them all.
+    ///
+    /// # Safety
+    /// `worker` must come from [`Worker::as_ptr`] of this thread's worker, which runs the
+    /// children.
     #[inline(always)]
-    pub(crate) fn child_of(worker: &Worker, frame: &Frame, seen: u64) -> Self {
+    pub(crate) unsafe fn child_of(worker: *const Worker, frame: &Frame, seen: u64) -> Self {
         // SAFETY: every frame starts an `Own` (see `write_frame_at`).
         let own = unsafe { &*ptr::from_ref(frame).cast::<Own>() };
         Context {
@@ -114,7 +120,7 @@ impl<'scope> Context<'scope> {
             0
         };
         Context {
-            worker,
+            worker: worker.as_ptr(),
             own: Cell::new(ptr::null()),
             up: job.as_ptr().cast::<u8>().wrapping_add(RECORD | shallow),
             seen: Cell::new(seen),
@@ -126,6 +132,15 @@ impl<'scope> Context<'scope> {
     pub(crate) fn worker(&self) -> &Worker {
         // SAFETY: the worker outlives every task it runs.
         unsafe { &*self.worker }
+    }
+
+    /// True if the worker's signal word differs from the generation this task last saw: the
+    /// check of every spawn and sync (see [`signal_changed`]).
+    #[inline(always)]
+    pub(crate) fn signal_changed(&self) -> bool {
+        // SAFETY: the context's worker pointer comes from `Worker::as_ptr`, and the worker
+        // outlives every task it runs.
+        unsafe { signal_changed(self.worker, self.seen.get()) }
     }
 
     /// The abort generation at which this task was last found not aborted.
@@ -301,7 +316,7 @@ impl<'scope> Context<'scope> {
     #[inline(always)]
     pub fn spawn<T: Task>(&mut self, task: T) -> Handle<'scope, T::Output> {
         // One comparison covers a publish request, an abort and kept results (see `Signal`).
-        if self.worker().signal_changed(self.seen.get()) {
+        if self.signal_changed() {
             return self.spawn_signalled(task);
         }
         self.spawn_unsignalled(task)
@@ -415,9 +430,11 @@ impl<'scope> Context<'scope> {
     /// has been aborted, its children are cancelled and the task unwinds instead of returning.
     #[inline(always)]
     pub fn sync(&mut self) {
+        // Read once: the children's contexts and checks use the very pointer.
+        let worker = self.worker;
         let w = self.worker();
         bump(&w.local.syncs);
-        if w.signal_changed(self.seen.get()) && self.attend() {
+        if self.signal_changed() && self.attend() {
             abort_unwind();
         }
         // Without a frame, no child was queued: all ran within their spawn.
@@ -428,15 +445,18 @@ impl<'scope> Context<'scope> {
         // step, a task that always spawns the same number of children exits with no
         // mispredicted branch, where a single loop branch would mispredict at every exit.
         if let Some(child) = w.pop_child_in_sync(frame) {
-            let mut cx = Context::child_of(w, frame, self.seen.get());
+            // SAFETY: the pointer of this context, which came from `as_ptr`.
+            let mut cx = unsafe { Context::child_of(worker, frame, self.seen.get()) };
             // The check above is still fresh for the first child.
             // SAFETY: popped by its parent's frame, which found itself not aborted at the
             // generation the context holds, with nothing run since.
             unsafe { w.run_popped(child, &mut cx) };
             if let Some(child) = w.pop_child_in_sync(frame) {
-                w.run_child(child, frame, &mut cx);
+                // SAFETY: as for the context.
+                unsafe { Worker::run_child(worker, child, frame, &mut cx) };
                 while let Some(child) = w.pop_child_in_sync(frame) {
-                    w.run_child(child, frame, &mut cx);
+                    // SAFETY: as for the context.
+                    unsafe { Worker::run_child(worker, child, frame, &mut cx) };
                 }
             }
         }
@@ -456,9 +476,11 @@ impl<'scope> Context<'scope> {
         let Some(frame) = self.frame_if_any() else {
             return;
         };
-        let mut cx = Context::child_of(w, frame, self.seen.get());
+        // SAFETY: the pointer of this context, which came from `as_ptr`.
+        let mut cx = unsafe { Context::child_of(self.worker, frame, self.seen.get()) };
         while let Some(child) = w.pop_child(frame) {
-            w.run_child(child, frame, &mut cx);
+            // SAFETY: as for the context.
+            unsafe { Worker::run_child(self.worker, child, frame, &mut cx) };
         }
         if frame.away.get() != 0 {
             w.sync_away(frame);
@@ -474,7 +496,7 @@ impl<'scope> Context<'scope> {
     #[inline(always)]
     pub fn call<T: Task>(&mut self, task: T) -> T::Output {
         let w = self.worker();
-        if w.signal_changed(self.seen.get()) && self.attend() {
+        if self.signal_changed() && self.attend() {
             drop(task);
             abort_unwind();
         }
@@ -592,8 +614,10 @@ impl<'scope> Context<'scope> {
             }
             let w = self.worker();
             if let Some(child) = w.pop_child(frame) {
-                let mut cx = Context::child_of(w, frame, self.seen.get());
-                w.run_child(child, frame, &mut cx);
+                // SAFETY: the pointer of this context, which came from `as_ptr`.
+                let mut cx = unsafe { Context::child_of(self.worker, frame, self.seen.get()) };
+                // SAFETY: as for the context.
+                unsafe { Worker::run_child(self.worker, child, frame, &mut cx) };
             } else if w.help_once() {
                 idle_rounds = 0;
             } else {
@@ -636,7 +660,7 @@ impl<'scope> Context<'scope> {
     /// ignored, so a long computation may stop early.
     #[inline(always)]
     pub fn is_aborted(&self) -> bool {
-        self.worker().signal_changed(self.seen.get()) && self.attend()
+        self.signal_changed() && self.attend()
     }
 
     /// True when an idle worker asked this one for work and nothing it has queued can serve

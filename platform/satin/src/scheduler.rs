@@ -2,6 +2,8 @@
 //! the sleep bookkeeping, the signal words (publish requests and abort generations) and the
 //! counters.
 
+use std::cell::UnsafeCell;
+use std::mem::MaybeUninit;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::{self, JoinHandle, Thread};
@@ -34,6 +36,39 @@ pub(crate) struct WorkerShared {
     pub(crate) sleeping: CachePadded<AtomicBool>,
     pub(crate) thread: OnceLock<Thread>,
     pub(crate) counters: CachePadded<WorkerCounters>,
+    /// The worker itself, while its thread runs (see [`WorkerSlot`]).
+    pub(crate) slot: WorkerSlot,
+}
+
+/// Where a worker's thread keeps its [`Worker`]: next to the worker's signal word, so that
+/// the checks of every spawn and sync find the word at a fixed distance from the worker, with
+/// no pointer to load first (see [`Worker::signal`]). Only the worker's own thread touches it.
+pub(crate) struct WorkerSlot(UnsafeCell<MaybeUninit<Worker>>);
+
+// SAFETY: only the thread of the slot's worker reaches the worker in it (see `Worker::run`),
+// and the slot is empty again before that thread lets go of the scheduler that holds it, so
+// the slot is never sent anywhere with a worker in it.
+unsafe impl Sync for WorkerSlot {}
+// SAFETY: as for `Sync`.
+unsafe impl Send for WorkerSlot {}
+
+impl WorkerSlot {
+    fn new() -> Self {
+        WorkerSlot(UnsafeCell::new(MaybeUninit::uninit()))
+    }
+
+    /// Where the worker of `home` goes, as a pointer that reaches the whole of `home` (see
+    /// [`Worker::as_ptr`]).
+    ///
+    /// # Safety
+    /// `home` must point to a live `WorkerShared`.
+    pub(crate) unsafe fn of(home: *const WorkerShared) -> *mut Worker {
+        // SAFETY: as the caller vouches; the place is only named, not read. The memory is in a
+        // cell, so it may be written through a pointer from a shared reference.
+        unsafe { std::ptr::addr_of!((*home).slot.0) }
+            .cast::<Worker>()
+            .cast_mut()
+    }
 }
 
 /// What other threads tell a worker, in one word that its tasks compare with the value they
@@ -154,6 +189,7 @@ impl Scheduler {
                 sleeping: CachePadded::new(AtomicBool::new(false)),
                 thread: OnceLock::new(),
                 counters: CachePadded::new(WorkerCounters::default()),
+                slot: WorkerSlot::new(),
             })
             .collect();
         let sched = Arc::new(Scheduler {
@@ -179,7 +215,7 @@ impl Scheduler {
             let spawned = thread::Builder::new()
                 .name(format!("satin-worker-{index}"))
                 .stack_size(stack_size)
-                .spawn(move || Worker::new(index, s, public).main_loop());
+                .spawn(move || Worker::run(index, s, public));
             match spawned {
                 Ok(h) => {
                     let _ = sched.workers[index].thread.set(h.thread().clone());

@@ -3,10 +3,10 @@
 
 use std::cell::{Cell, UnsafeCell};
 use std::hint;
-use std::mem::{align_of, size_of};
+use std::mem::{align_of, offset_of, size_of};
 use std::panic::{self, AssertUnwindSafe};
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -20,7 +20,7 @@ use crate::context::{Context, RecordGuard};
 use crate::deque::Deque;
 use crate::job::{Frame, Job, JobRef, DONE, PENDING};
 use crate::root;
-use crate::scheduler::{Scheduler, WorkerShared, FLAGS, PUBLISH};
+use crate::scheduler::{Scheduler, Signal, WorkerShared, WorkerSlot, FLAGS, PUBLISH};
 use crate::stats::{add, bump, unbump, LocalCounters, WorkerCounters};
 use crate::{Error, Task};
 
@@ -55,8 +55,10 @@ pub(crate) struct Worker {
     /// Where this worker's spawns put their records.
     pub(crate) arena: Arena,
     pub(crate) local: LocalCounters,
-    /// This worker's signal word in `sched.workers` (see [`Signal`](crate::scheduler::Signal)).
-    signal: *const AtomicU64,
+    /// Where this worker lives: in the slot of its [`WorkerShared`] (see [`run`](Worker::run)),
+    /// as a pointer that reaches the whole of that, the signal word too. Contexts hold it (see
+    /// [`Context::signal_changed`]).
+    me: *const Worker,
     /// The scheduler's [`Inlining`](crate::Inlining) depth, at hand for every spawn; the
     /// deque keeps the threshold of queued jobs.
     inline_depth: u32,
@@ -70,14 +72,39 @@ pub(crate) struct Worker {
 }
 
 impl Worker {
-    pub(crate) fn new(index: usize, sched: Arc<Scheduler>, public: Public<JobRef>) -> Self {
-        // The pointer stays valid as long as `sched`, which the worker owns a reference to.
-        let signal: *const AtomicU64 = sched.workers[index].publish_request.word();
+    /// Runs worker `index` on this thread until the scheduler shuts down: the worker lives in
+    /// its slot (see [`WorkerSlot`](crate::scheduler::WorkerSlot)) meanwhile, and nowhere
+    /// else, which [`signal_changed`] relies on.
+    pub(crate) fn run(index: usize, sched: Arc<Scheduler>, public: Public<JobRef>) {
+        // A pointer to the whole `WorkerShared`, not to its slot alone, so that the worker's
+        // address in contexts reaches the signal word too.
+        // SAFETY: `sched` keeps the scheduler, and so the `WorkerShared`, alive.
+        let slot = unsafe { WorkerSlot::of(&sched.workers[index]) };
+        // SAFETY: only this thread, the worker's, uses the slot, which is empty: each worker
+        // runs once. The scheduler, which `sched` keeps alive, holds the slot.
+        let worker = unsafe {
+            slot.write(Worker::new(index, Arc::clone(&sched), public, slot));
+            &*slot
+        };
+        /// Empties the slot when the worker is done, even by unwinding.
+        struct Vacate(*mut Worker);
+        impl Drop for Vacate {
+            fn drop(&mut self) {
+                // SAFETY: the worker was written in the slot above, and nothing uses it after
+                // its main loop.
+                unsafe { self.0.drop_in_place() }
+            }
+        }
+        let _vacate = Vacate(slot);
+        worker.main_loop();
+    }
+
+    fn new(index: usize, sched: Arc<Scheduler>, public: Public<JobRef>, me: *const Worker) -> Self {
         Worker {
+            me,
             deque: Deque::new(public, sched.inlining.min_queued),
             arena: Arena::new(),
             local: LocalCounters::default(),
-            signal,
             // `Inlining::OFF` never inlines, however deep a frame.
             inline_depth: match sched.inlining.min_depth {
                 u16::MAX => u32::MAX,
@@ -117,8 +144,8 @@ impl Worker {
         );
     }
 
-    pub(crate) fn main_loop(self) {
-        CURRENT.with(|c| c.set(&self));
+    fn main_loop(&self) {
+        CURRENT.with(|c| c.set(self));
         tracing::trace!(worker = self.index, "worker started");
 
         let mut idle = Idle::new();
@@ -135,7 +162,7 @@ impl Worker {
                 // About to sleep with no frame on this stack: nothing is in the arena.
                 self.arena.trim();
             }
-            idle.step(&self, || self.sched.shutdown.load(Ordering::SeqCst));
+            idle.step(self, || self.sched.shutdown.load(Ordering::SeqCst));
         }
         idle.reset(self.counters());
         self.flush_counters();
@@ -221,22 +248,18 @@ impl Worker {
         self.deque.pop_private_child(frame)
     }
 
-    /// The worker's signal word (see [`Signal`](crate::scheduler::Signal)).
+    /// The worker's signal word (see [`Signal`](crate::scheduler::Signal)). The checks of
+    /// every spawn and sync find it through their context instead (see
+    /// [`Context::signal_changed`]).
     #[inline(always)]
     pub(crate) fn signal(&self) -> u64 {
-        // SAFETY: points into the scheduler, which `self.sched` keeps alive.
-        unsafe { (*self.signal).load(Ordering::Acquire) }
+        self.shared().publish_request.word().load(Ordering::Acquire)
     }
 
-    /// True if the signal word differs from `seen`, the generation a task last saw: the check
-    /// of every spawn and sync. Relaxed, because whoever acts on a change loads the word again
-    /// through [`signal`](Worker::signal), whose acquire then orders what follows after the
-    /// abort or request that changed it; an acquire here would only keep the compiler from
-    /// reusing, after the check, what the spawn or sync loaded before it.
+    /// This worker, as a pointer that reaches its whole [`WorkerShared`], for contexts.
     #[inline(always)]
-    pub(crate) fn signal_changed(&self, seen: u64) -> bool {
-        // SAFETY: as in `signal`.
-        unsafe { (*self.signal).load(Ordering::Relaxed) != seen }
+    pub(crate) fn as_ptr(&self) -> *const Worker {
+        self.me
     }
 
     /// Serves a publish request, if one is raised.
@@ -264,14 +287,27 @@ impl Worker {
 
     /// Runs a child popped from this worker's deque by its parent's `frame`, in `cx`, from
     /// [`Context::child_of`] of that frame.
+    ///
+    /// `worker` is this thread's worker: the check of the signal word reaches the word through
+    /// it, and the caller holds it at hand.
+    ///
+    /// # Safety
+    /// `worker` must come from [`as_ptr`](Worker::as_ptr) of this thread's worker.
     #[inline(always)]
-    pub(crate) fn run_child(&self, job: JobRef, frame: &Frame, cx: &mut Context<'_>) {
-        if !self.signal_changed(cx.seen()) {
+    pub(crate) unsafe fn run_child(
+        worker: *const Worker,
+        job: JobRef,
+        frame: &Frame,
+        cx: &mut Context<'_>,
+    ) {
+        // SAFETY: as the caller vouches; the worker outlives the tasks it runs.
+        let (changed, w) = unsafe { (signal_changed(worker, cx.seen()), &*worker) };
+        if !changed {
             // SAFETY: popped by its parent's frame, which was found not aborted at the
             // generation that is still current.
-            unsafe { self.run_popped(job, cx) }
+            unsafe { w.run_popped(job, cx) }
         } else {
-            self.run_child_checked(job, frame, cx);
+            w.run_child_checked(job, frame, cx);
         }
     }
 
@@ -451,8 +487,10 @@ impl Worker {
                 idle.reset(self.counters());
                 // No generation was verified here (`u64::MAX` is none), so the check walks
                 // ancestors.
-                let mut cx = Context::child_of(self, frame, u64::MAX);
-                self.run_child(child, frame, &mut cx);
+                // SAFETY: this worker, as `as_ptr` gives it; it outlives the context.
+                let mut cx = unsafe { Context::child_of(self.as_ptr(), frame, u64::MAX) };
+                // SAFETY: this worker, as `as_ptr` gives it.
+                unsafe { Worker::run_child(self.as_ptr(), child, frame, &mut cx) };
             } else if let Some(job) = self.find_help() {
                 idle.reset(self.counters());
                 self.run_taken(job);
@@ -553,6 +591,27 @@ impl Worker {
             sched.sleepers.fetch_sub(1, Ordering::AcqRel);
         }
     }
+}
+
+/// True if the signal word of the worker at `worker` differs from `seen`, the generation a
+/// task last saw: the check of every spawn and sync. The word lies at a fixed distance before
+/// the worker, in its [`WorkerShared`], which the pointer reaches: one load, with no pointer to
+/// load first.
+///
+/// Relaxed, because whoever acts on a change loads the word again through
+/// [`Worker::signal`], whose acquire then orders what follows after the abort or request that
+/// changed it; an acquire here would only keep the compiler from reusing, after the check,
+/// what the spawn or sync loaded before it.
+///
+/// # Safety
+/// `worker` must come from [`Worker::as_ptr`] of a live worker.
+#[inline(always)]
+pub(crate) unsafe fn signal_changed(worker: *const Worker, seen: u64) -> bool {
+    let back = offset_of!(WorkerShared, slot) - offset_of!(WorkerShared, publish_request);
+    // SAFETY: as the caller vouches: the worker lives in the slot of a `WorkerShared`, whose
+    // signal word lies `back` bytes before it, and the pointer reaches all of it.
+    let signal = unsafe { &*worker.cast::<u8>().sub(back).cast::<Signal>() };
+    signal.word().load(Ordering::Relaxed) != seen
 }
 
 /// Completion by a thread that is not the job's owner (a thief, or the distributed layer).

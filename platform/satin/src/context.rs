@@ -264,8 +264,9 @@ impl<'scope> Context<'scope> {
             own.as_ptr().write(Own {
                 frame: Frame {
                     up: self.up,
-                    abort_epoch: 0.into(),
                     away: Cell::new(0),
+                    orphans: Cell::new(0),
+                    abort_epoch: 0.into(),
                     stolen_done: 0.into(),
                     depth,
                 },
@@ -717,9 +718,10 @@ impl<'scope> Context<'scope> {
             self.implicit_sync();
         }
         let w = self.worker();
-        if w.has_orphans() {
-            // SAFETY: the frame lives until released below.
-            w.drop_orphans_of(unsafe { &(*self.own.get()).frame });
+        // SAFETY: the frame lives until released below.
+        let frame = unsafe { &(*self.own.get()).frame };
+        if frame.orphans.get() != 0 {
+            w.drop_orphans_of(frame);
         }
         w.arena.release(mark);
         // The context may serve a sibling next (see `child_of`).
@@ -736,14 +738,21 @@ impl<'scope> Context<'scope> {
     /// [`Worker::run_popped`](crate::worker::Worker::run_popped)), whose record is already
     /// finished: should the implicit sync unwind, the child's children are cancelled on the
     /// way, as the guard of its executor would have done.
+    ///
+    /// `w` is the context's worker, as the caller holds it, and `job` the child's record,
+    /// popped by the caller: the deque's top is then what it was below the record unless the
+    /// child left something on the deque, which costs one comparison to ask.
     #[inline(always)]
-    pub(crate) fn end_child(&mut self) {
+    pub(crate) fn end_child(&mut self, w: &Worker, job: JobRef) {
+        debug_assert!(ptr::eq(w, self.worker));
         // SAFETY: the caller found a frame.
         let own = unsafe { &*self.own.get() };
-        let w = self.worker();
-        if own.frame.away.get() == 0 && !w.has_private_child(&own.frame) && !w.has_orphans() {
+        // The top below the child's record was there before the child's frame, so it is no
+        // child of it: the frame has none on the private stack (others count in `away`).
+        if own.frame.is_settled() && w.top_was_below(job) {
+            debug_assert!(!w.has_private_child(&own.frame));
             // The common case: every child was synced and taken. Nothing here can unwind.
-            self.worker().arena.release(own.mark());
+            w.arena.release(own.mark());
             self.own.set(ptr::null());
         } else {
             self.end_child_slow();
@@ -774,7 +783,7 @@ impl<'scope> Context<'scope> {
             w.discard(child, Mode::Inline);
         }
         w.sync_away(&own.frame);
-        if w.has_orphans() {
+        if own.frame.orphans.get() != 0 {
             w.drop_orphans_of(&own.frame);
         }
         w.arena.release(own.mark());

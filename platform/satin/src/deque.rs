@@ -117,6 +117,14 @@ impl Deque {
         left - self.moved.get() + self.returned.get()
     }
 
+    /// True if the newest private job is the one that was below `job` when `job` was pushed:
+    /// for a job popped since, nothing pushed after it is left.
+    #[inline(always)]
+    pub(crate) fn top_was_below(&self, job: JobRef) -> bool {
+        // SAFETY: a job that was pushed has a `below` link, which stays as it was written.
+        ptr::eq(self.top.get(), unsafe { job.header().link.get().below })
+    }
+
     /// True if the newest private job is a child of `frame`.
     #[inline(always)]
     pub(crate) fn has_private_child(&self, frame: *const Frame) -> bool {

@@ -14,8 +14,8 @@
 
 use std::any::TypeId;
 use std::cell::{Cell, UnsafeCell};
-use std::mem::{align_of, size_of, MaybeUninit};
-use std::ptr::NonNull;
+use std::mem::{align_of, offset_of, size_of, MaybeUninit};
+use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
 use crate::root::RootState;
@@ -54,12 +54,17 @@ pub(crate) struct Frame {
     /// aborted by that frame's own abort, only from further up; a job taken from elsewhere
     /// can be, which its record's spawn epoch shows.
     pub(crate) up: *const u8,
-    /// Bumped by `Context::abort`, which cancels every child spawned before.
-    pub(crate) abort_epoch: AtomicU32,
     /// Children of this task that left this thread's private stack other than by this task's
     /// own pops: published where thieves can take them, or run by an outer frame's wait. The
     /// task waits for exactly these at its sync. Only the thread running the task touches it.
     pub(crate) away: Cell<u32>,
+    /// Children of this task in the worker's list of orphans (see
+    /// [`Worker::orphan`](crate::worker::Worker::orphan)), whose outputs the frame drops when
+    /// it ends. Next to `away`, so that asking whether either is non-zero, as the end of every
+    /// frame does, may take one comparison.
+    pub(crate) orphans: Cell<u32>,
+    /// Bumped by `Context::abort`, which cancels every child spawned before.
+    pub(crate) abort_epoch: AtomicU32,
     /// Of the children `away`, those finished by other threads or by outer frames (always
     /// through [`finish_elsewhere`](crate::worker::finish_elsewhere)).
     pub(crate) stolen_done: AtomicU32,
@@ -70,6 +75,13 @@ pub(crate) struct Frame {
     pub(crate) depth: u32,
 }
 
+/// `away` and `orphans` fill an aligned word of a frame, which `Frame::is_settled` reads.
+const AWAY_AND_ORPHANS: () = {
+    assert!(offset_of!(Frame, away) % 8 == 0);
+    assert!(offset_of!(Frame, orphans) == offset_of!(Frame, away) + 4);
+    assert!(align_of::<Frame>() >= 8);
+};
+
 /// What a frame hangs under (see [`Frame::up`]).
 pub(crate) enum Above<'a> {
     Frame(&'a Frame),
@@ -77,6 +89,24 @@ pub(crate) enum Above<'a> {
 }
 
 impl Frame {
+    /// True if no child is away and none was orphaned: nothing keeps the frame from ending
+    /// at once but children left on the private stack.
+    #[inline(always)]
+    pub(crate) fn is_settled(&self) -> bool {
+        let () = AWAY_AND_ORPHANS;
+        // One load and one comparison for both counts, which the compiler does not merge.
+        // SAFETY: `away` and `orphans` are the halves of an aligned word of the frame (see
+        // `AWAY_AND_ORPHANS`), cells that only this thread reads or writes.
+        unsafe {
+            ptr::from_ref(self)
+                .cast::<u8>()
+                .add(offset_of!(Frame, away))
+                .cast::<u64>()
+                .read()
+                == 0
+        }
+    }
+
     /// What this frame hangs under.
     #[inline]
     pub(crate) fn above(&self) -> Above<'_> {

@@ -354,7 +354,7 @@ impl Worker {
         // The child's frame, if it wrote one, is ended here rather than in `run_inline`, which
         // keeps the executor of every job small.
         if cx.has_frame() {
-            cx.end_child();
+            cx.end_child(self, job);
         }
     }
 
@@ -411,19 +411,17 @@ impl Worker {
     pub(crate) fn orphan(&self, job: JobRef) {
         // SAFETY: only this thread uses the list, and no reference to it outlives a call.
         unsafe { (*self.orphans.get()).push(job) };
-    }
-
-    /// True if some frame on this thread has children whose handles were dropped early.
-    #[inline(always)]
-    pub(crate) fn has_orphans(&self) -> bool {
-        // SAFETY: as in `orphan`.
-        unsafe { !(*self.orphans.get()).is_empty() }
+        let frame = job
+            .parent()
+            .expect("a handle belongs to a child, which has a parent");
+        frame.orphans.set(frame.orphans.get() + 1);
     }
 
     /// Drops the outputs of the children of `frame`, which are all finished, whose handles
     /// were dropped before they finished.
     #[cold]
     pub(crate) fn drop_orphans_of(&self, frame: &Frame) {
+        frame.orphans.set(0);
         loop {
             // SAFETY: as in `orphan`; the borrow ends before the output's `Drop` (user code)
             // runs.
@@ -437,6 +435,13 @@ impl Worker {
             // SAFETY: the job is finished (its frame is ending), and its handle is gone.
             unsafe { drop_unclaimed(job, state, &self.sched) };
         }
+    }
+
+    /// True if the newest job of the private stack is the one that was below `job` when `job`
+    /// was pushed.
+    #[inline(always)]
+    pub(crate) fn top_was_below(&self, job: JobRef) -> bool {
+        self.deque.top_was_below(job)
     }
 
     /// True if the newest job of the private stack is a child of `frame`.

@@ -225,20 +225,25 @@ satin::register!(Dropper);
 
 #[test]
 fn unread_outputs_are_dropped_once() {
-    for threads in THREADS {
-        DROPPED.store(0, std::sync::atomic::Ordering::SeqCst);
-        let out = bounded("drops", move || {
-            Runtime::local()
-                .threads(threads)
-                .run(Dropper(30))
-                .map(|c| c.0)
-        });
-        assert_eq!(out.unwrap(), 30);
-        // 30 levels of 3 children each, plus the root's output.
-        assert_eq!(
-            DROPPED.load(std::sync::atomic::Ordering::SeqCst),
-            91,
-            "{threads} threads"
-        );
+    // With every spawn queued, every level but the root ends as a child popped by its
+    // parent's sync; with inlining, the deep ones run within their spawn.
+    for inlining in [satin::Inlining::OFF, satin::Inlining::DEFAULT] {
+        for threads in THREADS {
+            DROPPED.store(0, std::sync::atomic::Ordering::SeqCst);
+            let out = bounded("drops", move || {
+                Runtime::local()
+                    .threads(threads)
+                    .inlining(inlining)
+                    .run(Dropper(30))
+                    .map(|c| c.0)
+            });
+            assert_eq!(out.unwrap(), 30);
+            // 30 levels of 3 children each, plus the root's output.
+            assert_eq!(
+                DROPPED.load(std::sync::atomic::Ordering::SeqCst),
+                91,
+                "{inlining:?}, {threads} threads"
+            );
+        }
     }
 }

@@ -42,7 +42,8 @@ pub(crate) struct WorkerShared {
 
 /// Where a worker's thread keeps its [`Worker`]: next to the worker's signal word, so that
 /// the checks of every spawn and sync find the word at a fixed distance from the worker, with
-/// no pointer to load first (see [`Worker::signal`]). Only the worker's own thread touches it.
+/// no pointer to load first (see [`signal_changed`](crate::worker::signal_changed)). Only the
+/// worker's own thread touches it.
 pub(crate) struct WorkerSlot(UnsafeCell<MaybeUninit<Worker>>);
 
 // SAFETY: only the thread of the slot's worker reaches the worker in it (see `Worker::run`),

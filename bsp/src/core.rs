@@ -585,7 +585,7 @@ impl Bsp {
     }
 
     /// The error for what pid `src` wrote to the host board that this process cannot use.
-    fn board_error(&self, src: usize, reason: String) -> Error {
+    pub(crate) fn board_error(&self, src: usize, reason: String) -> Error {
         Error::Decode {
             pid: self.pid,
             superstep: self.superstep,
@@ -595,15 +595,16 @@ impl Bsp {
     }
 
     /// Writes this process's row of operation `call` on the host board without waiting for
-    /// the others: for an operation whose messages, which follow, wait for every process
-    /// anyway (see `all_to_all_into`).
+    /// the others, and returns its number: for an operation whose messages, which follow,
+    /// wait for every process anyway (see `all_to_all_into`), or that reads the others' rows
+    /// its own way ([`read_rows_as_they_come`](Bsp::read_rows_as_they_come)).
     pub(crate) fn post_on_board(
         &mut self,
         board: &Board,
         call: &crate::collective::Call,
         payload: &[u64],
-    ) -> Result<()> {
-        self.publish_row(board, call, payload, false).map(drop)
+    ) -> Result<u64> {
+        self.publish_row(board, call, payload, false)
     }
 
     /// Writes this process's row of operation `call` on the host board, once there is room
@@ -695,6 +696,20 @@ impl Bsp {
         rows: std::ops::Range<usize>,
         each: impl FnMut(usize, &[u64]) -> std::result::Result<(), String>,
     ) -> Result<u64> {
+        let b = self.publish_bulk(board, call, payload, bulk)?;
+        self.read_rows(board, call, b, payload, rows, each)?;
+        Ok(b)
+    }
+
+    /// The writing half of [`on_board_bulk`](Bsp::on_board_bulk): writes `payload` to this
+    /// process's row and `bulk` to its bulk half, and returns the operation's number.
+    pub(crate) fn publish_bulk(
+        &mut self,
+        board: &Board,
+        call: &crate::collective::Call,
+        payload: &[u64],
+        bulk: &[&[u8]],
+    ) -> Result<u64> {
         // A row's two bulk halves take turns: the one this operation writes was written two
         // operations ago at the latest, which every process must have finished reading.
         let before = board.next_op() - 1;
@@ -704,7 +719,6 @@ impl Bsp {
         board.begin_bulk();
         let b = self.publish_row(board, call, payload, false)?;
         board.fill(b, bulk);
-        self.read_rows(board, call, b, payload, rows, each)?;
         Ok(b)
     }
 
@@ -754,7 +768,6 @@ impl Bsp {
         rows: std::ops::Range<usize>,
         mut each: impl FnMut(usize, &[u64]) -> std::result::Result<(), String>,
     ) -> Result<()> {
-        let (seq, op, sig) = (call.seq, call.op, call.sig);
         let everyone = rows.len() == self.nprocs;
         let mut row = std::mem::take(&mut self.board_row);
         let mut wait = crate::net::BoardWait::new();
@@ -769,30 +782,98 @@ impl Bsp {
                 Ok(false) => self.board_wait(board, j, |bd| bd.arrived(j, b), call, &mut wait)?,
                 Err(why) => return Err(self.board_error(j, why)),
             }
-            let e = board
-                .read(j, b, &mut row)
-                .map_err(|why| self.board_error(j, why))?;
-            if (e.seq, e.op, e.sig) != (seq, op, sig) {
-                return Err(Error::CollectiveMismatch {
-                    pid: me,
-                    seq,
-                    mine: crate::collective::describe_call(op, sig),
-                    peer: j,
-                    theirs: format!(
-                        "called {} (operation #{})",
-                        crate::collective::describe_call(e.op, e.sig),
-                        e.seq
-                    ),
-                });
-            }
-            if e.held {
-                self.board_wait(board, j, |bd| bd.released(j, b), call, &mut wait)?;
-            }
+            self.take_row(board, call, (j, b), &mut row, &mut wait)?;
             each(j, &row).map_err(|why| self.board_error(j, why))?;
         }
         self.board_row = row;
         if everyone {
             board.all_reached(b);
+        }
+        Ok(())
+    }
+
+    /// [`read_rows`](Bsp::read_rows) of every other process's row, in the order the rows
+    /// come rather than in pid order, for an operation whose `each` may take the rows in any
+    /// order (an all-to-all): where the processes crowd the host, the first to come is read
+    /// (and acted on: `each` may read that writer's memory) while later ones wait for a
+    /// processor, where in pid order one process not yet running holds up every row after
+    /// its own. `each` gets this process too.
+    pub(crate) fn read_rows_as_they_come(
+        &mut self,
+        board: &Board,
+        call: &crate::collective::Call,
+        b: u64,
+        mut each: impl FnMut(&Self, usize, &[u64]) -> Result<()>,
+    ) -> Result<()> {
+        let mut row = std::mem::take(&mut self.board_row);
+        let mut wait = crate::net::BoardWait::new();
+        let me = self.pid;
+        let mut left: smallvec::SmallVec<[usize; 8]> =
+            (0..self.nprocs).filter(|&j| j != me).collect();
+        while let Some(&first) = left.first() {
+            let mut came = None;
+            for (i, &j) in left.iter().enumerate() {
+                match board.arrived(j, b) {
+                    Ok(true) => {
+                        came = Some(i);
+                        break;
+                    }
+                    Ok(false) => {}
+                    Err(why) => return Err(self.board_error(j, why)),
+                }
+            }
+            let Some(i) = came else {
+                // None has come: wait for any, napping (after the spin) on the first.
+                let ready = |bd: &Board| -> std::result::Result<bool, String> {
+                    for &j in &left {
+                        if bd.arrived(j, b)? {
+                            return Ok(true);
+                        }
+                    }
+                    Ok(false)
+                };
+                self.board_wait(board, first, ready, call, &mut wait)?;
+                continue;
+            };
+            let j = left.remove(i);
+            self.take_row(board, call, (j, b), &mut row, &mut wait)?;
+            each(self, j, &row)?;
+        }
+        self.board_row = row;
+        board.all_reached(b);
+        Ok(())
+    }
+
+    /// Reads `pid`'s row of board operation `b`, which has arrived, into `row`, after
+    /// checking that it is the same operation as `call`, and waits for its writer to release
+    /// it if it is held.
+    fn take_row(
+        &self,
+        board: &Board,
+        call: &crate::collective::Call,
+        (pid, b): (usize, u64),
+        row: &mut Vec<u64>,
+        wait: &mut crate::net::BoardWait,
+    ) -> Result<()> {
+        let (seq, op, sig) = (call.seq, call.op, call.sig);
+        let e = board
+            .read(pid, b, row)
+            .map_err(|why| self.board_error(pid, why))?;
+        if (e.seq, e.op, e.sig) != (seq, op, sig) {
+            return Err(Error::CollectiveMismatch {
+                pid: self.pid,
+                seq,
+                mine: crate::collective::describe_call(op, sig),
+                peer: pid,
+                theirs: format!(
+                    "called {} (operation #{})",
+                    crate::collective::describe_call(e.op, e.sig),
+                    e.seq
+                ),
+            });
+        }
+        if e.held {
+            self.board_wait(board, pid, |bd| bd.released(pid, b), call, wait)?;
         }
         Ok(())
     }

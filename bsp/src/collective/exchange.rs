@@ -33,6 +33,74 @@ const IN_MEMORY: u64 = u64::MAX;
 /// after another in the order of their destinations, its own left out: the lengths follow.
 const IN_BULK: u64 = u64::MAX - 1;
 
+/// What another process's row of an all-to-all on the host board holds for this one (see
+/// `Bsp::all_to_all_on_board`), its empty row (the messages) aside.
+enum AllToAllRow<'r, T> {
+    /// The vector itself, in the row.
+    InRow(&'r [T]),
+    /// The vector's length, and where it starts in the writer's bulk area, in bytes.
+    InBulk { n: usize, at: usize },
+    /// The vector's length and its address in the writer's memory.
+    InMemory { n: usize, addr: u64 },
+}
+
+impl<'r, T: Number> AllToAllRow<'r, T> {
+    /// Process `j`'s non-empty `row`, for process `me` of `p`; the error says what is wrong
+    /// with it.
+    fn parse(
+        row: &'r [u64],
+        (j, me, p): (usize, usize, usize),
+        bulk_capacity: usize,
+    ) -> std::result::Result<Self, String> {
+        let size = std::mem::size_of::<T>();
+        if row.first() == Some(&IN_BULK) {
+            let lens = row
+                .get(1..)
+                .filter(|l| l.len() == p)
+                .ok_or_else(|| format!("a row of {} words for {p} vectors", row.len()))?;
+            // The vectors for the pids below this one come first, the writer's own left out.
+            let mut at = 0usize;
+            for (d, &n) in lens[..me].iter().enumerate() {
+                if d != j {
+                    at = at.saturating_add((n as usize).saturating_mul(size));
+                }
+            }
+            let n = usize::try_from(lens[me]).unwrap_or(usize::MAX);
+            let end = n.saturating_mul(size).saturating_add(at);
+            if end > bulk_capacity {
+                return Err(format!("{n} {} at byte {at} of its bulk area", T::NAME));
+            }
+            return Ok(AllToAllRow::InBulk { n, at });
+        }
+        if row.first() == Some(&IN_MEMORY) {
+            if row.len() != 1 + 2 * p {
+                return Err(format!("a row of {} words for {p} vectors", row.len()));
+            }
+            let n = usize::try_from(row[1 + me]).unwrap_or(usize::MAX);
+            return Ok(AllToAllRow::InMemory {
+                n,
+                addr: row[1 + p + me],
+            });
+        }
+        let (lens, rest) = row
+            .split_at_checked(p)
+            .ok_or_else(|| format!("a row of {} words for {p} processes", row.len()))?;
+        let bytes: &[u8] = bytemuck::cast_slice(rest);
+        let mut from = 0usize;
+        for &n in &lens[..me] {
+            from = from.saturating_add((n as usize).saturating_mul(size));
+        }
+        let n = lens[me] as usize;
+        let end = from.saturating_add(n.saturating_mul(size));
+        let mine = bytes
+            .get(from..end)
+            .ok_or_else(|| format!("{n} {} past the end of its row", T::NAME))?;
+        let mine: &[T] = bytemuck::try_cast_slice(mine)
+            .map_err(|e| format!("{n} {} in its row: {e}", T::NAME))?;
+        Ok(AllToAllRow::InRow(mine))
+    }
+}
+
 impl Bsp {
     /// Every process sends `send[d]` to process `d` and gets back, at index `s`, what process
     /// `s` sent it (the seed's TotalExchangeInt, for any number type), with Bruck's algorithm.
@@ -160,7 +228,8 @@ impl Bsp {
     /// writes an empty row, which tells every process to take the messages instead; a
     /// process that wrote an empty row goes to the messages at once, whose exchange waits for
     /// every process anyway (so that every row has been read before it is written again).
-    /// Returns whether the board carried it.
+    /// The others take the rows in the order they come ([`Bsp::read_rows_as_they_come`]),
+    /// each writer's vector at once. Returns whether the board carried it.
     fn all_to_all_on_board<T: Number>(
         &mut self,
         board: &crate::board::Board,
@@ -206,73 +275,6 @@ impl Bsp {
                 at += b.len();
             }
         }
-        let mut everyone = true;
-        // The vectors this process reads from the others' memory: (pid, length, address);
-        // and from their bulk areas: (pid, length, offset in bytes).
-        let mut to_read: SmallVec<[(usize, usize, u64); 8]> = SmallVec::new();
-        let mut to_copy: SmallVec<[(usize, usize, usize); 8]> = SmallVec::new();
-        let each = |j: usize, row: &[u64]| -> std::result::Result<(), String> {
-            if row.is_empty() {
-                // Process j's vectors did not fit: messages for everyone.
-                everyone = false;
-            }
-            if !everyone {
-                return Ok(());
-            }
-            if j == me {
-                // This process's own vector, copied once its row is out: the others read
-                // the row (and from its memory or bulk) meanwhile.
-                recv[me].clear();
-                recv[me].extend_from_slice(&send[me]);
-                return Ok(());
-            }
-            if row.first() == Some(&IN_BULK) {
-                let lens = row
-                    .get(1..)
-                    .filter(|l| l.len() == p)
-                    .ok_or_else(|| format!("a row of {} words for {p} vectors", row.len()))?;
-                // The vectors for the pids below this one come first, the writer's own left out.
-                let mut at = 0usize;
-                for (d, &n) in lens[..me].iter().enumerate() {
-                    if d != j {
-                        at = at.saturating_add((n as usize).saturating_mul(size));
-                    }
-                }
-                let n = usize::try_from(lens[me]).unwrap_or(usize::MAX);
-                let end = n.saturating_mul(size).saturating_add(at);
-                if end > board.bulk_capacity() {
-                    return Err(format!("{n} {} at byte {at} of its bulk area", T::NAME));
-                }
-                to_copy.push((j, n, at));
-                return Ok(());
-            }
-            if row.first() == Some(&IN_MEMORY) {
-                if row.len() != 1 + 2 * p {
-                    return Err(format!("a row of {} words for {p} vectors", row.len()));
-                }
-                let n = usize::try_from(row[1 + me]).unwrap_or(usize::MAX);
-                to_read.push((j, n, row[1 + p + me]));
-                return Ok(());
-            }
-            let (lens, rest) = row
-                .split_at_checked(p)
-                .ok_or_else(|| format!("a row of {} words for {p} processes", row.len()))?;
-            let bytes: &[u8] = bytemuck::cast_slice(rest);
-            let mut from = 0usize;
-            for &n in &lens[..me] {
-                from = from.saturating_add((n as usize).saturating_mul(size));
-            }
-            let n = lens[me] as usize;
-            let end = from.saturating_add(n.saturating_mul(size));
-            let mine = bytes
-                .get(from..end)
-                .ok_or_else(|| format!("{n} {} past the end of its row", T::NAME))?;
-            let mine: &[T] = bytemuck::try_cast_slice(mine)
-                .map_err(|e| format!("{n} {} in its row: {e}", T::NAME))?;
-            recv[j].clear();
-            recv[j].extend_from_slice(mine);
-            Ok(())
-        };
         let b = if in_bulk {
             let parts: SmallVec<[&[u8]; 8]> = super::small_vec(
                 send.iter()
@@ -280,30 +282,59 @@ impl Bsp {
                     .filter(|&(d, _)| d != me)
                     .map(|(_, v)| bytemuck::cast_slice(&v[..])),
             );
-            self.on_board_bulk(board, call, &words, &parts, 0..p, each)?
+            self.publish_bulk(board, call, &words, &parts)?
         } else {
-            let b = board.next_op();
-            self.on_board(board, call, &words, each)?;
-            b
+            self.post_on_board(board, call, &words)?
         };
+        if !in_memory {
+            // This process's own vector, copied once its row is out: the others read the row
+            // (and from its bulk) meanwhile. From its memory, the others read while it copies
+            // its own vector last.
+            recv[me].clear();
+            recv[me].extend_from_slice(&send[me]);
+        }
+        let mut everyone = true;
+        // The processes whose memory this process read.
+        let mut read: SmallVec<[usize; 8]> = SmallVec::new();
+        // Each writer's vector for this process is taken as its row comes, whatever the
+        // order: where the processes crowd the host, the writers that run early are served
+        // (and acknowledged) early, rather than after every pid before theirs.
+        self.read_rows_as_they_come(board, call, b, |this, j, row| {
+            if row.is_empty() {
+                // Process j's vectors did not fit: messages for everyone. What was taken
+                // already is taken again from them (see `all_to_all_into`).
+                everyone = false;
+            }
+            if !everyone {
+                return Ok(());
+            }
+            let parsed = AllToAllRow::<T>::parse(row, (j, me, p), board.bulk_capacity())
+                .map_err(|why| this.board_error(j, why))?;
+            recv[j].clear();
+            match parsed {
+                AllToAllRow::InRow(mine) => recv[j].extend_from_slice(mine),
+                AllToAllRow::InBulk { n, at } => {
+                    recv[j].resize(n, T::default());
+                    let dst = bytemuck::cast_slice_mut(&mut recv[j][..]);
+                    this.bulk_from(board, call, (j, b), at, dst)?;
+                }
+                AllToAllRow::InMemory { n, addr } => {
+                    this.pull_append(board, (j, b), addr, n, &mut recv[j])?;
+                    read.push(j);
+                }
+            }
+            Ok(())
+        })?;
         if !everyone {
             return Ok(false);
         }
-        for &(j, n, addr) in &to_read {
-            recv[j].clear();
-            self.pull_append(board, (j, b), addr, n, &mut recv[j])?;
-        }
-        for (j, n, at) in to_copy {
-            recv[j].clear();
-            recv[j].resize(n, T::default());
-            let dst = bytemuck::cast_slice_mut(&mut recv[j][..]);
-            self.bulk_from(board, call, (j, b), at, dst)?;
-        }
         if in_memory {
+            recv[me].clear();
+            recv[me].extend_from_slice(&send[me]);
             // Every other process reads its vector from this one's memory.
             self.wait_acks(board, call, b, p as u64 - 1)?;
         }
-        self.confirm_reads(board, call, b, to_read.iter().map(|r| r.0))?;
+        self.confirm_reads(board, call, b, read)?;
         Ok(true)
     }
 

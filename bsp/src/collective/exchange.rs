@@ -37,11 +37,11 @@ const IN_BULK: u64 = u64::MAX - 1;
 /// `Bsp::all_to_all_on_board`), its empty row (the messages) aside.
 enum AllToAllRow<'r, T> {
     /// The vector itself, in the row.
-    InRow(&'r [T]),
+    Inline(&'r [T]),
     /// The vector's length, and where it starts in the writer's bulk area, in bytes.
-    InBulk { n: usize, at: usize },
+    Bulk { n: usize, at: usize },
     /// The vector's length and its address in the writer's memory.
-    InMemory { n: usize, addr: u64 },
+    Memory { n: usize, addr: u64 },
 }
 
 impl<'r, T: Number> AllToAllRow<'r, T> {
@@ -70,14 +70,14 @@ impl<'r, T: Number> AllToAllRow<'r, T> {
             if end > bulk_capacity {
                 return Err(format!("{n} {} at byte {at} of its bulk area", T::NAME));
             }
-            return Ok(AllToAllRow::InBulk { n, at });
+            return Ok(AllToAllRow::Bulk { n, at });
         }
         if row.first() == Some(&IN_MEMORY) {
             if row.len() != 1 + 2 * p {
                 return Err(format!("a row of {} words for {p} vectors", row.len()));
             }
             let n = usize::try_from(row[1 + me]).unwrap_or(usize::MAX);
-            return Ok(AllToAllRow::InMemory {
+            return Ok(AllToAllRow::Memory {
                 n,
                 addr: row[1 + p + me],
             });
@@ -97,7 +97,7 @@ impl<'r, T: Number> AllToAllRow<'r, T> {
             .ok_or_else(|| format!("{n} {} past the end of its row", T::NAME))?;
         let mine: &[T] = bytemuck::try_cast_slice(mine)
             .map_err(|e| format!("{n} {} in its row: {e}", T::NAME))?;
-        Ok(AllToAllRow::InRow(mine))
+        Ok(AllToAllRow::Inline(mine))
     }
 }
 
@@ -312,13 +312,13 @@ impl Bsp {
                 .map_err(|why| this.board_error(j, why))?;
             recv[j].clear();
             match parsed {
-                AllToAllRow::InRow(mine) => recv[j].extend_from_slice(mine),
-                AllToAllRow::InBulk { n, at } => {
+                AllToAllRow::Inline(mine) => recv[j].extend_from_slice(mine),
+                AllToAllRow::Bulk { n, at } => {
                     recv[j].resize(n, T::default());
                     let dst = bytemuck::cast_slice_mut(&mut recv[j][..]);
                     this.bulk_from(board, call, (j, b), at, dst)?;
                 }
-                AllToAllRow::InMemory { n, addr } => {
+                AllToAllRow::Memory { n, addr } => {
                     this.pull_append(board, (j, b), addr, n, &mut recv[j])?;
                     read.push(j);
                 }

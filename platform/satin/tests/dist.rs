@@ -366,13 +366,38 @@ impl Task for Wide {
 }
 satin::register!(Wide);
 
+/// The root of a [`Wide`] tree that keeps its two halves on offer, without running either,
+/// until one of them has finished: on a master of one thread, only another node can run it,
+/// so that a megabyte output surely moves between the nodes, however busy the machine.
+#[derive(Serialize, Deserialize)]
+struct WideOffered(Wide);
+
+impl Task for WideOffered {
+    type Output = Vec<u64>;
+    fn run(self, cx: &mut Context) -> Vec<u64> {
+        let [a, b] = self.0.children();
+        let a = cx.spawn(a);
+        let b = cx.spawn(b);
+        let deadline = Instant::now() + LIMIT;
+        while !cx.is_aborted() && !a.is_ready() && !b.is_ready() {
+            assert!(Instant::now() < deadline, "no other node ran a half");
+            // Publishes the halves when a steal request is up.
+            cx.work_wanted();
+            std::thread::yield_now();
+        }
+        cx.sync();
+        Wide::combine(a.take(), b.take())
+    }
+}
+satin::register!(WideOffered);
+
 #[test]
 fn megabyte_outputs_move_between_stealing_nodes() {
     let root = Wide { depth: 6, seed: 3 };
     let expect = root.sequential();
     let reports = on_nodes(Layout::new(Driver::Tcp, 2, 1), move |ibis| {
-        let rt = Runtime::in_pool(ibis).threads(2).steal(Steal::Random);
-        let out = rt.run(root).expect("the run");
+        let rt = Runtime::in_pool(ibis).threads(1).steal(Steal::Random);
+        let out = rt.run(WideOffered(root)).expect("the run");
         (out, rt.stats())
     });
     let outputs: Vec<_> = reports.iter().filter_map(|r| r.0.as_ref()).collect();

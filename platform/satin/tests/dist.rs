@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::tasks::{queens, Fib, Nop, RandomTree, Sleepy, SplitOnDemand};
-use common::{fib, on_nodes, on_nodes_until, Layout, LIMIT};
+use common::{fib, offer_until, on_nodes, on_nodes_until, Layout, LIMIT};
 use ipl::Driver;
 use satin::{Context, Error, Runtime, Stats, Steal, Task};
 use serde::{Deserialize, Serialize};
@@ -378,13 +378,9 @@ impl Task for WideOffered {
         let [a, b] = self.0.children();
         let a = cx.spawn(a);
         let b = cx.spawn(b);
-        let deadline = Instant::now() + LIMIT;
-        while !cx.is_aborted() && !a.is_ready() && !b.is_ready() {
-            assert!(Instant::now() < deadline, "no other node ran a half");
-            // Publishes the halves when a steal request is up.
-            cx.work_wanted();
-            std::thread::yield_now();
-        }
+        offer_until(cx, LIMIT, "no other node ran a half", || {
+            a.is_ready() || b.is_ready()
+        });
         cx.sync();
         Wide::combine(a.take(), b.take())
     }

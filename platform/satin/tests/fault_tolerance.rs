@@ -598,15 +598,6 @@ fn two_processes_joining_a_running_run_of_two_take_stolen_work() {
     eprintln!("join: {:?}", out.stats);
 }
 
-/// Removes the churn test's gate file however the test ends.
-struct Gate(std::path::PathBuf);
-
-impl Drop for Gate {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 /// What the churn test has seen of its pool so far: each slot's rank, how many parts each
 /// rank has started, and the lines that `collect` reads later.
 #[derive(Default)]
@@ -673,10 +664,10 @@ fn a_run_through_joins_a_leave_a_kill_and_a_late_join_stays_exact() {
     // A part of fib(31) takes tens of milliseconds in a debug build, so that a kill soon
     // after one starts finds it unfinished; a round is 8 of them.
     let (parts, n, threshold) = (8, 31, 22);
-    let pool = common::processes::unique_pool("churn-gate");
-    let gate = Gate(std::env::temp_dir().join(pool));
-    let _ = std::fs::remove_file(&gate.0);
-    let task = format!("rounds {parts} {n} {threshold} {}", gate.0.display());
+    // In a scratch directory of its own, removed however the test ends.
+    let scratch = testkit::scratch_dir("satin-churn-gate");
+    let gate = scratch.path().join("gate");
+    let task = format!("rounds {parts} {n} {threshold} {}", gate.display());
     let mut p = start_pool("churn", 3, &task, deadline);
     let mut w = Watch {
         rank_of: vec![Some(0), Some(1), Some(2)],
@@ -735,7 +726,7 @@ fn a_run_through_joins_a_leave_a_kill_and_a_late_join_stays_exact() {
     });
     let late_rank = w.rank(late).unwrap();
 
-    std::fs::write(&gate.0, b"").expect("open the gate");
+    std::fs::write(&gate, b"").expect("open the gate");
     p.put_back(std::mem::take(&mut w.keep));
     // Every process but the victim prints its statistics, the leaver among them.
     let survivors = p.children.len() - 1;

@@ -409,14 +409,10 @@ fn a_kept_result_its_task_refuses_is_computed_instead() {
 fn offer<T: Task>(cx: &mut Context, child: T, queued: &AtomicBool) -> Option<T::Output> {
     let handle = cx.spawn(child);
     queued.store(true, Ordering::SeqCst);
-    let start = Instant::now();
-    while !cx.is_aborted() && !handle.is_ready() {
-        assert!(start.elapsed() < Duration::from_secs(30), "no output came");
-        // Exposes the child when a steal is asked for.
-        cx.work_wanted();
-        thread::yield_now();
-    }
-    if cx.is_aborted() {
+    let came = common::offer_until(cx, Duration::from_secs(30), "no output came", || {
+        handle.is_ready()
+    });
+    if !came {
         cx.sync();
         return None;
     }

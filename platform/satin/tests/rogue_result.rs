@@ -9,9 +9,7 @@
 
 mod common;
 
-use std::time::Instant;
-
-use common::{on_nodes, Layout, LIMIT};
+use common::{offer_until, on_nodes, Layout, LIMIT};
 use ipl::Driver;
 use satin::{Context, Error, Inlining, Runtime, Task};
 use serde::{Deserialize, Serialize, Serializer};
@@ -104,14 +102,9 @@ impl Task for Lure {
     fn run(self, cx: &mut Context) -> u64 {
         let want = 2;
         let bait = cx.spawn(Bait { mode: self.0, want });
-        let deadline = Instant::now() + LIMIT;
-        while !cx.is_aborted() && !bait.is_ready() {
-            assert!(Instant::now() < deadline, "the run did not fail in time");
-            // Publishes the bait when a steal request is up.
-            cx.work_wanted();
-            std::thread::yield_now();
-        }
-        if cx.is_aborted() {
+        if !offer_until(cx, LIMIT, "the run did not fail in time", || {
+            bait.is_ready()
+        }) {
             cx.sync();
             return 0;
         }

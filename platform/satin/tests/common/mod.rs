@@ -7,11 +7,29 @@ pub mod tasks;
 
 use std::sync::mpsc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Every test gives up after this long instead of hanging the suite (under Miri, which runs
 /// them thousands of times slower, after an hour).
 pub const LIMIT: Duration = Duration::from_secs(if cfg!(miri) { 3600 } else { 60 });
+
+/// Keeps what the running task has queued on offer to thieves, publishing it whenever a steal
+/// request is up, without running it, until `done` holds or the run is aborted; fails the
+/// test with `what` after `limit`. Returns false if the run was aborted.
+pub fn offer_until(
+    cx: &satin::Context,
+    limit: Duration,
+    what: &str,
+    done: impl Fn() -> bool,
+) -> bool {
+    let deadline = Instant::now() + limit;
+    while !cx.is_aborted() && !done() {
+        assert!(Instant::now() < deadline, "{what}");
+        cx.work_wanted();
+        thread::yield_now();
+    }
+    !cx.is_aborted()
+}
 
 /// Runs `f` on its own thread and returns its result, or fails the test if it takes longer
 /// than [`LIMIT`]. A panic in `f` fails the test with the same message.

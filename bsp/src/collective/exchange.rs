@@ -286,13 +286,10 @@ impl Bsp {
         } else {
             self.post_on_board(board, call, &words)?
         };
-        if !in_memory {
-            // This process's own vector, copied once its row is out: the others read the row
-            // (and from its bulk) meanwhile. From its memory, the others read while it copies
-            // its own vector last.
-            recv[me].clear();
-            recv[me].extend_from_slice(&send[me]);
-        }
+        // This process's own vector, copied once its row is out: the others read the row (and
+        // from its bulk or memory) meanwhile.
+        recv[me].clear();
+        recv[me].extend_from_slice(&send[me]);
         let mut everyone = true;
         // The processes whose memory this process read.
         let mut read: SmallVec<[usize; 8]> = SmallVec::new();
@@ -329,8 +326,6 @@ impl Bsp {
             return Ok(false);
         }
         if in_memory {
-            recv[me].clear();
-            recv[me].extend_from_slice(&send[me]);
             // Every other process reads its vector from this one's memory.
             self.wait_acks(board, call, b, p as u64 - 1)?;
         }

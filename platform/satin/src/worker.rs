@@ -73,8 +73,8 @@ pub(crate) struct Worker {
 
 impl Worker {
     /// Runs worker `index` on this thread until the scheduler shuts down: the worker lives in
-    /// its slot (see [`WorkerSlot`]) meanwhile, and nowhere
-    /// else, which [`signal_changed`] relies on.
+    /// its slot (see [`WorkerSlot`]) meanwhile, and nowhere else, which [`signal_changed`]
+    /// relies on.
     pub(crate) fn run(index: usize, sched: Arc<Scheduler>, public: Public<JobRef>) {
         // A pointer to the whole `WorkerShared`, not to its slot alone, so that the worker's
         // address in contexts reaches the signal word too.
@@ -248,9 +248,8 @@ impl Worker {
         self.deque.pop_private_child(frame)
     }
 
-    /// The worker's signal word (see [`Signal`]). The checks of
-    /// every spawn and sync find it through their context instead (see
-    /// [`Context::signal_changed`]).
+    /// The worker's signal word (see [`Signal`]). The checks of every spawn and sync find it
+    /// through their context instead (see [`Context::signal_changed`]).
     #[inline(always)]
     pub(crate) fn signal(&self) -> u64 {
         self.shared().publish_request.word().load(Ordering::Acquire)

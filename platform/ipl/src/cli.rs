@@ -94,11 +94,11 @@ impl Drop for ClaimedFile {
 /// before more than `max` bytes are read: a device such as `/dev/zero` would be read until
 /// memory ran out, and a pipe without a writer would never open. The error's kind tells the
 /// cases apart for callers that word them their own way: [`InvalidInput`] for what is not a
-/// regular file, [`FileTooLarge`] for a file over the bound (or one that grew past it while
-/// it was read), the system's own kinds for the rest.
+/// regular file, [`InvalidData`] for a file over the bound (or one that grew past it while it
+/// was read), and the system's errors as they come.
 ///
 /// [`InvalidInput`]: std::io::ErrorKind::InvalidInput
-/// [`FileTooLarge`]: std::io::ErrorKind::InvalidData
+/// [`InvalidData`]: std::io::ErrorKind::InvalidData
 pub fn read_bounded_file(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     use std::io::{Error, ErrorKind, Read};
     use std::os::unix::fs::OpenOptionsExt;

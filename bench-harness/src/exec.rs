@@ -128,39 +128,39 @@ pub struct Outcome {
 /// and [`run_captured`] drops what comes before.
 pub const KEPT_OUTPUT: usize = 16 << 20;
 
-/// Drops the partial line `bytes` starts with, its newline included.
-fn drop_partial_line(bytes: &mut Vec<u8>) {
-    let end = bytes
-        .iter()
-        .position(|&b| b == b'\n')
-        .map_or(bytes.len(), |nl| nl + 1);
-    bytes.drain(..end);
+/// The last `max` bytes of `bytes`, from the start of a line when that cuts anything off: the
+/// byte before them tells whether their first line is whole, and a partial one is dropped.
+fn line_tail(mut bytes: Vec<u8>, max: usize) -> Vec<u8> {
+    if bytes.len() <= max {
+        return bytes;
+    }
+    let cut = bytes.len() - max;
+    let from = if bytes[cut - 1] == b'\n' {
+        cut
+    } else {
+        bytes[cut..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(bytes.len(), |nl| cut + nl + 1)
+    };
+    bytes.drain(..from);
+    bytes
 }
 
-/// The end of the file at `p`: all of it, or its last `max` bytes from a line's start. Only
-/// that much is read.
+/// The end of the file at `p`, as [`line_tail`] keeps it. Only that much is read, and the
+/// byte before it.
 fn read_tail(p: &Path, max: usize) -> std::io::Result<String> {
     use std::io::{Seek, SeekFrom};
     let mut f = File::open(p)?;
     let len = f.metadata()?.len();
-    // One byte more than kept, so that a cut at a line's start is seen as one.
     let from = len.saturating_sub(max as u64 + 1);
     f.seek(SeekFrom::Start(from))?;
     let mut bytes = Vec::new();
     f.take(max as u64 + 1).read_to_end(&mut bytes)?;
-    if from == 0 && bytes.len() <= max {
-        return Ok(String::from_utf8_lossy(&bytes).into_owned());
-    }
-    // The byte before the kept ones tells whether the first kept line is whole.
-    let whole_first = bytes.first() == Some(&b'\n');
-    bytes.remove(0);
-    if !whole_first {
-        drop_partial_line(&mut bytes);
-    }
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
+    Ok(String::from_utf8_lossy(&line_tail(bytes, max)).into_owned())
 }
 
-/// Reads `r` to its end, keeping only its last `max` bytes as [`read_tail`] does: a child
+/// Reads `r` to its end, keeping only its end as [`line_tail`] does: a child
 /// writing without end is drained (it never blocks on a full pipe) in bounded memory.
 fn drain_tail(mut r: impl Read, max: usize) -> String {
     let mut kept = Vec::new();
@@ -179,14 +179,7 @@ fn drain_tail(mut r: impl Read, max: usize) -> String {
             Err(_) => break,
         }
     }
-    if kept.len() > max {
-        let whole_first = kept[kept.len() - max - 1] == b'\n';
-        kept.drain(..kept.len() - max);
-        if !whole_first {
-            drop_partial_line(&mut kept);
-        }
-    }
-    String::from_utf8_lossy(&kept).into_owned()
+    String::from_utf8_lossy(&line_tail(kept, max)).into_owned()
 }
 
 fn spawn(cmd: &CommandLine, stdout: Stdio, stderr: Stdio) -> Result<Child> {

@@ -69,6 +69,8 @@ fn child_process_entry() {
     let Ok(role) = std::env::var("IPL_TEST_ROLE") else {
         return;
     };
+    // RUST_LOG, where the test passes one, shows what the driver did.
+    let _log = ipl::trace::init("warn", None).unwrap_or_else(|e| panic!("logging: {e}"));
     let cfg = Config::from_env().unwrap_or_else(|e| panic!("config: {e}"));
     assert_eq!(cfg.driver, Driver::Mpi);
     let ibis = Ibis::join(cfg).unwrap_or_else(|e| panic!("join: {e}"));
@@ -78,6 +80,7 @@ fn child_process_entry() {
         "ports" => ports(&ibis, &all),
         "kill" => kill(&ibis, &all),
         "words" => words(&ibis, &all),
+        "direct" => direct(&ibis, &all),
         other => panic!("unknown role {other}"),
     }
     let end = Instant::now();
@@ -472,6 +475,68 @@ fn words(ibis: &Ibis, all: &[NodeId]) {
     println!("rank {me}: words ok");
 }
 
+/// Large borrowed parts between 2 ranks, every byte checked: each way in turn on one pair of
+/// connections, with the receiver reading each message as it comes; then, on a fresh pair
+/// (whose first large pieces go from the sender's memory at once), both ranks sending before
+/// either reads, which completes only if each process takes the other's pieces when asked:
+/// each rank waits in its own send until then.
+fn direct(ibis: &Ibis, all: &[NodeId]) {
+    const LEN: usize = 300_000;
+    const EACH_WAY: u64 = 20;
+    const CROSSED: u64 = 4;
+    let me = ibis.id().rank() as usize;
+    let other = &all[1 - me];
+    let one = ty(Connection::OneToOne);
+    let rp = ibis.receive_port(&one, "direct").expect("port");
+    let crossed = ibis.receive_port(&one, "crossed").expect("port");
+    barrier(ibis, all, "direct ports");
+    let sp = ibis.send_port(&one).expect("send port");
+    sp.connect(other, "direct").expect("connect");
+    // Message k from rank r: made before it is sent or checked, so that a reader is back in
+    // its receive at once.
+    let body = |k: u64, r: usize| pattern(k * 2 + r as u64, LEN);
+    let send = |sp: &ipl::SendPort, k: u64, body: &[u8]| {
+        let mut w = sp.message();
+        w.write_u64(k);
+        w.write_bytes(body);
+        w.write_u32(7);
+        w.finish().expect("send");
+    };
+    let receive = |rp: &ipl::ReceivePort, k: u64, want: &[u8]| {
+        let mut r = rp.receive_timeout(WAIT).expect("message");
+        assert_eq!(r.read_u64().unwrap(), k);
+        assert!(r.read_bytes().unwrap() == want, "message {k}");
+        assert_eq!(r.read_u32().unwrap(), 7);
+        r.finish();
+    };
+    for from in 0..2 {
+        let bodies: Vec<Vec<u8>> = (0..EACH_WAY).map(|k| body(k, from)).collect();
+        barrier(ibis, all, &format!("direct from {from}"));
+        for (k, b) in bodies.iter().enumerate() {
+            if me == from {
+                send(&sp, k as u64, b);
+            } else {
+                receive(&rp, k as u64, b);
+            }
+        }
+    }
+    let mine: Vec<Vec<u8>> = (0..CROSSED).map(|k| body(k + 100, me)).collect();
+    let theirs: Vec<Vec<u8>> = (0..CROSSED).map(|k| body(k + 100, 1 - me)).collect();
+    let sp2 = ibis.send_port(&one).expect("send port");
+    sp2.connect(other, "crossed").expect("connect");
+    barrier(ibis, all, "direct crossed");
+    for (k, b) in mine.iter().enumerate() {
+        send(&sp2, k as u64, b);
+    }
+    for (k, b) in theirs.iter().enumerate() {
+        receive(&crossed, k as u64, b);
+    }
+    barrier(ibis, all, "direct done");
+    drop(sp);
+    drop(sp2);
+    println!("rank {me}: direct ok");
+}
+
 /// Runs `role` on 2, 3 and 4 ranks; each rank must say "rank R: `role` ok".
 fn on_2_3_and_4_ranks(role: &str) {
     for n in [2, 3, 4] {
@@ -491,6 +556,52 @@ fn on_2_3_and_4_ranks(role: &str) {
 #[test]
 fn the_word_channel_between_every_pair_of_2_3_and_4_ranks() {
     on_2_3_and_4_ranks("words");
+}
+
+/// Sends of large borrowed parts go from the sender's memory while the receiver reads them as
+/// they come, and two ranks that both send before they read do not wait for each other: the
+/// driver's log at each connection's close says how the pieces went.
+#[test]
+fn large_parts_go_from_the_senders_memory_and_crossed_sends_complete() {
+    let Some((mut cmd, ranks)) = testkit::mpirun(
+        "direct",
+        2,
+        &["IPL_TEST_ROLE", "IPL_DRIVER", "RUST_BACKTRACE", "RUST_LOG"],
+    ) else {
+        return;
+    };
+    cmd.env("RUST_LOG", "ipl::transport::mpi=debug,warn");
+    let (ok, out, err) = run_launched(cmd, ranks, "direct");
+    assert!(ok, "mpirun -n 2: failed\n{out}\n{err}");
+    for r in 0..2 {
+        assert!(
+            out.contains(&format!("rank {r}: direct ok")),
+            "{out}\n{err}"
+        );
+    }
+    // "... closes: D large pieces sent from the caller's memory, C copied, T times ..."
+    let counts: Vec<[u64; 3]> = err
+        .lines()
+        .filter_map(|l| l.split_once("closes: ").map(|(_, rest)| rest))
+        .filter(|rest| rest.contains("large pieces"))
+        .map(|rest| {
+            let n: Vec<u64> = rest
+                .split(|c: char| !c.is_ascii_digit())
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            [n[0], n[1], n[2]]
+        })
+        .collect();
+    // Each rank's two connections to the other, in the order they close: "direct", then
+    // "crossed" (the barriers' connections send small messages only).
+    let big: Vec<_> = counts.iter().filter(|c| c[0] + c[1] > 0).collect();
+    assert_eq!(big.len(), 4, "{counts:?}\n{err}");
+    // Each connection sent large pieces from the sender's memory.
+    assert!(big.iter().all(|c| c[0] >= 2), "{counts:?}");
+    // The crossed sends made each receiving process take pieces.
+    let took = big.iter().filter(|c| c[2] >= 1).count();
+    assert!(took >= 2, "{counts:?}");
+    println!("large pieces sent from memory, copied, taken: {big:?}");
 }
 
 #[test]

@@ -1251,9 +1251,10 @@ mod over_mpi {
 
     /// Raw MPI: `first` sends `messages` 100 KB messages of `payload` (the bytes ipl's sender
     /// sends) and waits for a 1-byte acknowledgement; returns MB/s. With `refill`, the sender
-    /// copies the message into its send buffer before each send, as ipl's sender copies a
-    /// message into a buffer of its own: the difference between the two raw figures is what
-    /// that copy costs MPI's transfer.
+    /// copies the message into its send buffer before each send, as ipl's sender copies a large
+    /// part into a buffer of its own where it cannot send it from the caller's memory (a
+    /// receiver out of step, or a job that outlives dead ranks): the difference between the two
+    /// raw figures is what that copy costs MPI's transfer.
     ///
     /// The buffers are written before the first send. A zeroed allocation that was never
     /// written (`vec![0; n]`) is backed by the kernel's one shared zero page until written, so
@@ -1448,10 +1449,11 @@ mod over_mpi {
                     median(ipl_t.clone()),
                     ratio(&ipl_t, &raw_t).unwrap_or(f64::NAN)
                 );
-                // Not the headline: this reference makes the target easier. It shows how much
-                // of the gap is the copy ipl's sender makes before MPI sends.
+                // Not the headline: this reference makes the target easier. It shows what a
+                // copy before each send costs, which ipl's sender makes only where it cannot
+                // send a large part from the caller's memory.
                 println!(
-                    "  raw MPI refilling its send buffer before each send, as ipl's sender copies: {:.0} MB/s, ipl/that {:.2}",
+                    "  raw MPI refilling its send buffer before each send (a copy per message): {:.0} MB/s, ipl/that {:.2}",
                     median(refill_t.clone()),
                     ratio(&ipl_t, &refill_t).unwrap_or(f64::NAN)
                 );

@@ -14,12 +14,25 @@
 //! (no probe and no second copy out of MPI's queue of unexpected messages). An empty message on
 //! the data tag ends the stream.
 //!
-//! Sends are non-blocking sends of copies (small frames in buffers of their own, pieces in
-//! buffers the sink reuses), so that a send port never waits for a receiver that is not
-//! reading, up to a window of [`WINDOW`] bytes that the receiver has not confirmed: it confirms
-//! what it has read every [`ACK_EVERY`] bytes, on the connection's back tag. That bounds what a
-//! receiver that does not read holds in MPI's queue of unexpected messages, as a socket's
-//! buffers bound a tcp connection.
+//! Small frames and small pieces are sent as copies (small frames in buffers of their own,
+//! pieces in buffers the sink reuses), so that a send port never waits for a receiver that is
+//! not reading, up to a window of [`WINDOW`] bytes that the receiver has not confirmed: it
+//! confirms what it has read every [`ACK_EVERY`] bytes, on the connection's back tag. That
+//! bounds what a receiver that does not read holds in MPI's queue of unexpected messages, as a
+//! socket's buffers bound a tcp connection.
+//!
+//! Large pieces of parts the caller lends ([`DIRECT_PIECE`] and more) go from the caller's
+//! memory, as MPI's own rendezvous sends them, while the connection is *in step*: the send
+//! returns once MPI is done with the memory. A connection starts in step and stays so while its
+//! receiver takes such sends as they come; a receiver doing something else (sending to this
+//! rank, say) is asked to take them anyway: its process's progress thread receives them into
+//! memory of its own, where the stream reads them later ([`Taken`]), so a sender waits for the
+//! receiving process, never for a receiver that does not read. After two such sends in a row
+//! the connection is out of step: large pieces are copied, unless the receiver says, from a
+//! read straight into its memory, that it waits for the next one (a 16-byte word on the back
+//! tag, see [`MpiSink::receiver_waits`]); that word puts it in step again, and so does a while
+//! of copies. Where the job outlives ranks that die (`mpirun --enable-recovery`), a send to a
+//! dead rank would never complete: there every piece is copied.
 
 use super::raw::{self, Request};
 use super::{Watch, World};
@@ -52,6 +65,39 @@ const PIECE: usize = 256 * 1024;
 const LARGE_PART: usize = 16 * 1024;
 /// The largest MPI message a receiver takes: a piece of a body, or a small frame.
 pub(super) const MAX_PIECE: usize = 256 * 1024 + HEADER_LEN;
+/// Pieces at least this long are sent from the caller's memory, without a copy, when the
+/// receiver has said that it waits for them in a read straight into its own memory (see
+/// [`MpiSink::receiver_waits`]); shorter ones cost less to copy than the wait for that word.
+const DIRECT_PIECE: usize = 64 * 1024;
+/// How long a sink looks for the receiver's word that it waits for a large piece before it
+/// copies the piece: a few one-way trips of the transport (the frame's header there, the word
+/// back), less than the copy of such a piece costs.
+const READY_WAIT: Duration = Duration::from_micros(6);
+/// How long a sink waits for a send from its caller's memory to complete before it asks the
+/// receiving process to take the bytes into memory of its own (see [`complete_direct`]), on
+/// top of the time the bytes take at [`CATCH_UP_BYTES_PER_NS`]: time for a receiver parked in
+/// a receive to be woken and to make room for the bytes (a fresh buffer's page faults), which
+/// is less than what asking the receiving process costs (its progress thread may sleep up to
+/// 2 ms).
+const TAKE_WAIT: Duration = Duration::from_micros(250);
+/// How many sends in a row the receiving process had to take before a sink is out of step
+/// (one may be chance: the receiver was still busy with something else).
+const TAKEN_IN_A_ROW: u32 = 2;
+/// How long a sink waits for a send from its caller's memory once it has asked the receiving
+/// process to take it, before it takes that process for broken (see [`complete_direct`]).
+const TAKEN_WAIT: Duration = Duration::from_secs(30);
+/// The rate at which a sink expects a receiver that is behind to catch up, reading straight
+/// into its memory, in bytes per nanosecond (a tenth to a fifth of what a copy between
+/// processors of one host goes at).
+const CATCH_UP_BYTES_PER_NS: u64 = 2;
+/// The longest a sink waits for a receiver that is behind to catch up.
+const CATCH_UP_WAIT: Duration = Duration::from_millis(1);
+/// How many waits in a row that end without the word make the sink only look (not wait) for
+/// the next [`LOOKS_ONLY`] large pieces: a receiver that reads late does not cost each piece a
+/// wait.
+const MISSED_IN_A_ROW: u32 = 3;
+/// See [`MISSED_IN_A_ROW`].
+const LOOKS_ONLY: u32 = 63;
 /// How long closing a connection waits for its last sends.
 const CLOSE_WAIT: Duration = Duration::from_secs(10);
 /// Sends a sink or stream keeps in flight before it waits for the oldest (small messages
@@ -242,6 +288,24 @@ pub(super) struct MpiSink {
     pub(super) eager: Vec<u8>,
     /// How the pieces of large parts are copied into the piece buffers.
     pub(super) copying: PieceCopy,
+    /// The receiver's last word that it waits in a read straight into its memory: the byte of
+    /// the connection it waits for, and how many bytes that read takes.
+    pub(super) waiting: Option<(u64, u64)>,
+    /// How long the sink waits for that word before it copies a large piece.
+    pub(super) patience: Patience,
+    /// Sends from the caller's memory in flight (empty between calls).
+    pub(super) direct: Vec<Request>,
+    /// The receiver took the last large pieces as they came (or a connection starts so): the
+    /// next ones go from the caller's memory at once, without waiting for its word (see
+    /// [`MpiSink::send_direct`]).
+    pub(super) in_step: bool,
+    /// Sends from the caller's memory that the receiving process had to take, in a row.
+    pub(super) taken_in_a_row: u32,
+    /// Bytes sent on the bulk tag (the receiving process counts what it took from there).
+    pub(super) bulk_sent: u64,
+    /// Large pieces sent from the caller's memory, pieces copied, and sends from the caller's
+    /// memory the receiving process was asked to take (logged when the connection closes).
+    pub(super) counts: [u64; 3],
 }
 
 /// How far a large frame has come.
@@ -275,19 +339,33 @@ impl MpiSink {
         let mut got = false;
         while let Some(m) = raw::improbe(self.dest, self.back_tag)? {
             let len = m.len;
-            let v = m.receive_vec()?;
-            let Ok(b) = <[u8; 8]>::try_from(v.as_slice()) else {
+            let mut b = [0u8; 16];
+            if len != 8 && len != 16 {
+                let _ = m.receive_vec();
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
-                    format!("a read confirmation of {len} bytes instead of 8"),
+                    format!(
+                        "a word of {len} bytes from the receiver, where a read confirmation \
+                         has 8 and a wait for a piece 16"
+                    ),
                 ));
-            };
-            let n = u64::from_le_bytes(b);
+            }
+            m.receive(&mut b[..len])?;
+            let n = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
             if n > self.sent {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
-                    format!("receiver confirmed {n} bytes of {} sent", self.sent),
+                    format!(
+                        "receiver {} byte {n} of {} sent",
+                        if len == 8 { "confirmed" } else { "waits for" },
+                        self.sent
+                    ),
                 ));
+            }
+            if len == 16 {
+                let want = u64::from_le_bytes(b[8..].try_into().expect("8 bytes"));
+                self.waiting = Some((n, want));
+                continue;
             }
             self.confirmed = self.confirmed.max(n);
             got = true;
@@ -420,9 +498,18 @@ impl MpiSink {
                 // a reference to it until the send completes.
                 self.frame.advance(frame.parts, piece.len());
                 self.sent += len;
+                self.bulk_sent += len;
                 self.outbox
                     .start(&self.world, self.dest, self.bulk_tag, Buf::Shared(piece))?;
                 self.frame.posted += len;
+                continue;
+            }
+            if len as usize >= DIRECT_PIECE
+                && self.world.send_from_caller
+                && self.in_one_part(frame.parts, len as usize)
+                && (self.in_step || self.receiver_waits()?)
+            {
+                self.send_direct(frame)?;
                 continue;
             }
             let mut buf = self.outbox.buffer();
@@ -444,6 +531,10 @@ impl MpiSink {
                 self.copying.copied(buf.len(), started.elapsed());
             }
             self.sent += len;
+            self.bulk_sent += len;
+            if len as usize >= DIRECT_PIECE {
+                self.counts[1] += 1;
+            }
             self.outbox
                 .start(&self.world, self.dest, self.bulk_tag, Buf::Pooled(buf))?;
             self.frame.posted += len;
@@ -453,6 +544,148 @@ impl MpiSink {
             self.frame = Progress::default();
         }
         Ok(n)
+    }
+
+    /// Whether the next `len` bytes of the frame lie in one part.
+    fn in_one_part(&self, parts: &[&[u8]], len: usize) -> bool {
+        parts
+            .get(self.frame.part)
+            .is_some_and(|p| p.len() - self.frame.part_at >= len)
+    }
+
+    /// Whether the receiver waits for the next byte of the connection in a read straight into
+    /// its memory: it said so (see `MpiStream::ask`), or says so within [`READY_WAIT`] (less
+    /// while it has kept not saying so, see [`Patience`]).
+    ///
+    /// Such a receiver takes the bytes as soon as they come, so a send from the caller's memory
+    /// completes without waiting for a receiver that does something else: the copy into a
+    /// piece buffer, which lets a send return before its receiver reads, is not needed. A
+    /// receiver that does not say so may not read for a long time (it may be sending to this
+    /// rank, say), and then only a copy keeps this sender from waiting for it.
+    fn receiver_waits(&mut self) -> io::Result<bool> {
+        let asked = |s: &Self| s.waiting.is_some_and(|(at, _)| at == s.sent);
+        if asked(self) {
+            return Ok(true);
+        }
+        // A word for bytes this sink has sent since (copied, as the word came late) tells of a
+        // receiver that reads large pieces straight into its memory and is behind: it gets
+        // the time to catch up at the rate such reads go, after which sends go from the
+        // caller's memory in step with its reads. A word is used once.
+        let patience = match self.waiting.take() {
+            Some((at, _)) if at < self.sent => {
+                let lag = self.sent - at;
+                READY_WAIT + Duration::from_nanos(lag / CATCH_UP_BYTES_PER_NS).min(CATCH_UP_WAIT)
+            }
+            _ => match self.patience.next() {
+                Some(p) => p,
+                None => {
+                    // Long enough out of step: the next pieces go as if in step again.
+                    self.in_step = true;
+                    return Ok(true);
+                }
+            },
+        };
+        let start = Instant::now();
+        loop {
+            self.read_confirmations()?;
+            if asked(self) {
+                self.patience.answered();
+                self.in_step = true;
+                return Ok(true);
+            }
+            let waited = start.elapsed();
+            if waited >= patience {
+                self.patience.unanswered(patience);
+                return Ok(false);
+            }
+            spin_then_yield(waited);
+        }
+    }
+
+    /// Sends pieces of the current part from the caller's memory, and returns once MPI is done
+    /// with all of them: the pieces the waiting receiver's read takes, or, while the receiver
+    /// is in step (it took the last large pieces as they came), the rest of the part, without
+    /// waiting for its word, as MPI's own rendezvous does.
+    ///
+    /// A receiver in step may have stopped reading meanwhile (it may be sending to this rank,
+    /// say). Then the receiving process takes the bytes into memory of its own when asked
+    /// (see [`complete_direct`]): a send never waits for a receiver to read, only for its
+    /// process to answer, and the connection is out of step until the receiver's word comes
+    /// again.
+    fn send_direct(&mut self, frame: &Frame<'_>) -> io::Result<()> {
+        let want = match self.waiting.take() {
+            Some((at, want)) if at == self.sent => want,
+            _ => u64::MAX,
+        };
+        // Held until every send has completed: MPI is not finalised under them.
+        let world = self.world.clone();
+        let live = world.live.read_recursive();
+        if !*live {
+            return Err(closed());
+        }
+        let mut reqs = std::mem::take(&mut self.direct);
+        let mut taken = 0u64;
+        let mut failed = None;
+        while self.frame.posted < frame.len {
+            let len = self.next_piece(frame.parts);
+            // The first piece goes whatever the receiver's read takes: it takes the rest of
+            // a longer piece into a buffer of its own.
+            if len == 0
+                || (taken > 0 && taken + len as u64 > want)
+                || !self.in_one_part(frame.parts, len)
+                || frame
+                    .owned
+                    .get(self.frame.part)
+                    .is_some_and(Option::is_some)
+            {
+                break;
+            }
+            match self.room(len as u64) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+            let at = self.frame.part_at;
+            let piece = &frame.parts[self.frame.part][at..at + len];
+            // SAFETY: `piece` is borrowed from the caller for this call, and this function
+            // returns only once every send it started has completed (`complete_direct`), so
+            // MPI reads it only while the borrow lasts.
+            match unsafe { raw::isend(self.dest, self.bulk_tag, piece) } {
+                Ok(r) => reqs.push(r),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+            self.frame.advance(frame.parts, len);
+            self.sent += len as u64;
+            self.bulk_sent += len as u64;
+            self.frame.posted += len as u64;
+            self.counts[0] += 1;
+            taken += len as u64;
+        }
+        let take = Take {
+            dest: self.dest,
+            id: self.id,
+            until: self.bulk_sent,
+            bytes: taken,
+        };
+        if complete_direct(&mut reqs, &take) {
+            self.counts[2] += 1;
+            self.taken_in_a_row += 1;
+            if self.taken_in_a_row >= TAKEN_IN_A_ROW {
+                // Out of step: the next large piece waits for the receiver's word, briefly.
+                self.in_step = false;
+                self.taken_in_a_row = 0;
+            }
+        } else {
+            self.taken_in_a_row = 0;
+        }
+        self.direct = reqs;
+        failed.map_or(Ok(()), Err)
     }
 
     fn check_receiver(&self) -> io::Result<()> {
@@ -528,6 +761,155 @@ impl PieceCopy {
     }
 }
 
+/// Sends from the caller's memory on one connection, for the receiving process to take.
+struct Take {
+    dest: c_int,
+    /// The connection's number.
+    id: u32,
+    /// The connection's bulk bytes up to the end of the sends.
+    until: u64,
+    /// Bytes of the sends.
+    bytes: u64,
+}
+
+/// Waits until MPI is done with every send in `reqs`, which read the caller's memory; true
+/// when the receiving process was asked to take them.
+///
+/// A receiver that reads takes them within the time the bytes take ([`TAKE_WAIT`] and the
+/// rate [`CATCH_UP_BYTES_PER_NS`]). After that, the receiving process's progress thread is
+/// asked to take the connection's pieces up to the end of these sends into memory of its own,
+/// where the stream reads them later (`TAG_TAKE`): a sender never waits for a receiver that
+/// does something else, only for its process. There is no giving up before the sends complete:
+/// MPI reads the caller's memory until then, and the caller may free that memory once the send
+/// returns. If the receiving process dies, OpenMPI's runtime ends the job (see the module's
+/// documentation), and with it this wait. An error from MPI while it may still read the memory,
+/// or sends still pending [`TAKEN_WAIT`] after the receiving process was asked to take them
+/// (that process is broken), end this process, as MPI's default error handler would.
+fn complete_direct(reqs: &mut Vec<Request>, take: &Take) -> bool {
+    let mut backoff = Backoff::default();
+    let start = Instant::now();
+    let patience = TAKE_WAIT + Duration::from_nanos(take.bytes / CATCH_UP_BYTES_PER_NS);
+    let mut asked: Option<Instant> = None;
+    while !reqs.is_empty() {
+        let mut error = None;
+        reqs.retain_mut(|r| match raw::test(r) {
+            Ok(done) => !done,
+            Err(e) => {
+                error = Some(e);
+                true
+            }
+        });
+        if reqs.is_empty() {
+            break;
+        }
+        if let Some(e) = error {
+            give_up(take.dest, &format!("it failed ({e})"));
+        }
+        match asked {
+            None if start.elapsed() < patience => spin_then_yield(start.elapsed()),
+            None => {
+                let mut word = [0u8; 12];
+                word[..4].copy_from_slice(&take.id.to_le_bytes());
+                word[4..].copy_from_slice(&take.until.to_le_bytes());
+                if let Err(e) = raw::send(take.dest, super::TAG_TAKE, &word) {
+                    give_up(
+                        take.dest,
+                        &format!("asking its process to take it failed ({e})"),
+                    );
+                }
+                tracing::trace!(
+                    to = take.dest,
+                    id = take.id,
+                    "mpi: receiver asked to take pieces"
+                );
+                asked = Some(Instant::now());
+            }
+            Some(t) if t.elapsed() > TAKEN_WAIT => give_up(
+                take.dest,
+                &format!("its process did not take it within {TAKEN_WAIT:?} of being asked"),
+            ),
+            Some(_) => backoff.pause(),
+        }
+    }
+    asked.is_some()
+}
+
+/// How long a sink spins before it yields between looks, in a wait for its receiver (a yield
+/// is a system call, but lets a receiver that shares this processor run).
+const SPIN: Duration = Duration::from_micros(20);
+
+/// One pause of a wait for the receiver that has lasted `waited`.
+fn spin_then_yield(waited: Duration) {
+    if waited < SPIN {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
+
+/// Ends the process: a send from the caller's memory to `dest` cannot complete, and MPI may
+/// still read that memory, which the caller would free or change on return.
+#[cold]
+fn give_up(dest: c_int, why: &str) -> ! {
+    let why = format!(
+        "ipl mpi driver: a send to rank {dest} from the caller's memory cannot complete: {why}; \
+         MPI may still read that memory, so this process cannot go on safely"
+    );
+    tracing::error!("{why}");
+    eprintln!("{why}");
+    std::process::abort();
+}
+
+/// How long a sink out of step waits for its receiver's word that it waits for a large piece
+/// (see [`MpiSink::receiver_waits`]): [`READY_WAIT`], or not at all for the next
+/// [`LOOKS_ONLY`] large pieces (it only looks whether the word is there) after
+/// [`MISSED_IN_A_ROW`] waits in a row without the word. A receiver that reads its large messages late,
+/// or a sender that sends many before its receiver reads one, then pays for the wait once in a
+/// while, not at each piece. After such a stretch the sink tries the step again: a receiver
+/// that waits in a receive, parked, answers too late for the wait, but takes pieces sent in
+/// step as soon as it wakes.
+#[derive(Default)]
+pub(super) struct Patience {
+    /// Large pieces still to send without waiting, plus one (0: none).
+    looks_left: u32,
+    missed: u32,
+}
+
+impl Patience {
+    /// How long to wait for the word before the next large piece; `None` to send it in step
+    /// (the end of a stretch without waiting).
+    fn next(&mut self) -> Option<Duration> {
+        match self.looks_left {
+            0 => Some(READY_WAIT),
+            1 => {
+                self.looks_left = 0;
+                None
+            }
+            _ => {
+                self.looks_left -= 1;
+                Some(Duration::ZERO)
+            }
+        }
+    }
+
+    /// The word came.
+    fn answered(&mut self) {
+        self.missed = 0;
+    }
+
+    /// The word did not come within `waited`.
+    fn unanswered(&mut self, waited: Duration) {
+        if waited.is_zero() {
+            return;
+        }
+        self.missed += 1;
+        if self.missed >= MISSED_IN_A_ROW {
+            self.missed = 0;
+            self.looks_left = LOOKS_ONLY + 1;
+        }
+    }
+}
+
 /// Appends `src` to `buf`, writing its whole cache lines with non-temporal stores (on x86-64),
 /// for a piece of a large part while ordinary stores are slow (see [`PieceCopy`]). Ends with a
 /// store fence, before MPI tells the receiver that the piece is there.
@@ -589,6 +971,13 @@ impl Sink for MpiSink {
     }
 
     fn close(mut self: Box<Self>, close: &[u8]) {
+        let [direct, copied, taken] = self.counts;
+        tracing::debug!(
+            "mpi: connection {} to rank {} closes: {direct} large pieces sent from the caller's \
+             memory, {copied} copied, {taken} times the receiving process asked to take them",
+            self.id,
+            self.dest
+        );
         let deadline = Instant::now() + CLOSE_WAIT;
         let mut backoff = Backoff::default();
         // The close frame needs room in the window like any other; a receiver that reads
@@ -616,6 +1005,95 @@ impl Sink for MpiSink {
 /// The receive a stream keeps posted for the next message on its data tag, shared with the
 /// progress thread, which looks at it (without using it up) for a parked receiver.
 pub(super) type Posted = parking_lot::Mutex<Option<raw::Recv>>;
+
+/// What a stream shares with the progress thread: the pieces of its large frames that the
+/// progress thread took for it, when a sender asked (see [`complete_direct`]), and the bytes
+/// taken from its bulk tag so far, by either.
+pub(super) struct Taken {
+    inner: parking_lot::Mutex<TakenPieces>,
+    pub(super) waker: Arc<crate::transport::Waker>,
+}
+
+#[derive(Default)]
+struct TakenPieces {
+    pieces: VecDeque<Vec<u8>>,
+    /// Bytes in `pieces`.
+    held: usize,
+    /// A piece of this impossible length came, and was discarded.
+    bad: Option<usize>,
+    /// Bytes taken from the bulk tag, by the stream or for it.
+    received: u64,
+}
+
+/// The most a progress thread holds for one stream: twice the window, which a sender keeps to.
+const TAKEN_MAX: usize = 2 * WINDOW as usize;
+
+impl Taken {
+    pub(super) fn new(waker: Arc<crate::transport::Waker>) -> Self {
+        Taken {
+            inner: parking_lot::Mutex::new(TakenPieces::default()),
+            waker,
+        }
+    }
+
+    /// Whether pieces were taken for the stream (a read finds them).
+    pub(super) fn any(&self) -> bool {
+        let t = self.inner.lock();
+        !t.pieces.is_empty() || t.bad.is_some()
+    }
+
+    /// Takes the stream's pieces from `source` on `bulk_tag` into memory of its own, up to bulk
+    /// byte `until` (the caller holds MPI's `live` lock); returns whether it got that far (or
+    /// gave up), and whether it took something.
+    pub(super) fn take_until(&self, source: c_int, bulk_tag: c_int, until: u64) -> (bool, bool) {
+        let mut t = self.inner.lock();
+        let mut took = false;
+        while t.received < until {
+            if t.held > TAKEN_MAX || t.bad.is_some() {
+                tracing::warn!(
+                    source,
+                    until,
+                    held = t.held,
+                    "mpi: a sender asked to take more than its window; not taken"
+                );
+                return (true, took);
+            }
+            let m = match raw::improbe(source, bulk_tag) {
+                Ok(Some(m)) => m,
+                Ok(None) => return (false, took),
+                Err(e) => {
+                    tracing::warn!(source, "mpi: taking pieces for a stream: {e}");
+                    return (true, took);
+                }
+            };
+            let len = m.len;
+            took = true;
+            if len == 0 || len > MAX_PIECE {
+                m.discard();
+                t.bad = Some(len);
+                continue;
+            }
+            match m.receive_vec() {
+                Ok(v) => {
+                    t.received += len as u64;
+                    t.held += len;
+                    t.pieces.push_back(v);
+                }
+                Err(e) => {
+                    tracing::warn!(source, "mpi: taking pieces for a stream: {e}");
+                    t.bad = Some(len);
+                }
+            }
+        }
+        (true, took)
+    }
+}
+
+/// The next piece of a large frame: one the progress thread took, or one MPI holds.
+enum NextPiece {
+    Taken(Vec<u8>),
+    Matched(raw::Matched),
+}
 
 /// The receiving side of one connection.
 pub(super) struct MpiStream {
@@ -645,6 +1123,11 @@ pub(super) struct MpiStream {
     /// Bytes read, and bytes confirmed to the sender.
     read: u64,
     confirmed: u64,
+    /// Bytes of the connection's messages received (the sender's count of what it sent, at
+    /// the same message), and where the stream last told the sender that it waits for a piece.
+    received: u64,
+    asked: Option<u64>,
+    taken: Arc<Taken>,
     watch: Arc<Watch>,
     outbox: Outbox,
 }
@@ -659,8 +1142,17 @@ impl MpiStream {
     ) -> io::Result<MpiStream> {
         let (tag, back_tag, bulk_tag) = super::tags(id);
         let posted = Arc::new(Posted::new(None));
+        let taken = Arc::new(Taken::new(waker.clone()));
+        world.take_for(source, id, &taken);
         let mut s = MpiStream {
-            watch: Arc::new(Watch::new(source, bulk_tag, posted.clone(), waker)),
+            watch: Arc::new(Watch::new(
+                source,
+                bulk_tag,
+                posted.clone(),
+                taken.clone(),
+                waker,
+            )),
+            taken,
             world,
             source,
             tag,
@@ -677,6 +1169,8 @@ impl MpiStream {
             shut: false,
             read: 0,
             confirmed: 0,
+            received: 0,
+            asked: None,
             outbox: Outbox::default(),
         };
         s.post()?;
@@ -733,37 +1227,87 @@ impl MpiStream {
         *live && self.watch.ready(self.bulk_left > 0)
     }
 
-    /// A piece of a large frame's body from the bulk tag.
+    /// A piece of a large frame's body: one the progress thread took for the stream, or the
+    /// next one on the bulk tag.
     fn read_bulk(&mut self, dst: &mut [u8]) -> io::Result<usize> {
         let live = self.world.live.read_recursive();
         if !*live {
             return Err(closed());
         }
-        let Some(m) = raw::improbe(self.source, self.bulk_tag)? else {
+        // Held while MPI is asked, so that the progress thread takes no piece meanwhile.
+        let mut taken = self.taken.inner.lock();
+        let piece = if let Some(v) = taken.pieces.pop_front() {
+            taken.held -= v.len();
+            NextPiece::Taken(v)
+        } else if let Some(len) = taken.bad.take() {
+            return Err(bad_piece(len, self.bulk_left));
+        } else if let Some(m) = raw::improbe(self.source, self.bulk_tag)? {
+            NextPiece::Matched(m)
+        } else {
+            drop(taken);
+            drop(live);
+            self.ask(dst.len())?;
             return Err(io::ErrorKind::WouldBlock.into());
         };
-        let len = m.len;
+        let len = match &piece {
+            NextPiece::Taken(v) => v.len(),
+            NextPiece::Matched(m) => m.len,
+        };
         if len > MAX_PIECE || len as u64 > self.bulk_left || len == 0 {
-            let _ = m.receive_vec();
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "a piece of {len} bytes where {} bytes of a frame were to come, in pieces \
-                     of at most {MAX_PIECE}",
-                    self.bulk_left
-                ),
-            ));
+            if let NextPiece::Matched(m) = piece {
+                m.discard();
+            }
+            return Err(bad_piece(len, self.bulk_left));
         }
         self.bulk_left -= len as u64;
-        if len <= dst.len() {
-            m.receive(&mut dst[..len])?;
-            return Ok(len);
+        self.received += len as u64;
+        match piece {
+            NextPiece::Matched(m) => {
+                taken.received += len as u64;
+                if len <= dst.len() {
+                    m.receive(&mut dst[..len])?;
+                    return Ok(len);
+                }
+                self.held.resize(len, 0);
+                m.receive(&mut self.held)?;
+            }
+            NextPiece::Taken(v) => {
+                if len <= dst.len() {
+                    dst[..len].copy_from_slice(&v);
+                    return Ok(len);
+                }
+                self.held = v;
+            }
         }
-        self.held.resize(len, 0);
-        m.receive(&mut self.held)?;
         self.held_at = 0;
+        drop(taken);
         drop(live);
         Ok(self.take_held(dst))
+    }
+
+    /// Tells the sender that this stream waits for the next piece of a large frame in a read
+    /// of `want` bytes straight into the caller's memory:
+    /// then the sender may send it from its caller's memory without a copy (see
+    /// `MpiSink::receiver_waits`). Only such a read says so: it goes on until the bytes come
+    /// (or the connection is dropped, whose drain takes them), so that a sender waiting for the
+    /// send to complete does not wait for a receiver that does something else.
+    fn ask(&mut self, want: usize) -> io::Result<()> {
+        if want < DIRECT_PIECE
+            || !self.world.send_from_caller
+            || self.bulk_left < DIRECT_PIECE as u64
+            || self.asked == Some(self.received)
+        {
+            return Ok(());
+        }
+        let live = self.world.live.read_recursive();
+        if !*live {
+            return Err(closed());
+        }
+        self.asked = Some(self.received);
+        let mut word = [0u8; 16];
+        word[..8].copy_from_slice(&self.received.to_le_bytes());
+        word[8..].copy_from_slice(&(want as u64).min(self.bulk_left).to_le_bytes());
+        raw::send(self.source, self.back_tag, &word)
     }
 
     /// The next message of the data tag: a small frame, a large frame's header, or the end.
@@ -795,6 +1339,7 @@ impl MpiStream {
             self.eof = true;
             return Ok(0);
         }
+        self.received += len as u64;
         let header = crate::wire::Header::decode(&self.small[..len], u64::MAX)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         let total = (HEADER_LEN as u64).saturating_add(header.len);
@@ -835,6 +1380,17 @@ impl MpiStream {
             }
         }
     }
+}
+
+/// The error of a piece of `len` bytes where `left` bytes of a frame were to come.
+fn bad_piece(len: usize, left: u64) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!(
+            "a piece of {len} bytes where {left} bytes of a frame were to come, in pieces of at \
+             most {MAX_PIECE}"
+        ),
+    )
 }
 
 impl Stream for MpiStream {
@@ -914,15 +1470,43 @@ impl Stream for MpiStream {
 impl Drop for MpiStream {
     fn drop(&mut self) {
         self.shutdown();
+        self.world.forget_stream(self.source, self.id);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::{
-        extend_streaming, PieceCopy, LARGE_PART, SLOW_IN_A_ROW, STREAMED_PIECES, TIMED_COPY,
+        extend_streaming, Patience, PieceCopy, LARGE_PART, LOOKS_ONLY, MISSED_IN_A_ROW, READY_WAIT,
+        SLOW_IN_A_ROW, STREAMED_PIECES, TIMED_COPY,
     };
     use std::time::Duration;
+
+    /// Out of step, a sink waits for the receiver's word before each large piece; after
+    /// three waits in a row without it, it only looks for the next pieces, and after those it
+    /// tries the step again. A word that comes resets the count of waits without it.
+    #[test]
+    fn a_sink_out_of_step_waits_looks_only_for_a_while_then_tries_the_step_again() {
+        let mut p = Patience::default();
+        for _ in 1..MISSED_IN_A_ROW {
+            assert_eq!(p.next(), Some(READY_WAIT));
+            p.unanswered(READY_WAIT);
+        }
+        assert_eq!(p.next(), Some(READY_WAIT));
+        p.answered();
+        for _ in 0..MISSED_IN_A_ROW {
+            assert_eq!(p.next(), Some(READY_WAIT));
+            p.unanswered(READY_WAIT);
+        }
+        for _ in 0..LOOKS_ONLY {
+            let waited = p.next();
+            assert_eq!(waited, Some(Duration::ZERO));
+            // A look that finds nothing is no miss.
+            p.unanswered(Duration::ZERO);
+        }
+        assert_eq!(p.next(), None, "the step is tried again");
+        assert_eq!(p.next(), Some(READY_WAIT));
+    }
 
     /// Fast ordinary copies keep ordinary stores; three slow ones in a row stream the next
     /// pieces, and after them an ordinary copy is tried again. Small pieces are never streamed.

@@ -19,8 +19,10 @@
 //!   connections are watched by the progress thread, which probes for them (yielding at first,
 //!   then sleeping 20 us between looks, longer as a wait goes on) and wakes the receiver when a
 //!   message is there.
-//! - Senders copy frames into buffers of their own and send them with non-blocking sends over
-//!   MPI point-to-point (a send never waits for its receiver to read, up to a window).
+//! - Senders copy small frames into buffers of their own and send them with non-blocking sends
+//!   over MPI point-to-point (a send never waits for its receiver to read, up to a window).
+//!   Large parts the caller lends go from its memory while the receiver takes them as they
+//!   come; a receiver that does not has its process take them when asked (see [`conn`]).
 //!
 //! The registry (membership, failures, elections) still runs in rank 0 over tcp, as on the
 //! other drivers under a launcher. A rank that dies is reported through the registry as on the
@@ -33,7 +35,7 @@ mod words;
 
 pub use words::WordChannel;
 
-use self::conn::{Backoff, MpiSink, MpiStream, Outbox, SinkShared};
+use self::conn::{Backoff, MpiSink, MpiStream, Outbox, SinkShared, Taken};
 use super::{Acceptor, Dialed, Driver, Waker};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -53,8 +55,15 @@ const TAG_CONNECT: c_int = 1;
 const TAG_RECEIVER_GONE: c_int = 2;
 /// Word messages between ranks, beside the connections (see [`WordChannel`]).
 const TAG_WORDS: c_int = 3;
+/// A sender whose sends from its caller's memory wait asks the receiving process to take the
+/// pieces of a connection into memory of its own: the connection's number and the bulk byte up
+/// to which to take them (see `conn::complete_direct`).
+const TAG_TAKE: c_int = 4;
 /// Tags from here on belong to connections, two each.
 const FIRST_CONNECTION_TAG: c_int = 16;
+/// Asks to take pieces a progress thread keeps at most (one per connection whose sender waits
+/// is the most honest senders send).
+const MAX_TAKES: usize = 4096;
 /// Longest a progress thread with nothing to watch sleeps before it looks for connect requests.
 const NAP: Duration = Duration::from_millis(2);
 
@@ -81,6 +90,8 @@ pub(crate) struct Watch {
     bulk_tag: c_int,
     /// The stream's posted receive on its data tag.
     posted: Arc<conn::Posted>,
+    /// Pieces the progress thread took for the stream.
+    taken: Arc<Taken>,
     /// The stream waits for a piece on the bulk tag rather than its data tag.
     bulk: AtomicBool,
     armed: AtomicBool,
@@ -89,11 +100,18 @@ pub(crate) struct Watch {
 }
 
 impl Watch {
-    fn new(source: c_int, bulk_tag: c_int, posted: Arc<conn::Posted>, waker: Arc<Waker>) -> Self {
+    fn new(
+        source: c_int,
+        bulk_tag: c_int,
+        posted: Arc<conn::Posted>,
+        taken: Arc<Taken>,
+        waker: Arc<Waker>,
+    ) -> Self {
         Watch {
             source,
             bulk_tag,
             posted,
+            taken,
             bulk: AtomicBool::new(false),
             armed: AtomicBool::new(false),
             listed: AtomicBool::new(false),
@@ -104,7 +122,7 @@ impl Watch {
     /// Whether the stream has something to read (the caller holds MPI's `live` lock).
     fn ready(&self, bulk: bool) -> bool {
         if bulk {
-            matches!(raw::iprobe(self.source, self.bulk_tag), Ok(true))
+            self.taken.any() || matches!(raw::iprobe(self.source, self.bulk_tag), Ok(true))
         } else {
             match self.posted.lock().as_ref() {
                 Some(r) => matches!(raw::peek_recv(r), Ok(true)),
@@ -122,6 +140,8 @@ struct State {
     drains: Vec<(c_int, c_int, c_int)>,
     /// Sinks by connection number, to tell them their receiver stopped reading.
     sinks: HashMap<u32, Weak<SinkShared>>,
+    /// Streams by sending rank and connection number, to take pieces for them.
+    streams: HashMap<(c_int, u32), Weak<Taken>>,
     /// The progress thread sleeps until a watch is armed.
     napping: bool,
 }
@@ -134,6 +154,10 @@ pub(crate) struct World {
     size: c_int,
     /// Largest connection number the tags can carry.
     max_id: u32,
+    /// Whether large pieces may be sent from the caller's memory, tying a send to its receiving
+    /// process (see `conn::complete_direct`): not where the job outlives a rank that dies
+    /// (`mpirun --enable-recovery`), since a send to it would never complete.
+    send_from_caller: bool,
     next_id: AtomicU32,
     /// How long a connect waits for the peer's answer.
     reply_wait: Duration,
@@ -168,6 +192,18 @@ impl World {
 
     fn forget_sink(&self, id: u32) {
         self.state.lock().sinks.remove(&id);
+    }
+
+    /// Lets the progress thread take pieces for the stream of connection `id` from `source`.
+    fn take_for(&self, source: c_int, id: u32, taken: &Arc<Taken>) {
+        self.state
+            .lock()
+            .streams
+            .insert((source, id), Arc::downgrade(taken));
+    }
+
+    fn forget_stream(&self, source: c_int, id: u32) {
+        self.state.lock().streams.remove(&(source, id));
     }
 }
 
@@ -250,6 +286,7 @@ pub(crate) fn start(cfg: &Config, acceptor: Arc<dyn Acceptor>) -> Result<(MpiDri
     let world = Arc::new(World {
         live: RwLock::new(true),
         size,
+        send_from_caller: !job_outlives_dead_ranks(),
         max_id: ((tag_ub - FIRST_CONNECTION_TAG - 2) / 3) as u32,
         next_id: AtomicU32::new(0),
         reply_wait: cfg
@@ -270,6 +307,19 @@ pub(crate) fn start(cfg: &Config, acceptor: Arc<dyn Acceptor>) -> Result<(MpiDri
     *WORLD.lock() = Some(world.clone());
     tracing::debug!(rank, size, tag_ub, "MPI started");
     Ok((MpiDriver { world }, format!("mpi:{rank}")))
+}
+
+/// Whether the launcher keeps the job running when a rank dies (OpenMPI's `mpirun
+/// --enable-recovery`, or its fault-tolerant MPI), which tells the ranks so in their
+/// environment.
+fn job_outlives_dead_ranks() -> bool {
+    [
+        "OMPI_MCA_orte_enable_recovery",
+        "PRTE_MCA_prte_enable_recovery",
+        "OMPI_MCA_mpi_ft_enable",
+    ]
+    .iter()
+    .any(|v| std::env::var(v).is_ok_and(|x| matches!(x.trim(), "1" | "true" | "yes" | "enabled")))
 }
 
 /// Stops the progress thread and finalises MPI (the node leaves). Connections still open can
@@ -302,6 +352,8 @@ fn progress(world: &Arc<World>, acceptor: &dyn Acceptor) {
     let mut requests: Vec<(c_int, Vec<u8>)> = Vec::new();
     let mut gone: Vec<u32> = Vec::new();
     let mut wake: Vec<Arc<Waker>> = Vec::new();
+    // Asks to take pieces for a stream: (sending rank, connection, bulk byte to take up to).
+    let mut takes: Vec<(c_int, u32, u64)> = Vec::new();
     while !world.stop.load(Ordering::SeqCst) {
         let armed = {
             let live = world.live.read_recursive();
@@ -323,14 +375,39 @@ fn progress(world: &Arc<World>, acceptor: &dyn Acceptor) {
                     }
                 }
             }
+            while let Ok(Some(m)) = raw::improbe(raw::any_source(), TAG_TAKE) {
+                let source = m.source;
+                if m.len != 12 {
+                    m.discard();
+                    continue;
+                }
+                let mut b = [0u8; 12];
+                if m.receive(&mut b).is_ok() && takes.len() < MAX_TAKES {
+                    let id = u32::from_le_bytes(b[..4].try_into().expect("4 bytes"));
+                    let until = u64::from_le_bytes(b[4..].try_into().expect("8 bytes"));
+                    takes.push((source, id, until));
+                }
+            }
             let mut st = world.state.lock();
+            takes.retain(|&(source, id, until)| {
+                // A stream that is gone has its pieces discarded by its drain.
+                let Some(t) = st.streams.get(&(source, id)).and_then(Weak::upgrade) else {
+                    return false;
+                };
+                let (done, took) = t.take_until(source, tags(id).2, until);
+                if took {
+                    wake.push(t.waker.clone());
+                }
+                !done
+            });
             for id in gone.drain(..) {
                 if let Some(s) = st.sinks.get(&id).and_then(Weak::upgrade) {
                     s.receiver_gone.store(true, Ordering::Release);
                 }
             }
             st.watches.retain(|w| Arc::strong_count(w) > 1);
-            let mut armed = false;
+            // Pieces still to take are looked for again soon.
+            let mut armed = !takes.is_empty();
             for w in &st.watches {
                 if w.armed.load(Ordering::Acquire) {
                     if w.ready(w.bulk.load(Ordering::Acquire)) {
@@ -341,22 +418,7 @@ fn progress(world: &Arc<World>, acceptor: &dyn Acceptor) {
                     }
                 }
             }
-            st.drains.retain(|&(source, tag, bulk_tag)| {
-                let mut end = false;
-                while let Ok(Some(m)) = raw::improbe(source, tag) {
-                    end |= m.len == 0;
-                    let _ = m.receive_vec();
-                    if end {
-                        break;
-                    }
-                }
-                // Pieces sent before the end have arrived by the time it has (MPI keeps one
-                // sender's messages in order on a communicator).
-                while let Ok(Some(m)) = raw::improbe(source, bulk_tag) {
-                    let _ = m.receive_vec();
-                }
-                !end
-            });
+            drain(&mut st);
             armed
         };
         let busy = !requests.is_empty() || !wake.is_empty();
@@ -381,7 +443,36 @@ fn progress(world: &Arc<World>, acceptor: &dyn Acceptor) {
             backoff = Backoff::default();
         }
     }
+    // What reached connections nobody reads by now is discarded once more: a sender's send
+    // from its caller's memory completes only once this process has taken it.
+    {
+        let live = world.live.read_recursive();
+        if *live {
+            drain(&mut world.state.lock());
+        }
+    }
     replies.finish(world, Instant::now() + Duration::from_secs(1));
+}
+
+/// Discards what reached connections whose receiver stopped reading (the caller holds MPI's
+/// `live` lock), and forgets those whose end has come.
+fn drain(st: &mut State) {
+    st.drains.retain(|&(source, tag, bulk_tag)| {
+        let mut end = false;
+        while let Ok(Some(m)) = raw::improbe(source, tag) {
+            end |= m.len == 0;
+            m.discard();
+            if end {
+                break;
+            }
+        }
+        // Pieces sent before the end have arrived by the time it has (MPI keeps one sender's
+        // messages in order on a communicator).
+        while let Ok(Some(m)) = raw::improbe(source, bulk_tag) {
+            m.discard();
+        }
+        !end
+    });
 }
 
 /// Hands a connect request from `source` to the acceptor and answers it.
@@ -499,6 +590,13 @@ impl Driver for MpiDriver {
                 frame: Default::default(),
                 eager: Vec::new(),
                 copying: Default::default(),
+                waiting: None,
+                patience: Default::default(),
+                direct: Vec::new(),
+                in_step: world.send_from_caller,
+                taken_in_a_row: 0,
+                bulk_sent: 0,
+                counts: [0; 3],
             }) as Box<dyn super::Sink>
         });
         tracing::trace!(to = rank, id, accepted, "mpi connection");

@@ -283,6 +283,24 @@ impl Matched {
         check("MPI_Mrecv", rc)
     }
 
+    /// Receives the message into nothing (MPI reports it truncated): it is gone, whatever its
+    /// length, without memory for it.
+    pub(super) fn discard(mut self) {
+        let mut status = empty_status();
+        // SAFETY: a receive of 0 bytes writes nothing through the (dangling, never
+        // dereferenced) buffer pointer; `msg` came from MPI_Improbe and is received exactly
+        // once (this consumes `self`). The truncation error is the point.
+        let _ = unsafe {
+            ffi::MPI_Mrecv(
+                std::ptr::NonNull::<u8>::dangling().as_ptr().cast(),
+                0,
+                bytes(),
+                &mut self.msg,
+                &mut status,
+            )
+        };
+    }
+
     /// Receives the message into a new buffer.
     pub(super) fn receive_vec(self) -> io::Result<Vec<u8>> {
         let mut v = vec![0u8; self.len];

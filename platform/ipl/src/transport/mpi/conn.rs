@@ -92,6 +92,9 @@ const TAKEN_WAIT: Duration = Duration::from_secs(30);
 const CATCH_UP_BYTES_PER_NS: u64 = 2;
 /// The longest a sink waits for a receiver that is behind to catch up.
 const CATCH_UP_WAIT: Duration = Duration::from_millis(1);
+/// How long a stream waits for the next piece of a large frame before it tells the sender that
+/// it waits for it (see `MpiStream::ask`); well within [`READY_WAIT`].
+const ASK_AFTER: Duration = Duration::from_micros(2);
 /// How many waits in a row that end without the word make the sink only look (not wait) for
 /// the next [`LOOKS_ONLY`] large pieces: a receiver that reads late does not cost each piece a
 /// wait.
@@ -1127,6 +1130,8 @@ pub(super) struct MpiStream {
     /// the same message), and where the stream last told the sender that it waits for a piece.
     received: u64,
     asked: Option<u64>,
+    /// Where the stream first found the next piece missing, and when.
+    looking_since: Option<(u64, Instant)>,
     taken: Arc<Taken>,
     watch: Arc<Watch>,
     outbox: Outbox,
@@ -1171,6 +1176,7 @@ impl MpiStream {
             confirmed: 0,
             received: 0,
             asked: None,
+            looking_since: None,
             outbox: Outbox::default(),
         };
         s.post()?;
@@ -1241,7 +1247,11 @@ impl MpiStream {
             NextPiece::Taken(v)
         } else if let Some(len) = taken.bad.take() {
             return Err(bad_piece(len, self.bulk_left));
-        } else if let Some(m) = raw::improbe(self.source, self.bulk_tag)? {
+        } else if let Some(m) = look_for_piece(
+            self.source,
+            self.bulk_tag,
+            dst.len().min(self.bulk_left as usize) >= DIRECT_PIECE,
+        )? {
             NextPiece::Matched(m)
         } else {
             drop(taken);
@@ -1298,6 +1308,20 @@ impl MpiStream {
             || self.asked == Some(self.received)
         {
             return Ok(());
+        }
+        // A sender in step sends the piece right behind the frame's header: only a piece
+        // that has not come for a while is worth a word (which would cost this read a send).
+        let now = Instant::now();
+        match self.looking_since {
+            Some((at, since)) if at == self.received => {
+                if now.duration_since(since) < ASK_AFTER {
+                    return Ok(());
+                }
+            }
+            _ => {
+                self.looking_since = Some((self.received, now));
+                return Ok(());
+            }
         }
         let live = self.world.live.read_recursive();
         if !*live {
@@ -1380,6 +1404,27 @@ impl MpiStream {
             }
         }
     }
+}
+
+/// How long a read of a large piece looks for it again before it gives up the processor: a
+/// sender in step sends the piece right behind the frame's header, and a yield costs more.
+const PIECE_SPIN: Duration = Duration::from_micros(2);
+
+/// The next piece from `source` on `bulk_tag`, if one is there, or, for a `large` read, comes
+/// within [`PIECE_SPIN`].
+fn look_for_piece(source: c_int, bulk_tag: c_int, large: bool) -> io::Result<Option<raw::Matched>> {
+    let found = raw::improbe(source, bulk_tag)?;
+    if found.is_some() || !large {
+        return Ok(found);
+    }
+    let start = Instant::now();
+    while start.elapsed() < PIECE_SPIN {
+        std::hint::spin_loop();
+        if let Some(m) = raw::improbe(source, bulk_tag)? {
+            return Ok(Some(m));
+        }
+    }
+    Ok(None)
 }
 
 /// The error of a piece of `len` bytes where `left` bytes of a frame were to come.

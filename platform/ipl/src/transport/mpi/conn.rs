@@ -588,7 +588,7 @@ impl MpiSink {
                 }
             },
         };
-        let start = Instant::now();
+        let mut looks = Looks::new();
         loop {
             self.read_confirmations()?;
             if asked(self) {
@@ -596,12 +596,11 @@ impl MpiSink {
                 self.in_step = true;
                 return Ok(true);
             }
-            let waited = start.elapsed();
-            if waited >= patience {
+            if looks.waited() >= patience {
                 self.patience.unanswered(patience);
                 return Ok(false);
             }
-            spin_then_yield(waited);
+            looks.pause();
         }
     }
 
@@ -790,7 +789,7 @@ struct Take {
 /// (that process is broken), end this process, as MPI's default error handler would.
 fn complete_direct(reqs: &mut Vec<Request>, take: &Take) -> bool {
     let mut backoff = Backoff::default();
-    let start = Instant::now();
+    let mut looks = Looks::new();
     let patience = TAKE_WAIT + Duration::from_nanos(take.bytes / CATCH_UP_BYTES_PER_NS);
     let mut asked: Option<Instant> = None;
     while !reqs.is_empty() {
@@ -809,7 +808,7 @@ fn complete_direct(reqs: &mut Vec<Request>, take: &Take) -> bool {
             give_up(take.dest, &format!("it failed ({e})"));
         }
         match asked {
-            None if start.elapsed() < patience => spin_then_yield(start.elapsed()),
+            None if looks.waited() < patience => looks.pause(),
             None => {
                 let mut word = [0u8; 12];
                 word[..4].copy_from_slice(&take.id.to_le_bytes());
@@ -840,13 +839,42 @@ fn complete_direct(reqs: &mut Vec<Request>, take: &Take) -> bool {
 /// How long a sink spins before it yields between looks, in a wait for its receiver (a yield
 /// is a system call, but lets a receiver that shares this processor run).
 const SPIN: Duration = Duration::from_micros(20);
+/// Looks between two reads of the clock in such a wait (a read of the clock costs about as
+/// much as a look, and waits here are hundreds of looks long).
+const LOOKS_PER_CLOCK: u32 = 16;
 
-/// One pause of a wait for the receiver that has lasted `waited`.
-fn spin_then_yield(waited: Duration) {
-    if waited < SPIN {
-        std::hint::spin_loop();
-    } else {
-        std::thread::yield_now();
+/// A wait for the receiver that pauses between looks and reads the clock now and then.
+struct Looks {
+    start: Instant,
+    looks: u32,
+    waited: Duration,
+}
+
+impl Looks {
+    fn new() -> Self {
+        Looks {
+            start: Instant::now(),
+            looks: 0,
+            waited: Duration::ZERO,
+        }
+    }
+
+    /// How long the wait has lasted, as of the last read of the clock.
+    fn waited(&self) -> Duration {
+        self.waited
+    }
+
+    /// Pauses once: spins at first, then yields.
+    fn pause(&mut self) {
+        self.looks += 1;
+        if self.looks % LOOKS_PER_CLOCK == 0 {
+            self.waited = self.start.elapsed();
+        }
+        if self.waited < SPIN {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
     }
 }
 
@@ -1406,19 +1434,19 @@ impl MpiStream {
     }
 }
 
-/// How long a read of a large piece looks for it again before it gives up the processor: a
-/// sender in step sends the piece right behind the frame's header, and a yield costs more.
-const PIECE_SPIN: Duration = Duration::from_micros(2);
+/// How many more times a read of a large piece looks for it before it gives up the processor
+/// (about 2 us of matched probes): a sender in step sends the piece right behind the frame's
+/// header, and a yield costs more.
+const PIECE_LOOKS: u32 = 16;
 
 /// The next piece from `source` on `bulk_tag`, if one is there, or, for a `large` read, comes
-/// within [`PIECE_SPIN`].
+/// within [`PIECE_LOOKS`] more looks.
 fn look_for_piece(source: c_int, bulk_tag: c_int, large: bool) -> io::Result<Option<raw::Matched>> {
     let found = raw::improbe(source, bulk_tag)?;
     if found.is_some() || !large {
         return Ok(found);
     }
-    let start = Instant::now();
-    while start.elapsed() < PIECE_SPIN {
+    for _ in 0..PIECE_LOOKS {
         std::hint::spin_loop();
         if let Some(m) = raw::improbe(source, bulk_tag)? {
             return Ok(Some(m));

@@ -70,6 +70,29 @@ pub struct WanLink {
     pub bandwidth: Option<u64>,
 }
 
+/// How the mpi driver sends large parts that a message borrows from the caller (`write_bytes`,
+/// `write_slice`; parts of 64 KiB and more), set by `IPL_MPI_SENDS`. A part sent from the
+/// caller's memory costs no copy, but its send returns only once MPI is done with it: once the
+/// receiver has taken it, or, where the receiver does not read, once its process has taken it
+/// into memory of its own when asked (the receiving process's progress thread may sleep up to
+/// 2 ms). A copied part lets the send return at once, up to a window of 4 MiB per connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MpiSends {
+    /// From the caller's memory while the connection is in step: once its receiver, waiting in
+    /// a read of a large part, has said so in time, until the receiving process had to take two
+    /// sends in a row; copied otherwise (`auto`, the default).
+    #[default]
+    Auto,
+    /// As `Auto`, but every connection starts in step, and is tried in step again after a while
+    /// of copies: for programs whose receivers read large messages as they come, where the
+    /// first messages may then go without a copy too (`direct`).
+    Direct,
+    /// Always copied: a send never waits for its receiving process (`copied`). What every
+    /// connection does where the job outlives ranks that die (`mpirun --enable-recovery`),
+    /// whatever this says: a send to a dead rank would never complete.
+    Copied,
+}
+
 /// Everything a node needs to join a pool. Its `Debug` form shows every field but the secret.
 #[derive(Clone)]
 pub struct Config {
@@ -140,6 +163,9 @@ pub struct Config {
     /// `results/ipl-bench-throughput-single-copy-20261124-2029`), although the kernel's copy itself
     /// takes 4 to 8 times a plain one there (`results/copy-cost-20261124-2029`).
     pub shm_single_copy: bool,
+    /// How the mpi driver sends large parts a message borrows (`IPL_MPI_SENDS`: `auto`,
+    /// `direct` or `copied`; see [`MpiSends`]).
+    pub mpi_sends: MpiSends,
     /// The parallel launcher (`mpirun`, `srun`) the pool was read from, if any.
     pub launcher: Option<Launcher>,
     /// Join a closed pool that is already full and running, growing it, rather than a pool of
@@ -182,6 +208,7 @@ impl std::fmt::Debug for Config {
             max_message,
             shm_ring,
             shm_single_copy,
+            mpi_sends,
             launcher,
             join_running,
         } = self;
@@ -207,6 +234,7 @@ impl std::fmt::Debug for Config {
             .field("max_message", max_message)
             .field("shm_ring", shm_ring)
             .field("shm_single_copy", shm_single_copy)
+            .field("mpi_sends", mpi_sends)
             .field("launcher", launcher)
             .field("join_running", join_running)
             .finish()
@@ -238,6 +266,7 @@ impl Config {
             max_message: DEFAULT_MAX_MESSAGE,
             shm_ring: 256 * 1024,
             shm_single_copy: true,
+            mpi_sends: MpiSends::Auto,
             launcher: None,
             join_running: false,
         }
@@ -285,7 +314,8 @@ impl Config {
     /// `100Mbit`), `IPL_HEARTBEAT`, `IPL_DEATH_TIMEOUT`, `IPL_CONNECT_TIMEOUT`,
     /// `IPL_JOIN_TIMEOUT`, `IPL_SPIN`, `IPL_REGISTRY_LINGER` (durations), `IPL_BYTE_ORDER`
     /// (`native`, `little`, `big`), `IPL_MAX_MESSAGE` (bytes), `IPL_SHM_RING` (bytes),
-    /// `IPL_SHM_SINGLE_COPY` (`0` or `1`), `IPL_JOIN_RUNNING` (`1`: grow a running pool, see
+    /// `IPL_SHM_SINGLE_COPY` (`0` or `1`), `IPL_MPI_SENDS` (`auto`, `direct` or `copied`, see
+    /// [`MpiSends`]), `IPL_JOIN_RUNNING` (`1`: grow a running pool, see
     /// [`Config::join_running`]).
     ///
     /// Under a launcher: the pool is the launcher's job, with its size and ranks; rank 0 runs the
@@ -542,6 +572,19 @@ impl Config {
                     return Err(Error::config(
                         "IPL_SHM_SINGLE_COPY",
                         format!("'{other}' is not 0 or 1"),
+                    ))
+                }
+            };
+        }
+        if let Some(v) = get("IPL_MPI_SENDS") {
+            c.mpi_sends = match v.trim() {
+                "auto" => MpiSends::Auto,
+                "direct" => MpiSends::Direct,
+                "copied" => MpiSends::Copied,
+                other => {
+                    return Err(Error::config(
+                        "IPL_MPI_SENDS",
+                        format!("'{other}' is not auto, direct or copied"),
                     ))
                 }
             };
@@ -853,6 +896,28 @@ mod tests {
                 .unwrap()
                 .location,
             l
+        );
+    }
+
+    /// How the mpi driver sends large borrowed parts: auto by default, each spelling taken,
+    /// anything else refused naming the variable.
+    #[test]
+    fn mpi_sends_are_auto_direct_or_copied() {
+        let c = Config::from_lookup(lookup(&[])).unwrap();
+        assert_eq!(c.mpi_sends, MpiSends::Auto);
+        for (text, want) in [
+            ("auto", MpiSends::Auto),
+            ("direct", MpiSends::Direct),
+            (" copied ", MpiSends::Copied),
+        ] {
+            let c = Config::from_lookup(lookup(&[("IPL_MPI_SENDS", text)])).unwrap();
+            assert_eq!(c.mpi_sends, want, "{text}");
+        }
+        let e = Config::from_lookup(lookup(&[("IPL_MPI_SENDS", "zero-copy")])).unwrap_err();
+        let e = e.to_string();
+        assert!(
+            e.contains("IPL_MPI_SENDS") && e.contains("zero-copy"),
+            "{e}"
         );
     }
 

@@ -84,7 +84,7 @@ mod wire;
 
 /// The shared, immutable byte buffers of [`WriteMessage::write_shared_bytes`].
 pub use bytes::Bytes;
-pub use config::{ByteOrder, Config, Driver, WanLink};
+pub use config::{ByteOrder, Config, Driver, MpiSends, WanLink};
 pub use error::{Error, Result};
 pub use ibis::Ibis;
 pub use launcher::{Launcher, LauncherKind};

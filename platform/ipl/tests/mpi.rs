@@ -558,19 +558,24 @@ fn the_word_channel_between_every_pair_of_2_3_and_4_ranks() {
     on_2_3_and_4_ranks("words");
 }
 
-/// Sends of large borrowed parts go from the sender's memory while the receiver reads them as
-/// they come, and two ranks that both send before they read do not wait for each other: the
-/// driver's log at each connection's close says how the pieces went.
-#[test]
-fn large_parts_go_from_the_senders_memory_and_crossed_sends_complete() {
-    let Some((mut cmd, ranks)) = testkit::mpirun(
+/// Runs the "direct" role on 2 ranks with `IPL_MPI_SENDS=sends`; returns, for each
+/// connection that sent large pieces, how many went from the sender's memory, how many were
+/// copied, and how many times the receiving process was asked to take them, from the driver's
+/// log at each connection's close. None where mpirun is missing outside CI.
+fn large_piece_counts(sends: &str) -> Option<Vec<[u64; 3]>> {
+    let (mut cmd, ranks) = testkit::mpirun(
         "direct",
         2,
-        &["IPL_TEST_ROLE", "IPL_DRIVER", "RUST_BACKTRACE", "RUST_LOG"],
-    ) else {
-        return;
-    };
-    cmd.env("RUST_LOG", "ipl::transport::mpi=debug,warn");
+        &[
+            "IPL_TEST_ROLE",
+            "IPL_DRIVER",
+            "RUST_BACKTRACE",
+            "RUST_LOG",
+            "IPL_MPI_SENDS",
+        ],
+    )?;
+    cmd.env("RUST_LOG", "ipl::transport::mpi=debug,warn")
+        .env("IPL_MPI_SENDS", sends);
     let (ok, out, err) = run_launched(cmd, ranks, "direct");
     assert!(ok, "mpirun -n 2: failed\n{out}\n{err}");
     for r in 0..2 {
@@ -592,16 +597,37 @@ fn large_parts_go_from_the_senders_memory_and_crossed_sends_complete() {
             [n[0], n[1], n[2]]
         })
         .collect();
-    // Each rank's two connections to the other, in the order they close: "direct", then
-    // "crossed" (the barriers' connections send small messages only).
-    let big: Vec<_> = counts.iter().filter(|c| c[0] + c[1] > 0).collect();
-    assert_eq!(big.len(), 4, "{counts:?}\n{err}");
-    // Each connection sent large pieces from the sender's memory.
-    assert!(big.iter().all(|c| c[0] >= 2), "{counts:?}");
+    // Each rank's two connections to the other (the barriers' connections send small messages
+    // only).
+    let big: Vec<[u64; 3]> = counts.into_iter().filter(|c| c[0] + c[1] > 0).collect();
+    assert_eq!(big.len(), 4, "{big:?}\n{err}");
+    println!("IPL_MPI_SENDS={sends}: large pieces sent from memory, copied, taken: {big:?}");
+    Some(big)
+}
+
+/// Sends of large borrowed parts go from the sender's memory while the connection is in step
+/// (`IPL_MPI_SENDS=direct`: from the start, whatever the timing of this debug build), and two
+/// ranks that both send before they read do not wait for each other: each process takes the
+/// other's pieces.
+#[test]
+fn large_parts_go_from_the_senders_memory_and_crossed_sends_complete() {
+    let Some(big) = large_piece_counts("direct") else {
+        return;
+    };
+    assert!(big.iter().all(|c| c[0] >= 2), "{big:?}");
     // The crossed sends made each receiving process take pieces.
     let took = big.iter().filter(|c| c[2] >= 1).count();
-    assert!(took >= 2, "{counts:?}");
-    println!("large pieces sent from memory, copied, taken: {big:?}");
+    assert!(took >= 2, "{big:?}");
+}
+
+/// With `IPL_MPI_SENDS=copied` every large piece is copied, and nothing is taken: the same
+/// exchanges, crossed ones included, complete exactly.
+#[test]
+fn with_copied_sends_every_large_piece_is_copied() {
+    let Some(big) = large_piece_counts("copied") else {
+        return;
+    };
+    assert!(big.iter().all(|c| c[0] == 0 && c[2] == 0), "{big:?}");
 }
 
 #[test]

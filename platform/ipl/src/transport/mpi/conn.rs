@@ -23,16 +23,17 @@
 //!
 //! Large pieces of parts the caller lends ([`DIRECT_PIECE`] and more) go from the caller's
 //! memory, as MPI's own rendezvous sends them, while the connection is *in step*: the send
-//! returns once MPI is done with the memory. A connection starts in step and stays so while its
-//! receiver takes such sends as they come; a receiver doing something else (sending to this
-//! rank, say) is asked to take them anyway: its process's progress thread receives them into
-//! memory of its own, where the stream reads them later ([`Taken`]), so a sender waits for the
-//! receiving process, never for a receiver that does not read. After two such sends in a row
-//! the connection is out of step: large pieces are copied, unless the receiver says, from a
-//! read straight into its memory, that it waits for the next one (a 16-byte word on the back
-//! tag, see [`MpiSink::receiver_waits`]); that word puts it in step again, and so does a while
-//! of copies. Where the job outlives ranks that die (`mpirun --enable-recovery`), a send to a
-//! dead rank would never complete: there every piece is copied.
+//! returns once MPI is done with the memory. A connection gets in step when its receiver, in a
+//! read straight into its memory, says that it waits for the next piece (a 16-byte word on the
+//! back tag) while the sender waits for that word, briefly, before it would copy (see
+//! [`MpiSink::receiver_waits`]); with `MpiSends::Direct` it starts in step. In step, a receiver
+//! doing something else (sending to this rank, say) is asked to take the pieces anyway: its
+//! process's progress thread, or a thread of it that waits for its own sends, receives them
+//! into memory of its own, where the stream reads them later ([`Taken`]), so a sender waits for
+//! the receiving process, never for a receiver that does not read. After two such sends in a
+//! row the connection is out of step: large pieces are copied again. Where the job outlives
+//! ranks that die (`mpirun --enable-recovery`), or with `MpiSends::Copied`, every piece is
+//! copied: a send to a dead rank would never complete.
 
 use super::raw::{self, Request};
 use super::{Watch, World};
@@ -298,7 +299,8 @@ pub(super) struct MpiSink {
     pub(super) patience: Patience,
     /// Sends from the caller's memory in flight (empty between calls).
     pub(super) direct: Vec<Request>,
-    /// The receiver took the last large pieces as they came (or a connection starts so): the
+    /// The receiver took the last large pieces as they came (or the connection starts so, with
+    /// `MpiSends::Direct`): the
     /// next ones go from the caller's memory at once, without waiting for its word (see
     /// [`MpiSink::send_direct`]).
     pub(super) in_step: bool,
@@ -670,6 +672,7 @@ impl MpiSink {
             taken += len as u64;
         }
         let take = Take {
+            world: &world,
             dest: self.dest,
             id: self.id,
             until: self.bulk_sent,
@@ -764,7 +767,8 @@ impl PieceCopy {
 }
 
 /// Sends from the caller's memory on one connection, for the receiving process to take.
-struct Take {
+struct Take<'a> {
+    world: &'a World,
     dest: c_int,
     /// The connection's number.
     id: u32,
@@ -781,13 +785,15 @@ struct Take {
 /// rate [`CATCH_UP_BYTES_PER_NS`]). After that, the receiving process's progress thread is
 /// asked to take the connection's pieces up to the end of these sends into memory of its own,
 /// where the stream reads them later (`TAG_TAKE`): a sender never waits for a receiver that
-/// does something else, only for its process. There is no giving up before the sends complete:
+/// does something else, only for its process. While it waits, this process takes what others
+/// asked it to (`World::take_for_others`): two ranks that send to each other before either
+/// reads take each other's pieces at once. There is no giving up before the sends complete:
 /// MPI reads the caller's memory until then, and the caller may free that memory once the send
 /// returns. If the receiving process dies, OpenMPI's runtime ends the job (see the module's
 /// documentation), and with it this wait. An error from MPI while it may still read the memory,
 /// or sends still pending [`TAKEN_WAIT`] after the receiving process was asked to take them
 /// (that process is broken), end this process, as MPI's default error handler would.
-fn complete_direct(reqs: &mut Vec<Request>, take: &Take) -> bool {
+fn complete_direct(reqs: &mut Vec<Request>, take: &Take<'_>) -> bool {
     let mut backoff = Backoff::default();
     let mut looks = Looks::new();
     let patience = TAKE_WAIT + Duration::from_nanos(take.bytes / CATCH_UP_BYTES_PER_NS);
@@ -806,6 +812,11 @@ fn complete_direct(reqs: &mut Vec<Request>, take: &Take) -> bool {
         }
         if let Some(e) = error {
             give_up(take.dest, &format!("it failed ({e})"));
+        }
+        // Meanwhile this process takes what others asked it to: the receiver may be waiting
+        // for its own sends to this one.
+        if looks.looks % LOOKS_PER_CLOCK == 0 {
+            take.world.take_for_others();
         }
         match asked {
             None if looks.waited() < patience => looks.pause(),
@@ -830,7 +841,10 @@ fn complete_direct(reqs: &mut Vec<Request>, take: &Take) -> bool {
                 take.dest,
                 &format!("its process did not take it within {TAKEN_WAIT:?} of being asked"),
             ),
-            Some(_) => backoff.pause(),
+            Some(_) => {
+                take.world.take_for_others();
+                backoff.pause();
+            }
         }
     }
     asked.is_some()
@@ -894,27 +908,41 @@ fn give_up(dest: c_int, why: &str) -> ! {
 /// How long a sink out of step waits for its receiver's word that it waits for a large piece
 /// (see [`MpiSink::receiver_waits`]): [`READY_WAIT`], or not at all for the next
 /// [`LOOKS_ONLY`] large pieces (it only looks whether the word is there) after
-/// [`MISSED_IN_A_ROW`] waits in a row without the word. A receiver that reads its large messages late,
-/// or a sender that sends many before its receiver reads one, then pays for the wait once in a
-/// while, not at each piece. After such a stretch the sink tries the step again: a receiver
-/// that waits in a receive, parked, answers too late for the wait, but takes pieces sent in
-/// step as soon as it wakes.
-#[derive(Default)]
+/// [`MISSED_IN_A_ROW`] waits in a row without the word. A receiver that reads its large
+/// messages late, or a sender that sends many before its receiver reads one, then pays for the
+/// wait once in a while, not at each piece. With `MpiSends::Direct` the sink tries the step
+/// again after such a stretch: a receiver that waits in a receive, parked, answers too late for
+/// the wait, but takes pieces sent in step as soon as it wakes (while its sender waits for it,
+/// which a copy would not: hence not by default).
 pub(super) struct Patience {
     /// Large pieces still to send without waiting, plus one (0: none).
     looks_left: u32,
     missed: u32,
+    /// Whether the end of such a stretch tries the step again (`MpiSends::Direct`).
+    retry_step: bool,
 }
 
 impl Patience {
+    pub(super) fn new(retry_step: bool) -> Self {
+        Patience {
+            looks_left: 0,
+            missed: 0,
+            retry_step,
+        }
+    }
+
     /// How long to wait for the word before the next large piece; `None` to send it in step
-    /// (the end of a stretch without waiting).
+    /// (the end of a stretch without waiting, where the sink tries the step again).
     fn next(&mut self) -> Option<Duration> {
         match self.looks_left {
             0 => Some(READY_WAIT),
             1 => {
                 self.looks_left = 0;
-                None
+                if self.retry_step {
+                    None
+                } else {
+                    Some(READY_WAIT)
+                }
             }
             _ => {
                 self.looks_left -= 1;
@@ -1557,10 +1585,11 @@ mod tests {
 
     /// Out of step, a sink waits for the receiver's word before each large piece; after
     /// three waits in a row without it, it only looks for the next pieces, and after those it
-    /// tries the step again. A word that comes resets the count of waits without it.
+    /// tries the step again (`MpiSends::Direct`; by default it waits again). A word that comes
+    /// resets the count of waits without it.
     #[test]
     fn a_sink_out_of_step_waits_looks_only_for_a_while_then_tries_the_step_again() {
-        let mut p = Patience::default();
+        let mut p = Patience::new(true);
         for _ in 1..MISSED_IN_A_ROW {
             assert_eq!(p.next(), Some(READY_WAIT));
             p.unanswered(READY_WAIT);
@@ -1578,6 +1607,15 @@ mod tests {
             p.unanswered(Duration::ZERO);
         }
         assert_eq!(p.next(), None, "the step is tried again");
+        assert_eq!(p.next(), Some(READY_WAIT));
+        // By default the end of the stretch waits for the word again.
+        let mut p = Patience::new(false);
+        for _ in 0..MISSED_IN_A_ROW {
+            p.unanswered(READY_WAIT);
+        }
+        for _ in 0..LOOKS_ONLY {
+            assert_eq!(p.next(), Some(Duration::ZERO));
+        }
         assert_eq!(p.next(), Some(READY_WAIT));
     }
 

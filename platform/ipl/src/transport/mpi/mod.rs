@@ -142,6 +142,9 @@ struct State {
     sinks: HashMap<u32, Weak<SinkShared>>,
     /// Streams by sending rank and connection number, to take pieces for them.
     streams: HashMap<(c_int, u32), Weak<Taken>>,
+    /// Asks to take pieces for a stream whose pieces have not all come yet: (sending rank,
+    /// connection, bulk byte to take up to).
+    takes: Vec<(c_int, u32, u64)>,
     /// The progress thread sleeps until a watch is armed.
     napping: bool,
 }
@@ -158,6 +161,9 @@ pub(crate) struct World {
     /// process (see `conn::complete_direct`): not where the job outlives a rank that dies
     /// (`mpirun --enable-recovery`), since a send to it would never complete.
     send_from_caller: bool,
+    /// Whether connections start in step, and are tried in step again after a while of copies
+    /// ([`MpiSends::Direct`](crate::MpiSends::Direct)).
+    start_in_step: bool,
     next_id: AtomicU32,
     /// How long a connect waits for the peer's answer.
     reply_wait: Duration,
@@ -286,7 +292,8 @@ pub(crate) fn start(cfg: &Config, acceptor: Arc<dyn Acceptor>) -> Result<(MpiDri
     let world = Arc::new(World {
         live: RwLock::new(true),
         size,
-        send_from_caller: !job_outlives_dead_ranks(),
+        send_from_caller: cfg.mpi_sends != crate::MpiSends::Copied && !job_outlives_dead_ranks(),
+        start_in_step: cfg.mpi_sends == crate::MpiSends::Direct,
         max_id: ((tag_ub - FIRST_CONNECTION_TAG - 2) / 3) as u32,
         next_id: AtomicU32::new(0),
         reply_wait: cfg
@@ -352,8 +359,6 @@ fn progress(world: &Arc<World>, acceptor: &dyn Acceptor) {
     let mut requests: Vec<(c_int, Vec<u8>)> = Vec::new();
     let mut gone: Vec<u32> = Vec::new();
     let mut wake: Vec<Arc<Waker>> = Vec::new();
-    // Asks to take pieces for a stream: (sending rank, connection, bulk byte to take up to).
-    let mut takes: Vec<(c_int, u32, u64)> = Vec::new();
     while !world.stop.load(Ordering::SeqCst) {
         let armed = {
             let live = world.live.read_recursive();
@@ -375,31 +380,8 @@ fn progress(world: &Arc<World>, acceptor: &dyn Acceptor) {
                     }
                 }
             }
-            while let Ok(Some(m)) = raw::improbe(raw::any_source(), TAG_TAKE) {
-                let source = m.source;
-                if m.len != 12 {
-                    m.discard();
-                    continue;
-                }
-                let mut b = [0u8; 12];
-                if m.receive(&mut b).is_ok() && takes.len() < MAX_TAKES {
-                    let id = u32::from_le_bytes(b[..4].try_into().expect("4 bytes"));
-                    let until = u64::from_le_bytes(b[4..].try_into().expect("8 bytes"));
-                    takes.push((source, id, until));
-                }
-            }
             let mut st = world.state.lock();
-            takes.retain(|&(source, id, until)| {
-                // A stream that is gone has its pieces discarded by its drain.
-                let Some(t) = st.streams.get(&(source, id)).and_then(Weak::upgrade) else {
-                    return false;
-                };
-                let (done, took) = t.take_until(source, tags(id).2, until);
-                if took {
-                    wake.push(t.waker.clone());
-                }
-                !done
-            });
+            take_asked(&mut st, &mut wake);
             for id in gone.drain(..) {
                 if let Some(s) = st.sinks.get(&id).and_then(Weak::upgrade) {
                     s.receiver_gone.store(true, Ordering::Release);
@@ -407,7 +389,7 @@ fn progress(world: &Arc<World>, acceptor: &dyn Acceptor) {
             }
             st.watches.retain(|w| Arc::strong_count(w) > 1);
             // Pieces still to take are looked for again soon.
-            let mut armed = !takes.is_empty();
+            let mut armed = !st.takes.is_empty();
             for w in &st.watches {
                 if w.armed.load(Ordering::Acquire) {
                     if w.ready(w.bulk.load(Ordering::Acquire)) {
@@ -452,6 +434,54 @@ fn progress(world: &Arc<World>, acceptor: &dyn Acceptor) {
         }
     }
     replies.finish(world, Instant::now() + Duration::from_secs(1));
+}
+
+/// Takes the pieces that senders asked this process to take for its streams (the caller holds
+/// MPI's `live` lock): the asks that came, and those whose pieces had not all come before.
+/// Streams that got pieces go to `wake`.
+fn take_asked(st: &mut State, wake: &mut Vec<Arc<Waker>>) {
+    while let Ok(Some(m)) = raw::improbe(raw::any_source(), TAG_TAKE) {
+        let source = m.source;
+        if m.len != 12 {
+            m.discard();
+            continue;
+        }
+        let mut b = [0u8; 12];
+        if m.receive(&mut b).is_ok() && st.takes.len() < MAX_TAKES {
+            let id = u32::from_le_bytes(b[..4].try_into().expect("4 bytes"));
+            let until = u64::from_le_bytes(b[4..].try_into().expect("8 bytes"));
+            st.takes.push((source, id, until));
+        }
+    }
+    let State { takes, streams, .. } = st;
+    takes.retain(|&(source, id, until)| {
+        // A stream that is gone has its pieces discarded by its drain.
+        let Some(t) = streams.get(&(source, id)).and_then(Weak::upgrade) else {
+            return false;
+        };
+        let (done, took) = t.take_until(source, tags(id).2, until);
+        if took {
+            wake.push(t.waker.clone());
+        }
+        !done
+    });
+}
+
+impl World {
+    /// What a thread that waits for its own sends from its caller's memory does meanwhile:
+    /// takes the pieces that other ranks asked this process to take (the caller holds MPI's
+    /// `live` lock). Where two ranks send to each other before either reads, each then takes
+    /// the other's pieces at once, without waiting for its progress thread, which may sleep.
+    pub(super) fn take_for_others(&self) {
+        let mut wake = Vec::new();
+        {
+            let mut st = self.state.lock();
+            take_asked(&mut st, &mut wake);
+        }
+        for w in wake {
+            w.notify();
+        }
+    }
 }
 
 /// Discards what reached connections whose receiver stopped reading (the caller holds MPI's
@@ -591,9 +621,9 @@ impl Driver for MpiDriver {
                 eager: Vec::new(),
                 copying: Default::default(),
                 waiting: None,
-                patience: Default::default(),
+                patience: conn::Patience::new(world.start_in_step),
                 direct: Vec::new(),
-                in_step: world.send_from_caller,
+                in_step: world.send_from_caller && world.start_in_step,
                 taken_in_a_row: 0,
                 bulk_sent: 0,
                 counts: [0; 3],

@@ -694,6 +694,15 @@ fn main() {
     #[cfg(feature = "mpi")]
     if std::env::var("IPL_DRIVER").as_deref() == Ok("mpi") {
         let args: Args = ipl::cli::parse("ipl-bench");
+        // After the arguments, so that --help works whatever RUST_LOG holds. Logs as RUST_LOG
+        // says (warnings by default): the mpi driver's debug log says how large pieces went.
+        let _trace = match ipl::trace::init("warn", None) {
+            Ok(guard) => guard,
+            Err(e) => {
+                eprintln!("ipl-bench: {e}");
+                std::process::exit(2);
+            }
+        };
         if let Err(e) = over_mpi::bench(&args) {
             eprintln!("ipl-bench: {e}");
             std::process::exit(1);

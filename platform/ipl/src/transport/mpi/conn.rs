@@ -300,9 +300,8 @@ pub(super) struct MpiSink {
     /// Sends from the caller's memory in flight (empty between calls).
     pub(super) direct: Vec<Request>,
     /// The receiver took the last large pieces as they came (or the connection starts so, with
-    /// `MpiSends::Direct`): the
-    /// next ones go from the caller's memory at once, without waiting for its word (see
-    /// [`MpiSink::send_direct`]).
+    /// `MpiSends::Direct`): the next ones go from the caller's memory at once, without waiting
+    /// for its word (see [`MpiSink::send_direct`]).
     pub(super) in_step: bool,
     /// Sends from the caller's memory that the receiving process had to take, in a row.
     pub(super) taken_in_a_row: u32,
@@ -346,7 +345,7 @@ impl MpiSink {
             let len = m.len;
             let mut b = [0u8; 16];
             if len != 8 && len != 16 {
-                let _ = m.receive_vec();
+                m.discard();
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
                     format!(
@@ -563,10 +562,10 @@ impl MpiSink {
     /// while it has kept not saying so, see [`Patience`]).
     ///
     /// Such a receiver takes the bytes as soon as they come, so a send from the caller's memory
-    /// completes without waiting for a receiver that does something else: the copy into a
-    /// piece buffer, which lets a send return before its receiver reads, is not needed. A
-    /// receiver that does not say so may not read for a long time (it may be sending to this
-    /// rank, say), and then only a copy keeps this sender from waiting for it.
+    /// completes at once: the copy into a piece buffer, which lets a send return before its
+    /// receiver reads, is not needed. A receiver that does not say so may not read for a long
+    /// time (it may be parked, or sending to this rank), and then a send from memory would wait
+    /// for it, or for its process to take the bytes, where a copy lets the sender go on.
     fn receiver_waits(&mut self) -> io::Result<bool> {
         let asked = |s: &Self| s.waiting.is_some_and(|(at, _)| at == s.sent);
         if asked(self) {

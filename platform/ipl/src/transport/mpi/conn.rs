@@ -88,11 +88,13 @@ const TAKEN_IN_A_ROW: u32 = 2;
 /// process to take it, before it takes that process for broken (see [`complete_direct`]).
 const TAKEN_WAIT: Duration = Duration::from_secs(30);
 /// The rate at which a sink expects a receiver that is behind to catch up, reading straight
-/// into its memory, in bytes per nanosecond (a tenth to a fifth of what a copy between
+/// into its memory, in bytes per nanosecond (a third to a fifth of what a copy between
 /// processors of one host goes at).
-const CATCH_UP_BYTES_PER_NS: u64 = 2;
-/// The longest a sink waits for a receiver that is behind to catch up.
-const CATCH_UP_WAIT: Duration = Duration::from_millis(1);
+const CATCH_UP_BYTES_PER_NS: u64 = 4;
+/// The longest a sink waits for a receiver that is behind to catch up: a receiver that said it
+/// waited may not read the next large part straight into its memory (Barnes-Hut's exchanges
+/// spent 200 us on such waits at a time with 1 ms here).
+const CATCH_UP_WAIT: Duration = Duration::from_micros(50);
 /// How long a stream waits for the next piece of a large frame before it tells the sender that
 /// it waits for it (see `MpiStream::ask`); well within [`READY_WAIT`].
 const ASK_AFTER: Duration = Duration::from_micros(2);

@@ -577,21 +577,18 @@ impl MpiSink {
         // receiver that reads large pieces straight into its memory and is behind: it gets
         // the time to catch up at the rate such reads go, after which sends go from the
         // caller's memory in step with its reads. A word is used once.
-        let stale = self.waiting.take();
-        let patience = match self.patience.next() {
-            None => {
-                // Long enough out of step: the next pieces go as if in step again.
-                self.in_step = true;
-                return Ok(true);
+        let patience = match self.waiting.take() {
+            Some((at, _)) if at < self.sent => {
+                let lag = self.sent - at;
+                READY_WAIT + Duration::from_nanos(lag / CATCH_UP_BYTES_PER_NS).min(CATCH_UP_WAIT)
             }
-            // Waits that keep ending without the word, catching up or not, stop for a while.
-            Some(p) if p.is_zero() => p,
-            Some(p) => match stale {
-                Some((at, _)) if at < self.sent => {
-                    let lag = self.sent - at;
-                    p + Duration::from_nanos(lag / CATCH_UP_BYTES_PER_NS).min(CATCH_UP_WAIT)
+            _ => match self.patience.next() {
+                Some(p) => p,
+                None => {
+                    // Long enough out of step: the next pieces go as if in step again.
+                    self.in_step = true;
+                    return Ok(true);
                 }
-                _ => p,
             },
         };
         let mut looks = Looks::new();

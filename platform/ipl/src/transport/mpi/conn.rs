@@ -785,7 +785,7 @@ struct Take<'a> {
 /// A receiver that reads takes them within the time the bytes take ([`TAKE_WAIT`] and the
 /// rate [`CATCH_UP_BYTES_PER_NS`]). After that, the receiving process's progress thread is
 /// asked to take the connection's pieces up to the end of these sends into memory of its own,
-/// where the stream reads them later (`TAG_TAKE`): a sender never waits for a receiver that
+/// where the stream reads them later (a notice on `TAG_NOTICE`): a sender never waits for a receiver that
 /// does something else, only for its process. While it waits, this process takes what others
 /// asked it to (`World::take_for_others`): two ranks that send to each other before either
 /// reads take each other's pieces at once. There is no giving up before the sends complete:
@@ -825,7 +825,7 @@ fn complete_direct(reqs: &mut Vec<Request>, take: &Take<'_>) -> bool {
                 let mut word = [0u8; 12];
                 word[..4].copy_from_slice(&take.id.to_le_bytes());
                 word[4..].copy_from_slice(&take.until.to_le_bytes());
-                if let Err(e) = raw::send(take.dest, super::TAG_TAKE, &word) {
+                if let Err(e) = raw::send(take.dest, super::TAG_NOTICE, &word) {
                     give_up(
                         take.dest,
                         &format!("asking its process to take it failed ({e})"),
@@ -1561,7 +1561,7 @@ impl Stream for MpiStream {
             let _ = self.outbox.push(
                 &self.world,
                 self.source,
-                super::TAG_RECEIVER_GONE,
+                super::TAG_NOTICE,
                 Bytes::copy_from_slice(&self.id.to_le_bytes()),
             );
             self.world.drain(self.source, self.tag, self.bulk_tag);

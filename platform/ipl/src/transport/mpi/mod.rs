@@ -51,14 +51,15 @@ use std::time::{Duration, Instant};
 
 /// Connect requests: the connecting side's number for the connection, then the request.
 const TAG_CONNECT: c_int = 1;
-/// A receiver that stopped reading tells the sender: the connection's number.
-const TAG_RECEIVER_GONE: c_int = 2;
+/// Notices about a connection to the other side's process, told apart by their length: a
+/// receiver that stopped reading tells the sender (4 bytes: the connection's number); a sender
+/// whose sends from its caller's memory wait asks the receiving process to take the
+/// connection's pieces into memory of its own (12 bytes: the connection's number and the bulk
+/// byte up to which to take them, see `conn::complete_direct`). One tag, so that the progress
+/// thread looks for both with one probe.
+const TAG_NOTICE: c_int = 2;
 /// Word messages between ranks, beside the connections (see [`WordChannel`]).
 const TAG_WORDS: c_int = 3;
-/// A sender whose sends from its caller's memory wait asks the receiving process to take the
-/// pieces of a connection into memory of its own: the connection's number and the bulk byte up
-/// to which to take them (see `conn::complete_direct`).
-const TAG_TAKE: c_int = 4;
 /// Tags from here on belong to connections, two each.
 const FIRST_CONNECTION_TAG: c_int = 16;
 /// Asks to take pieces a progress thread keeps at most (one per connection whose sender waits
@@ -357,7 +358,6 @@ fn progress(world: &Arc<World>, acceptor: &dyn Acceptor) {
     let mut replies = Outbox::default();
     let mut backoff = Backoff::default();
     let mut requests: Vec<(c_int, Vec<u8>)> = Vec::new();
-    let mut gone: Vec<u32> = Vec::new();
     let mut wake: Vec<Arc<Waker>> = Vec::new();
     while !world.stop.load(Ordering::SeqCst) {
         let armed = {
@@ -373,20 +373,8 @@ fn progress(world: &Arc<World>, acceptor: &dyn Acceptor) {
                     Err(e) => tracing::warn!("mpi: receiving a connect request: {e}"),
                 }
             }
-            while let Ok(Some(m)) = raw::improbe(raw::any_source(), TAG_RECEIVER_GONE) {
-                if let Ok(v) = m.receive_vec() {
-                    if let Ok(b) = <[u8; 4]>::try_from(v.as_slice()) {
-                        gone.push(u32::from_le_bytes(b));
-                    }
-                }
-            }
             let mut st = world.state.lock();
-            take_asked(&mut st, &mut wake);
-            for id in gone.drain(..) {
-                if let Some(s) = st.sinks.get(&id).and_then(Weak::upgrade) {
-                    s.receiver_gone.store(true, Ordering::Release);
-                }
-            }
+            take_notices(&mut st, &mut wake);
             st.watches.retain(|w| Arc::strong_count(w) > 1);
             // Pieces still to take are looked for again soon.
             let mut armed = !st.takes.is_empty();
@@ -436,19 +424,28 @@ fn progress(world: &Arc<World>, acceptor: &dyn Acceptor) {
     replies.finish(world, Instant::now() + Duration::from_secs(1));
 }
 
-/// Takes the pieces that senders asked this process to take for its streams (the caller holds
-/// MPI's `live` lock): the asks that came, and those whose pieces had not all come before.
+/// Acts on the notices that came ([`TAG_NOTICE`]; the caller holds MPI's `live` lock): tells
+/// sinks whose receiver stopped reading, and takes the pieces that senders asked this process
+/// to take for its streams, those asked now and those whose pieces had not all come before.
 /// Streams that got pieces go to `wake`.
-fn take_asked(st: &mut State, wake: &mut Vec<Arc<Waker>>) {
-    while let Ok(Some(m)) = raw::improbe(raw::any_source(), TAG_TAKE) {
-        let source = m.source;
-        if m.len != 12 {
+fn take_notices(st: &mut State, wake: &mut Vec<Arc<Waker>>) {
+    while let Ok(Some(m)) = raw::improbe(raw::any_source(), TAG_NOTICE) {
+        let (source, len) = (m.source, m.len);
+        let mut b = [0u8; 12];
+        if len != 4 && len != 12 {
             m.discard();
             continue;
         }
-        let mut b = [0u8; 12];
-        if m.receive(&mut b).is_ok() && st.takes.len() < MAX_TAKES {
-            let id = u32::from_le_bytes(b[..4].try_into().expect("4 bytes"));
+        if m.receive(&mut b[..len]).is_err() {
+            continue;
+        }
+        let id = u32::from_le_bytes(b[..4].try_into().expect("4 bytes"));
+        if len == 4 {
+            // A receiver stopped reading.
+            if let Some(s) = st.sinks.get(&id).and_then(Weak::upgrade) {
+                s.receiver_gone.store(true, Ordering::Release);
+            }
+        } else if st.takes.len() < MAX_TAKES {
             let until = u64::from_le_bytes(b[4..].try_into().expect("8 bytes"));
             st.takes.push((source, id, until));
         }
@@ -476,7 +473,7 @@ impl World {
         let mut wake = Vec::new();
         {
             let mut st = self.state.lock();
-            take_asked(&mut st, &mut wake);
+            take_notices(&mut st, &mut wake);
         }
         for w in wake {
             w.notify();

@@ -294,8 +294,8 @@ pub(super) struct MpiSink {
     pub(super) eager: Vec<u8>,
     /// How the pieces of large parts are copied into the piece buffers.
     pub(super) copying: PieceCopy,
-    /// The receiver's last word that it waits in a read straight into its memory: the byte of
-    /// the connection it waits for, and how many bytes that read takes.
+    /// The receiver's last word that it waits in a read straight into its memory: the bulk byte
+    /// it waits for (see [`MpiSink::bulk_sent`]), and how many bytes that read takes.
     pub(super) waiting: Option<(u64, u64)>,
     /// How long the sink waits for that word before it copies a large piece.
     pub(super) patience: Patience,
@@ -309,9 +309,19 @@ pub(super) struct MpiSink {
     pub(super) taken_in_a_row: u32,
     /// Bytes sent on the bulk tag (the receiving process counts what it took from there).
     pub(super) bulk_sent: u64,
-    /// Large pieces sent from the caller's memory, pieces copied, and sends from the caller's
-    /// memory the receiving process was asked to take (logged when the connection closes).
-    pub(super) counts: [u64; 3],
+    /// How large pieces went (logged when the connection closes).
+    pub(super) counts: PieceCounts,
+}
+
+/// How a sink's large pieces went.
+#[derive(Default)]
+pub(super) struct PieceCounts {
+    /// Pieces sent from the caller's memory.
+    direct: u64,
+    /// Pieces copied.
+    copied: u64,
+    /// Sends from the caller's memory the receiving process was asked to take.
+    taken: u64,
 }
 
 /// How far a large frame has come.
@@ -358,14 +368,16 @@ impl MpiSink {
             }
             m.receive(&mut b[..len])?;
             let n = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
-            if n > self.sent {
+            // A confirmation counts every byte sent, a wait for a piece the bulk bytes.
+            let (what, sent) = if len == 8 {
+                ("confirmed byte", self.sent)
+            } else {
+                ("waits for bulk byte", self.bulk_sent)
+            };
+            if n > sent {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
-                    format!(
-                        "receiver {} byte {n} of {} sent",
-                        if len == 8 { "confirmed" } else { "waits for" },
-                        self.sent
-                    ),
+                    format!("receiver {what} {n} of {sent} sent"),
                 ));
             }
             if len == 16 {
@@ -503,11 +515,9 @@ impl MpiSink {
                 // A piece of a shared buffer: MPI reads it where it is, and the outbox keeps
                 // a reference to it until the send completes.
                 self.frame.advance(frame.parts, piece.len());
-                self.sent += len;
-                self.bulk_sent += len;
+                self.piece_posted(len);
                 self.outbox
                     .start(&self.world, self.dest, self.bulk_tag, Buf::Shared(piece))?;
-                self.frame.posted += len;
                 continue;
             }
             if len as usize >= DIRECT_PIECE
@@ -536,20 +546,25 @@ impl MpiSink {
             if let Some(started) = started {
                 self.copying.copied(buf.len(), started.elapsed());
             }
-            self.sent += len;
-            self.bulk_sent += len;
+            self.piece_posted(len);
             if len as usize >= DIRECT_PIECE {
-                self.counts[1] += 1;
+                self.counts.copied += 1;
             }
             self.outbox
                 .start(&self.world, self.dest, self.bulk_tag, Buf::Pooled(buf))?;
-            self.frame.posted += len;
         }
         let n = self.frame.posted - offset;
         if self.frame.posted == frame.len {
             self.frame = Progress::default();
         }
         Ok(n)
+    }
+
+    /// Counts a piece of `len` bytes of the frame as handed to MPI, on the bulk tag.
+    fn piece_posted(&mut self, len: u64) {
+        self.sent += len;
+        self.bulk_sent += len;
+        self.frame.posted += len;
     }
 
     /// Whether the next `len` bytes of the frame lie in one part.
@@ -569,7 +584,7 @@ impl MpiSink {
     /// time (it may be parked, or sending to this rank), and then a send from memory would wait
     /// for it, or for its process to take the bytes, where a copy lets the sender go on.
     fn receiver_waits(&mut self) -> io::Result<bool> {
-        let asked = |s: &Self| s.waiting.is_some_and(|(at, _)| at == s.sent);
+        let asked = |s: &Self| s.waiting.is_some_and(|(at, _)| at == s.bulk_sent);
         if asked(self) {
             return Ok(true);
         }
@@ -578,8 +593,8 @@ impl MpiSink {
         // the time to catch up at the rate such reads go, after which sends go from the
         // caller's memory in step with its reads. A word is used once.
         let patience = match self.waiting.take() {
-            Some((at, _)) if at < self.sent => {
-                let lag = self.sent - at;
+            Some((at, _)) if at < self.bulk_sent => {
+                let lag = self.bulk_sent - at;
                 READY_WAIT + Duration::from_nanos(lag / CATCH_UP_BYTES_PER_NS).min(CATCH_UP_WAIT)
             }
             _ => match self.patience.next() {
@@ -619,7 +634,7 @@ impl MpiSink {
     /// again.
     fn send_direct(&mut self, frame: &Frame<'_>) -> io::Result<()> {
         let want = match self.waiting.take() {
-            Some((at, want)) if at == self.sent => want,
+            Some((at, want)) if at == self.bulk_sent => want,
             _ => u64::MAX,
         };
         // Held until every send has completed: MPI is not finalised under them.
@@ -666,10 +681,8 @@ impl MpiSink {
                 }
             }
             self.frame.advance(frame.parts, len);
-            self.sent += len as u64;
-            self.bulk_sent += len as u64;
-            self.frame.posted += len as u64;
-            self.counts[0] += 1;
+            self.piece_posted(len as u64);
+            self.counts.direct += 1;
             taken += len as u64;
         }
         let take = Take {
@@ -680,7 +693,7 @@ impl MpiSink {
             bytes: taken,
         };
         if complete_direct(&mut reqs, &take) {
-            self.counts[2] += 1;
+            self.counts.taken += 1;
             self.taken_in_a_row += 1;
             if self.taken_in_a_row >= TAKEN_IN_A_ROW {
                 // Out of step: the next large piece waits for the receiver's word, briefly.
@@ -816,7 +829,7 @@ fn complete_direct(reqs: &mut Vec<Request>, take: &Take<'_>) -> bool {
         }
         // Meanwhile this process takes what others asked it to: the receiver may be waiting
         // for its own sends to this one.
-        if looks.looks % LOOKS_PER_CLOCK == 0 {
+        if looks.now_and_then() {
             take.world.take_for_others();
         }
         match asked {
@@ -879,10 +892,15 @@ impl Looks {
         self.waited
     }
 
+    /// True at the looks where the clock is read: for other work done now and then.
+    fn now_and_then(&self) -> bool {
+        self.looks % LOOKS_PER_CLOCK == 0
+    }
+
     /// Pauses once: spins at first, then yields.
     fn pause(&mut self) {
         self.looks += 1;
-        if self.looks % LOOKS_PER_CLOCK == 0 {
+        if self.now_and_then() {
             self.waited = self.start.elapsed();
         }
         if self.waited < SPIN {
@@ -1031,7 +1049,11 @@ impl Sink for MpiSink {
     }
 
     fn close(mut self: Box<Self>, close: &[u8]) {
-        let [direct, copied, taken] = self.counts;
+        let PieceCounts {
+            direct,
+            copied,
+            taken,
+        } = self.counts;
         tracing::debug!(
             "mpi: connection {} to rank {} closes: {direct} large pieces sent from the caller's \
              memory, {copied} copied, {taken} times the receiving process asked to take them",
@@ -1183,11 +1205,9 @@ pub(super) struct MpiStream {
     /// Bytes read, and bytes confirmed to the sender.
     read: u64,
     confirmed: u64,
-    /// Bytes of the connection's messages received (the sender's count of what it sent, at
-    /// the same message), and where the stream last told the sender that it waits for a piece.
-    received: u64,
+    /// The bulk byte at which the stream last told the sender that it waits for a piece.
     asked: Option<u64>,
-    /// Where the stream first found the next piece missing, and when.
+    /// The bulk byte at which the stream first found the next piece missing, and when.
     looking_since: Option<(u64, Instant)>,
     taken: Arc<Taken>,
     watch: Arc<Watch>,
@@ -1231,7 +1251,6 @@ impl MpiStream {
             shut: false,
             read: 0,
             confirmed: 0,
-            received: 0,
             asked: None,
             looking_since: None,
             outbox: Outbox::default(),
@@ -1311,9 +1330,10 @@ impl MpiStream {
         )? {
             NextPiece::Matched(m)
         } else {
+            let at = taken.received;
             drop(taken);
             drop(live);
-            self.ask(dst.len())?;
+            self.ask(at, dst.len())?;
             return Err(io::ErrorKind::WouldBlock.into());
         };
         let len = match &piece {
@@ -1327,7 +1347,6 @@ impl MpiStream {
             return Err(bad_piece(len, self.bulk_left));
         }
         self.bulk_left -= len as u64;
-        self.received += len as u64;
         match piece {
             NextPiece::Matched(m) => {
                 taken.received += len as u64;
@@ -1352,17 +1371,16 @@ impl MpiStream {
         Ok(self.take_held(dst))
     }
 
-    /// Tells the sender that this stream waits for the next piece of a large frame in a read
-    /// of `want` bytes straight into the caller's memory:
-    /// then the sender may send it from its caller's memory without a copy (see
-    /// `MpiSink::receiver_waits`). Only such a read says so: it goes on until the bytes come
+    /// Tells the sender that this stream waits for the next piece of a large frame, at bulk byte
+    /// `at`, in a read of `want` bytes straight into the caller's memory: then the sender may
+    /// send it from its caller's memory without a copy (see `MpiSink::receiver_waits`). Only such a read says so: it goes on until the bytes come
     /// (or the connection is dropped, whose drain takes them), so that a sender waiting for the
     /// send to complete does not wait for a receiver that does something else.
-    fn ask(&mut self, want: usize) -> io::Result<()> {
+    fn ask(&mut self, at: u64, want: usize) -> io::Result<()> {
         if want < DIRECT_PIECE
             || !self.world.send_from_caller
             || self.bulk_left < DIRECT_PIECE as u64
-            || self.asked == Some(self.received)
+            || self.asked == Some(at)
         {
             return Ok(());
         }
@@ -1370,13 +1388,13 @@ impl MpiStream {
         // that has not come for a while is worth a word (which would cost this read a send).
         let now = Instant::now();
         match self.looking_since {
-            Some((at, since)) if at == self.received => {
+            Some((looked, since)) if looked == at => {
                 if now.duration_since(since) < ASK_AFTER {
                     return Ok(());
                 }
             }
             _ => {
-                self.looking_since = Some((self.received, now));
+                self.looking_since = Some((at, now));
                 return Ok(());
             }
         }
@@ -1384,9 +1402,9 @@ impl MpiStream {
         if !*live {
             return Err(closed());
         }
-        self.asked = Some(self.received);
+        self.asked = Some(at);
         let mut word = [0u8; 16];
-        word[..8].copy_from_slice(&self.received.to_le_bytes());
+        word[..8].copy_from_slice(&at.to_le_bytes());
         word[8..].copy_from_slice(&(want as u64).min(self.bulk_left).to_le_bytes());
         raw::send(self.source, self.back_tag, &word)
     }
@@ -1420,7 +1438,6 @@ impl MpiStream {
             self.eof = true;
             return Ok(0);
         }
-        self.received += len as u64;
         let header = crate::wire::Header::decode(&self.small[..len], u64::MAX)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         let total = (HEADER_LEN as u64).saturating_add(header.len);

@@ -623,7 +623,7 @@ impl Driver for MpiDriver {
                 in_step: world.send_from_caller && world.start_in_step,
                 taken_in_a_row: 0,
                 bulk_sent: 0,
-                counts: [0; 3],
+                counts: Default::default(),
             }) as Box<dyn super::Sink>
         });
         tracing::trace!(to = rank, id, accepted, "mpi connection");

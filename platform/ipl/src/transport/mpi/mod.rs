@@ -62,8 +62,8 @@ const TAG_NOTICE: c_int = 2;
 const TAG_WORDS: c_int = 3;
 /// Tags from here on belong to connections, two each.
 const FIRST_CONNECTION_TAG: c_int = 16;
-/// Asks to take pieces a progress thread keeps at most (one per connection whose sender waits
-/// is the most honest senders send).
+/// Asks to take pieces a process keeps at most: an honest sender has at most one pending per
+/// connection.
 const MAX_TAKES: usize = 4096;
 /// Longest a progress thread with nothing to watch sleeps before it looks for connect requests.
 const NAP: Duration = Duration::from_millis(2);
@@ -211,6 +211,21 @@ impl World {
 
     fn forget_stream(&self, source: c_int, id: u32) {
         self.state.lock().streams.remove(&(source, id));
+    }
+
+    /// What a thread that waits for its own sends from its caller's memory does meanwhile:
+    /// takes the pieces that other ranks asked this process to take (the caller holds MPI's
+    /// `live` lock). Where two ranks send to each other before either reads, each then takes
+    /// the other's pieces at once, without waiting for its progress thread, which may sleep.
+    pub(super) fn take_for_others(&self) {
+        let mut wake = Vec::new();
+        {
+            let mut st = self.state.lock();
+            take_notices(&mut st, &mut wake);
+        }
+        for w in wake {
+            w.notify();
+        }
     }
 }
 
@@ -388,7 +403,7 @@ fn progress(world: &Arc<World>, acceptor: &dyn Acceptor) {
                     }
                 }
             }
-            drain(&mut st);
+            discard_drained(&mut st);
             armed
         };
         let busy = !requests.is_empty() || !wake.is_empty();
@@ -418,7 +433,7 @@ fn progress(world: &Arc<World>, acceptor: &dyn Acceptor) {
     {
         let live = world.live.read_recursive();
         if *live {
-            drain(&mut world.state.lock());
+            discard_drained(&mut world.state.lock());
         }
     }
     replies.finish(world, Instant::now() + Duration::from_secs(1));
@@ -464,26 +479,9 @@ fn take_notices(st: &mut State, wake: &mut Vec<Arc<Waker>>) {
     });
 }
 
-impl World {
-    /// What a thread that waits for its own sends from its caller's memory does meanwhile:
-    /// takes the pieces that other ranks asked this process to take (the caller holds MPI's
-    /// `live` lock). Where two ranks send to each other before either reads, each then takes
-    /// the other's pieces at once, without waiting for its progress thread, which may sleep.
-    pub(super) fn take_for_others(&self) {
-        let mut wake = Vec::new();
-        {
-            let mut st = self.state.lock();
-            take_notices(&mut st, &mut wake);
-        }
-        for w in wake {
-            w.notify();
-        }
-    }
-}
-
 /// Discards what reached connections whose receiver stopped reading (the caller holds MPI's
 /// `live` lock), and forgets those whose end has come.
-fn drain(st: &mut State) {
+fn discard_drained(st: &mut State) {
     st.drains.retain(|&(source, tag, bulk_tag)| {
         let mut end = false;
         while let Ok(Some(m)) = raw::improbe(source, tag) {

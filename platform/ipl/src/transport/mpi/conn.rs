@@ -892,9 +892,10 @@ impl Looks {
         self.waited
     }
 
-    /// True at the looks where the clock is read: for other work done now and then.
+    /// True at the looks where the clock is read (not before the first pause): for other work
+    /// done now and then, which a wait that ends at once never does.
     fn now_and_then(&self) -> bool {
-        self.looks % LOOKS_PER_CLOCK == 0
+        self.looks > 0 && self.looks % LOOKS_PER_CLOCK == 0
     }
 
     /// Pauses once: spins at first, then yields.

@@ -81,6 +81,7 @@ fn child_process_entry() {
         "kill" => kill(&ibis, &all),
         "words" => words(&ibis, &all),
         "direct" => direct(&ibis, &all),
+        "leaves" => leaves(&ibis, &all),
         other => panic!("unknown role {other}"),
     }
     let end = Instant::now();
@@ -537,6 +538,47 @@ fn direct(ibis: &Ibis, all: &[NodeId]) {
     println!("rank {me}: direct ok");
 }
 
+/// Rank 1 reads one message, closes its port and leaves at once, while rank 0 sends it 1 MB
+/// parts from its memory (`IPL_MPI_SENDS=direct`) back to back. Rank 0's sends must end with
+/// an error that its receiver has gone, and both must leave.
+fn leaves(ibis: &Ibis, all: &[NodeId]) {
+    const LEN: usize = 1 << 20;
+    /// Far more than rank 1 takes to leave; a bound, so that a receiver that never goes fails
+    /// the test rather than hangs it.
+    const MOST: u64 = 100_000;
+    let me = ibis.id().rank() as usize;
+    let one = ty(Connection::OneToOne);
+    let body = pattern(5, LEN);
+    if me == 1 {
+        let rp = ibis.receive_port(&one, "leaves").expect("port");
+        barrier(ibis, all, "leaves ports");
+        let mut r = rp.receive_timeout(WAIT).expect("the first message");
+        assert!(r.read_bytes().unwrap() == body);
+        r.finish();
+        rp.close();
+        println!("rank 1: leaves ok");
+        return;
+    }
+    barrier(ibis, all, "leaves ports");
+    let sp = ibis.send_port(&one).expect("send port");
+    sp.connect(&all[1], "leaves").expect("connect");
+    let started = Instant::now();
+    let mut sent = 0u64;
+    let why = loop {
+        let mut w = sp.message();
+        w.write_bytes(&body);
+        match w.finish() {
+            Ok(_) => sent += 1,
+            Err(e) => break e,
+        }
+        assert!(sent < MOST, "rank 1 still read after {sent} messages");
+    };
+    println!(
+        "rank 0: leaves ok: {sent} messages sent in {:?}, then: {why}",
+        started.elapsed()
+    );
+}
+
 /// Runs `role` on 2, 3 and 4 ranks; each rank must say "rank R: `role` ok".
 fn on_2_3_and_4_ranks(role: &str) {
     for n in [2, 3, 4] {
@@ -628,6 +670,45 @@ fn with_copied_sends_every_large_piece_is_copied() {
         return;
     };
     assert!(big.iter().all(|c| c[0] == 0 && c[2] == 0), "{big:?}");
+}
+
+/// A receiver that closes its port and leaves while its sender sends large parts from its
+/// caller's memory: what is in flight to the closed port is discarded by the leaving process
+/// (its drain), so the sender's sends complete and the next one fails, naming the closed port.
+/// A send from memory that nobody took would keep the sender waiting 30 s and then end its
+/// process: the run would fail, or take longer than the bound here.
+#[test]
+fn a_receiver_that_leaves_while_large_sends_are_in_flight_lets_them_complete() {
+    let Some((mut cmd, ranks)) = testkit::mpirun(
+        "leaves",
+        2,
+        &[
+            "IPL_TEST_ROLE",
+            "IPL_DRIVER",
+            "RUST_BACKTRACE",
+            "IPL_MPI_SENDS",
+        ],
+    ) else {
+        return;
+    };
+    cmd.env("IPL_MPI_SENDS", "direct");
+    let started = Instant::now();
+    let (ok, out, err) = run_launched(cmd, ranks, "leaves");
+    assert!(ok, "mpirun -n 2: failed\n{out}\n{err}");
+    for r in 0..2 {
+        assert!(
+            out.contains(&format!("rank {r}: leaves ok")),
+            "{out}\n{err}"
+        );
+        assert!(out.contains(&format!("rank {r}: left in")), "{out}\n{err}");
+    }
+    println!("{out}");
+    // Well within the sender's 30 s wait for a receiving process that does not take.
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "took {:?}\n{out}\n{err}",
+        started.elapsed()
+    );
 }
 
 #[test]

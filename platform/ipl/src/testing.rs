@@ -37,6 +37,13 @@ pub fn tcp_reply(buf: &[u8]) -> Result<Option<ConnectReply>, String> {
     }
 }
 
+/// Raw MPI messages to a process on the mpi driver, to speak to it as a peer that sends
+/// garbage: its tags, and a send of any bytes with any tag.
+#[cfg(feature = "mpi")]
+pub mod mpi {
+    pub use crate::transport::mpi::raw_peer::{connection_tags, send, CONNECT, NOTICE, WORDS};
+}
+
 /// How many closed shared-memory connections of this process to `peer` still hold buffers
 /// that `peer` has not read (they are freed when it reads them, closes its end, or the pool
 /// declares it dead).

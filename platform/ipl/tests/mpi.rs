@@ -82,6 +82,7 @@ fn child_process_entry() {
         "words" => words(&ibis, &all),
         "direct" => direct(&ibis, &all),
         "leaves" => leaves(&ibis, &all),
+        "hostile" => hostile(&ibis, &all),
         other => panic!("unknown role {other}"),
     }
     let end = Instant::now();
@@ -579,6 +580,179 @@ fn leaves(ibis: &Ibis, all: &[NodeId]) {
     );
 }
 
+/// Waits on the word channel for the message that `exchange` did not find at once.
+fn wait_word(chan: &mut ipl::WordChannel) -> ipl::Result<Vec<u64>> {
+    let until = Instant::now() + WAIT;
+    loop {
+        if let Some(m) = chan.test()? {
+            return Ok(m.to_vec());
+        }
+        assert!(Instant::now() < until, "no word within {WAIT:?}");
+        std::thread::yield_now();
+    }
+}
+
+/// Rank 0 speaks to rank 1 straight over MPI as a peer that sends garbage: connect requests
+/// that do not decode (one of 1 MB), a frame header claiming a terabyte, a piece of a large
+/// frame longer than a piece may be, notices of every wrong length, word messages that are
+/// too long or not whole words, and a word of the wrong length where a receiver's
+/// confirmations come back. Rank 1 must report each as an error where its calls can see
+/// one, drop the connections that carried them, and go on serving real connections: no
+/// panic, no allocation of a claimed length, no hang. The ranks keep in step on the word
+/// channel (step `k`: each sends `k` and waits for the other's).
+fn hostile(ibis: &Ibis, all: &[NodeId]) {
+    use ipl::testing::mpi as raw;
+    use ipl::testing::wire::{FrameKind, Header};
+    let me = ibis.id().rank() as usize;
+    let other = 1 - me;
+    let mut chan = ibis.word_channel().expect("the process's channel");
+    let step = |chan: &mut ipl::WordChannel, k: u64| {
+        let got = chan.exchange(other, &[k], 1000).expect("exchange");
+        let got = match got {
+            Some(m) => m.to_vec(),
+            None => wait_word(chan).expect("step"),
+        };
+        assert_eq!(got, [k], "rank {me}: step {k}");
+    };
+    let many = ty(Connection::ManyToOne);
+    let frame_header = |len: u64| {
+        Header {
+            kind: FrameKind::Message,
+            big_endian: false,
+            len,
+            deliver_at_ns: 0,
+        }
+        .encode()
+    };
+    if me == 1 {
+        let rp = ibis.receive_port(&many, "victim").expect("port");
+        step(&mut chan, 1);
+        // Garbage connect requests come, then a real connection and its message.
+        let mut r = rp.receive_timeout(WAIT).expect("the first real message");
+        assert_eq!(r.read_u64().unwrap(), 42);
+        r.finish();
+        step(&mut chan, 2);
+        // A header claiming a terabyte on that connection: the port drops the connection.
+        let until = Instant::now() + WAIT;
+        while !rp.connected().is_empty() {
+            assert!(Instant::now() < until, "the connection was not dropped");
+            if rp.receive_timeout(Duration::from_millis(50)).is_ok() {
+                panic!("a message from a frame claiming a terabyte");
+            }
+        }
+        step(&mut chan, 3);
+        // A second connection: a frame of 100,000 bytes whose first piece is 300,000 long.
+        let mut r = rp.receive_timeout(WAIT).expect("the frame's header");
+        let e = r
+            .read_u64()
+            .expect_err("a piece longer than a piece may be");
+        assert!(e.to_string().contains("a piece of 300000 bytes"), "{e}");
+        drop(r);
+        step(&mut chan, 4);
+        // Notices of every wrong length, then word messages that do not fit.
+        chan.post(other).expect("post");
+        let e = wait_word(&mut chan).expect_err("a word message of 4,104 bytes");
+        assert!(e.to_string().contains("MPI error"), "{e}");
+        println!("rank 1: a word message of 4,104 bytes: {e}");
+        chan.post(other).expect("post");
+        let e = wait_word(&mut chan).expect_err("a word message of 13 bytes");
+        assert!(e.to_string().contains("13 bytes"), "{e}");
+        // A connection of this process's (its first, connection 0), on whose back tag a word
+        // of 5 bytes comes: its next large message fails, naming it.
+        let sp = ibis.send_port(&many).expect("send port");
+        sp.connect(&all[other], "answers").expect("connect");
+        step(&mut chan, 5);
+        step(&mut chan, 6);
+        let mut w = sp.message();
+        w.write_bytes(&[3u8; 100_000]);
+        let e = w.finish().expect_err("a word of 5 bytes on the back tag");
+        assert!(e.to_string().contains("a word of 5 bytes"), "{e}");
+        drop(sp);
+        step(&mut chan, 7);
+        // Still serving: a real connection and message after all that.
+        let mut r = rp
+            .receive_timeout(WAIT)
+            .expect("a real message after the garbage");
+        assert_eq!(r.read_u64().unwrap(), 43);
+        r.finish();
+        step(&mut chan, 8);
+        println!("rank 1: hostile ok");
+        return;
+    }
+    let answers = ibis.receive_port(&many, "answers").expect("port");
+    let victim = 1;
+    step(&mut chan, 1);
+    for request in [
+        Vec::new(),
+        vec![1, 2, 3],
+        [5u32.to_le_bytes().to_vec(), vec![0xab; 100]].concat(),
+        [u32::MAX.to_le_bytes().to_vec(), vec![7; 20]].concat(),
+        vec![0xff; 1 << 20],
+    ] {
+        raw::send(victim, raw::CONNECT, &request).expect("a garbage connect request");
+    }
+    // The first real connection of this process: connection 0.
+    let sp = ibis.send_port(&many).expect("send port");
+    sp.connect(&all[victim as usize], "victim")
+        .expect("connect after garbage");
+    let mut w = sp.message();
+    w.write_u64(42);
+    w.finish().expect("the first real message");
+    step(&mut chan, 2);
+    let (data, _, _) = raw::connection_tags(0);
+    raw::send(victim, data, &frame_header(1 << 40)).expect("a header claiming a terabyte");
+    // The receiver drops the connection and says so: the next send fails.
+    let until = Instant::now() + WAIT;
+    let e = loop {
+        let mut w = sp.message();
+        w.write_u64(0);
+        if let Err(e) = w.finish() {
+            break e;
+        }
+        assert!(Instant::now() < until, "sends still go after the garbage");
+        std::thread::yield_now();
+    };
+    assert!(e.to_string().contains("receive port closed"), "{e}");
+    drop(sp);
+    step(&mut chan, 3);
+    let sp = ibis.send_port(&many).expect("send port");
+    sp.connect(&all[victim as usize], "victim")
+        .expect("the second connection");
+    let (data, _, bulk) = raw::connection_tags(1);
+    raw::send(victim, data, &frame_header(100_000)).expect("a large frame's header");
+    raw::send(victim, bulk, &vec![9u8; 300_000]).expect("a piece of 300,000 bytes");
+    step(&mut chan, 4);
+    drop(sp);
+    for len in [0usize, 3, 5, 11, 13, 5000] {
+        raw::send(victim, raw::NOTICE, &vec![0xee; len]).expect("a notice of a wrong length");
+    }
+    // Notices of the right lengths about connections that do not exist.
+    raw::send(victim, raw::NOTICE, &999u32.to_le_bytes()).expect("a receiver gone");
+    let ask = [
+        999u32.to_le_bytes().to_vec(),
+        u64::MAX.to_le_bytes().to_vec(),
+    ]
+    .concat();
+    raw::send(victim, raw::NOTICE, &ask).expect("an ask to take");
+    raw::send(victim, raw::WORDS, &[1u8; 4104]).expect("a long word message");
+    raw::send(victim, raw::WORDS, &[1u8; 13]).expect("a word message of 13 bytes");
+    step(&mut chan, 5);
+    let (_, back, _) = raw::connection_tags(0);
+    raw::send(victim, back, &[0u8; 5]).expect("a word of 5 bytes on a back tag");
+    step(&mut chan, 6);
+    step(&mut chan, 7);
+    let sp = ibis.send_port(&many).expect("send port");
+    sp.connect(&all[victim as usize], "victim")
+        .expect("a connection after the garbage");
+    let mut w = sp.message();
+    w.write_u64(43);
+    w.finish().expect("a real message after the garbage");
+    step(&mut chan, 8);
+    drop(sp);
+    drop(answers);
+    println!("rank 0: hostile ok");
+}
+
 /// Runs `role` on 2, 3 and 4 ranks; each rank must say "rank R: `role` ok".
 fn on_2_3_and_4_ranks(role: &str) {
     for n in [2, 3, 4] {
@@ -709,6 +883,30 @@ fn a_receiver_that_leaves_while_large_sends_are_in_flight_lets_them_complete() {
         "took {:?}\n{out}\n{err}",
         started.elapsed()
     );
+}
+
+/// Bad input from another rank over MPI (see the `hostile` role) gets clear errors where the
+/// receiving process's calls can see them, in its log where they cannot, and never a panic, a
+/// hang or an allocation of a claimed length.
+#[test]
+fn garbage_from_another_rank_is_refused_and_the_rank_goes_on() {
+    let Some((ok, out, err)) = run_ranks("hostile", "hostile", 2) else {
+        return;
+    };
+    assert!(ok, "mpirun -n 2: failed\n{out}\n{err}");
+    for r in 0..2 {
+        assert!(
+            out.contains(&format!("rank {r}: hostile ok")),
+            "{out}\n{err}"
+        );
+    }
+    for logged in [
+        "a connect request of more than 65536 bytes",
+        "bytes that do not decode",
+    ] {
+        assert!(err.contains(logged), "not logged: {logged}\n{err}");
+    }
+    println!("{out}");
 }
 
 #[test]

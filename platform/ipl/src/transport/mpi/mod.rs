@@ -62,6 +62,9 @@ const TAG_NOTICE: c_int = 2;
 const TAG_WORDS: c_int = 3;
 /// Tags from here on belong to connections, two each.
 const FIRST_CONNECTION_TAG: c_int = 16;
+/// The longest connect request a process takes: a request is a node's address, a port's name
+/// and its type, a few hundred bytes; a longer one is discarded unread.
+const MAX_CONNECT_REQUEST: usize = 64 * 1024;
 /// Asks to take pieces a process keeps at most: an honest sender has at most one pending per
 /// connection.
 const MAX_TAKES: usize = 4096;
@@ -229,6 +232,45 @@ impl World {
     }
 }
 
+/// Raw MPI messages to a process on this driver, for tests that speak to it as a peer that
+/// sends garbage (see `crate::testing::mpi`). Not part of the library's interface.
+pub mod raw_peer {
+    use std::os::raw::c_int;
+
+    /// The tag of connect requests.
+    pub const CONNECT: c_int = super::TAG_CONNECT;
+    /// The tag of notices about connections (a receiver gone, an ask to take pieces).
+    pub const NOTICE: c_int = super::TAG_NOTICE;
+    /// The tag of the word channel's messages.
+    pub const WORDS: c_int = super::TAG_WORDS;
+
+    /// The data, back and bulk tags of connection `id`, numbered by the process that opened
+    /// it, from 0 in the order it connected.
+    pub fn connection_tags(id: u32) -> (c_int, c_int, c_int) {
+        super::tags(id)
+    }
+
+    /// Sends `bytes` to `rank` with `tag`; returns once MPI has taken them (at once within the
+    /// transport's eager limit, else once the receiver has matched the message).
+    pub fn send(rank: c_int, tag: c_int, bytes: &[u8]) -> crate::Result<()> {
+        let Some(world) = super::world() else {
+            return Err(crate::Error::config("IPL_DRIVER", "MPI is not running"));
+        };
+        let live = world.live.read_recursive();
+        if !*live {
+            return Err(crate::Error::io("raw MPI send", super::conn::closed()));
+        }
+        if !(0..world.size).contains(&rank) {
+            return Err(crate::Error::config(
+                "rank",
+                format!("{rank} is not one of the {} MPI ranks", world.size),
+            ));
+        }
+        super::raw::send(rank, tag, bytes)
+            .map_err(|e| crate::Error::io(format!("raw MPI send to rank {rank}"), e))
+    }
+}
+
 /// Opens connections over MPI.
 pub(crate) struct MpiDriver {
     world: Arc<World>,
@@ -383,6 +425,16 @@ fn progress(world: &Arc<World>, acceptor: &dyn Acceptor) {
             let _ = replies.reap(world);
             while let Ok(Some(m)) = raw::improbe(raw::any_source(), TAG_CONNECT) {
                 let source = m.source;
+                if m.len > MAX_CONNECT_REQUEST {
+                    tracing::warn!(
+                        source,
+                        len = m.len,
+                        "mpi: a connect request of more than {MAX_CONNECT_REQUEST} bytes, \
+                         discarded"
+                    );
+                    m.discard();
+                    continue;
+                }
                 match m.receive_vec() {
                     Ok(v) => requests.push((source, v)),
                     Err(e) => tracing::warn!("mpi: receiving a connect request: {e}"),

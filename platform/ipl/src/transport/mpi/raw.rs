@@ -11,13 +11,34 @@ use std::os::raw::c_int;
 /// `MPI_SUCCESS`.
 const SUCCESS: c_int = 0;
 
+#[inline]
 fn check(call: &str, rc: c_int) -> io::Result<()> {
     if rc == SUCCESS {
         Ok(())
     } else {
-        Err(io::Error::other(format!(
-            "{call} failed with MPI error {rc}"
-        )))
+        Err(failed(call, rc))
+    }
+}
+
+/// The error of `call`, which returned `rc`, with MPI's words for it.
+#[cold]
+#[inline(never)]
+fn failed(call: &str, rc: c_int) -> io::Error {
+    // Longer than any implementation's MPI_MAX_ERROR_STRING (256 in OpenMPI and MPICH).
+    let mut text = [0u8; 1024];
+    let mut len: c_int = 0;
+    // SAFETY: `text` has room for MPI_MAX_ERROR_STRING characters, and `len` is a valid
+    // out-pointer; MPI_Error_string may be called at any time.
+    let got = unsafe { ffi::MPI_Error_string(rc, text.as_mut_ptr().cast(), &mut len) };
+    let len = usize::try_from(len).unwrap_or(0).min(text.len());
+    let words = String::from_utf8_lossy(&text[..len]);
+    if got == SUCCESS && !words.trim().is_empty() {
+        io::Error::other(format!(
+            "{call} failed with MPI error {rc} ({})",
+            words.trim()
+        ))
+    } else {
+        io::Error::other(format!("{call} failed with MPI error {rc}"))
     }
 }
 

@@ -691,13 +691,18 @@ fn hostile(ibis: &Ibis, all: &[NodeId]) {
     ] {
         raw::send(victim, raw::CONNECT, &request).expect("a garbage connect request");
     }
+    // A fresh connection to the victim's port, with one message of `k` on it.
+    let connect_and_send = |k: u64, what: &str| {
+        let sp = ibis.send_port(&many).expect("send port");
+        sp.connect(&all[victim as usize], "victim")
+            .unwrap_or_else(|e| panic!("connecting for {what}: {e}"));
+        let mut w = sp.message();
+        w.write_u64(k);
+        w.finish().unwrap_or_else(|e| panic!("{what}: {e}"));
+        sp
+    };
     // The first real connection of this process: connection 0.
-    let sp = ibis.send_port(&many).expect("send port");
-    sp.connect(&all[victim as usize], "victim")
-        .expect("connect after garbage");
-    let mut w = sp.message();
-    w.write_u64(42);
-    w.finish().expect("the first real message");
+    let sp = connect_and_send(42, "the first real message");
     step(&mut chan, 2);
     let (data, _, _) = raw::connection_tags(0);
     raw::send(victim, data, &frame_header(1 << 40)).expect("a header claiming a terabyte");
@@ -741,12 +746,7 @@ fn hostile(ibis: &Ibis, all: &[NodeId]) {
     raw::send(victim, back, &[0u8; 5]).expect("a word of 5 bytes on a back tag");
     step(&mut chan, 6);
     step(&mut chan, 7);
-    let sp = ibis.send_port(&many).expect("send port");
-    sp.connect(&all[victim as usize], "victim")
-        .expect("a connection after the garbage");
-    let mut w = sp.message();
-    w.write_u64(43);
-    w.finish().expect("a real message after the garbage");
+    let sp = connect_and_send(43, "a real message after the garbage");
     step(&mut chan, 8);
     drop(sp);
     drop(answers);

@@ -60,7 +60,7 @@ const TAG_CONNECT: c_int = 1;
 const TAG_NOTICE: c_int = 2;
 /// Word messages between ranks, beside the connections (see [`WordChannel`]).
 const TAG_WORDS: c_int = 3;
-/// Tags from here on belong to connections, two each.
+/// Tags from here on belong to connections, three each (see [`tags`]).
 const FIRST_CONNECTION_TAG: c_int = 16;
 /// The longest connect request a process takes: a request is a node's address, a port's name
 /// and its type, a few hundred bytes; a longer one is discarded unread.

@@ -389,17 +389,7 @@ fn words(ibis: &Ibis, all: &[NodeId]) {
     let rank = |node: &NodeId| chan.rank_of(node).expect("a rank of the pool");
     assert_eq!(rank(&all[me]), me);
     let wait_test = |chan: &mut ipl::WordChannel| -> Vec<u64> {
-        let until = Instant::now() + WAIT;
-        loop {
-            if let Some(m) = chan.test().expect("test") {
-                return m.to_vec();
-            }
-            assert!(
-                Instant::now() < until,
-                "rank {me}: no message within {WAIT:?}"
-            );
-            std::thread::yield_now();
-        }
+        wait_word(chan, me).unwrap_or_else(|e| panic!("rank {me}: test: {e}"))
     };
     // Rounds of a 1-factorisation of the ranks (a round-robin tournament): in each round every
     // rank has one partner, or sits out when `n` is odd.
@@ -580,14 +570,17 @@ fn leaves(ibis: &Ibis, all: &[NodeId]) {
     );
 }
 
-/// Waits on the word channel for the message that `exchange` did not find at once.
-fn wait_word(chan: &mut ipl::WordChannel) -> ipl::Result<Vec<u64>> {
+/// Waits on rank `me`'s word channel for the message that `exchange` did not find at once.
+fn wait_word(chan: &mut ipl::WordChannel, me: usize) -> ipl::Result<Vec<u64>> {
     let until = Instant::now() + WAIT;
     loop {
         if let Some(m) = chan.test()? {
             return Ok(m.to_vec());
         }
-        assert!(Instant::now() < until, "no word within {WAIT:?}");
+        assert!(
+            Instant::now() < until,
+            "rank {me}: no message within {WAIT:?}"
+        );
         std::thread::yield_now();
     }
 }
@@ -610,7 +603,7 @@ fn hostile(ibis: &Ibis, all: &[NodeId]) {
         let got = chan.exchange(other, &[k], 1000).expect("exchange");
         let got = match got {
             Some(m) => m.to_vec(),
-            None => wait_word(chan).expect("step"),
+            None => wait_word(chan, me).expect("step"),
         };
         assert_eq!(got, [k], "rank {me}: step {k}");
     };
@@ -651,11 +644,11 @@ fn hostile(ibis: &Ibis, all: &[NodeId]) {
         step(&mut chan, 4);
         // Notices of every wrong length, then word messages that do not fit.
         chan.post(other).expect("post");
-        let e = wait_word(&mut chan).expect_err("a word message of 4,104 bytes");
+        let e = wait_word(&mut chan, me).expect_err("a word message of 4,104 bytes");
         assert!(e.to_string().contains("MPI error"), "{e}");
         println!("rank 1: a word message of 4,104 bytes: {e}");
         chan.post(other).expect("post");
-        let e = wait_word(&mut chan).expect_err("a word message of 13 bytes");
+        let e = wait_word(&mut chan, me).expect_err("a word message of 13 bytes");
         assert!(e.to_string().contains("13 bytes"), "{e}");
         // A connection of this process's (its first, connection 0), on whose back tag a word
         // of 5 bytes comes: its next large message fails, naming it.

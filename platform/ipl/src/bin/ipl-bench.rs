@@ -1237,46 +1237,38 @@ mod over_mpi {
     use super::*;
     use mpi::traits::*;
 
-    /// Raw MPI: `first` pings 1 byte `n` times after a warm-up; returns its round trips.
-    fn raw_rtt(comm: &mpi::topology::SimpleCommunicator, first: bool, n: u32) -> Option<Rtt> {
-        let peer = comm.process_at_rank(i32::from(first));
-        let mut b = [1u8];
-        let mut h = hist();
-        for i in 0..n + WARM_UP {
-            let t = Instant::now();
-            if first {
-                peer.send(&b[..]);
-                peer.receive_into(&mut b[..]);
-            } else {
-                peer.receive_into(&mut b[..]);
-                peer.send(&b[..]);
-            }
-            if i >= WARM_UP {
-                h.saturating_record(t.elapsed().as_nanos() as u64);
-            }
-        }
-        first.then(|| Rtt::of(&h))
+    /// How raw MPI's side of the round trip receives.
+    #[derive(Clone, Copy)]
+    enum RawReceive {
+        /// The blocking `MPI_Recv` of a plain MPI program: the reference of the target.
+        Blocking,
+        /// As ipl's mpi driver receives: a receive posted before the message comes
+        /// (`MPI_Irecv`) and tested until it completes (`MPI_Test`). Not the reference of the
+        /// target: it tells ipl's own software from the MPI calls it makes.
+        Posted,
     }
 
-    /// Raw MPI receiving as ipl's mpi driver does: a receive posted before the message comes
-    /// (`MPI_Irecv`) and tested until it completes (`MPI_Test`), where [`raw_rtt`] calls the
-    /// blocking `MPI_Recv`. Not the reference of the target (a plain MPI program blocks): it
-    /// tells ipl's own software from the MPI calls it makes.
-    fn raw_rtt_posted(
+    /// Raw MPI: `first` pings 1 byte `n` times after a warm-up, receiving as `how` says;
+    /// returns its round trips.
+    fn raw_rtt(
         comm: &mpi::topology::SimpleCommunicator,
         first: bool,
         n: u32,
+        how: RawReceive,
     ) -> Option<Rtt> {
         let peer = comm.process_at_rank(i32::from(first));
         let mut b = [1u8];
         let mut h = hist();
-        let receive = |b: &mut [u8; 1]| {
-            mpi::request::scope(|scope| {
+        let receive = |b: &mut [u8; 1]| match how {
+            RawReceive::Blocking => {
+                peer.receive_into(&mut b[..]);
+            }
+            RawReceive::Posted => mpi::request::scope(|scope| {
                 let mut req = peer.immediate_receive_into(scope, &mut b[..]);
                 while let Err(pending) = req.test() {
                     req = pending;
                 }
-            })
+            }),
         };
         for i in 0..n + WARM_UP {
             let t = Instant::now();
@@ -1435,7 +1427,7 @@ mod over_mpi {
             }
             if latency {
                 comm.barrier();
-                if let Some(x) = raw_rtt(&comm, first, n) {
+                if let Some(x) = raw_rtt(&comm, first, n, RawReceive::Blocking) {
                     raw_l.push(x.median);
                     raw_p99.push(x.p99);
                 }
@@ -1445,7 +1437,7 @@ mod over_mpi {
                     ipl_p99.push(x.p99);
                 }
                 comm.barrier();
-                if let Some(x) = raw_rtt_posted(&comm, first, n) {
+                if let Some(x) = raw_rtt(&comm, first, n, RawReceive::Posted) {
                     posted_l.push(x.median);
                 }
             }

@@ -90,6 +90,17 @@ pub(crate) mod op {
                 | HOST_BOARD
         )
     }
+
+    /// The operation whose sequence number a message of `op` carries: get replies belong to
+    /// the sync that served them. A process that has ended a sync sends them at once, so they
+    /// may reach a process still waiting for that sync's last messages.
+    pub fn family(op: u8) -> u8 {
+        if op == GET_REPLY {
+            SYNC
+        } else {
+            op
+        }
+    }
 }
 
 /// One process of a bulk-synchronous program.

@@ -1136,9 +1136,11 @@ impl Net {
             let seq = ctx.seq;
             // An all-to-all's or a scatter's messages may come while this process still reads
             // the rows that tell it to take them (see `all_to_all_on_board` and
-            // `scatter_on_board`): not a mismatch.
+            // `scatter_on_board`), and a sync's get replies while it waits for the sync: not a
+            // mismatch.
             let mixed = |m: &Msg| {
                 matches!(op, op::ALL_TO_ALL | op::SCATTER) && m.hdr.op == op && m.hdr.aux == sig
+                    || op == op::SYNC && m.hdr.op == op::GET_REPLY
             };
             if let Some((k, m)) = self
                 .stash
@@ -1233,12 +1235,10 @@ impl Net {
         if self.stash.is_empty() || wait.checked == Some(self.checks) {
             return self.pump(&mut wait.w, ctx, Some(key));
         }
-        // Get replies belong to the sync whose sequence number they carry.
-        let family = |o: u8| if o == op::GET_REPLY { op::SYNC } else { o };
         if let Some((k, m)) = self
             .stash
             .iter()
-            .find(|(k, m)| k.0 == comm && k.1 == seq && family(m.hdr.op) != family(op))
+            .find(|(k, m)| k.0 == comm && k.1 == seq && op::family(m.hdr.op) != op::family(op))
         {
             return Err(Error::CollectiveMismatch {
                 pid: self.pid,

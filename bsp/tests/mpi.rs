@@ -37,6 +37,7 @@ fn child_process_entry() {
             common::checks::collectives(&mut bsp, 1 << 17).expect("1 MB collectives");
             common::checks::groups(&mut bsp).expect("groups");
         }
+        "gets" => common::program::gets_every_superstep(&mut bsp, 2000).expect("the gets"),
         "mismatch" => {
             // Pid 0 ends a superstep (over MPI) where pid 1 all-reduces (with messages): each
             // must report the other's operation, and neither may hang, also after syncs that
@@ -109,6 +110,15 @@ fn supersteps_on_2_3_and_4_ranks() {
     for n in [2, 3, 4] {
         run("supersteps_on_2_3_and_4_ranks", "program", n);
     }
+}
+
+#[test]
+fn gets_served_by_ranks_that_ended_the_sync_first_on_4_ranks() {
+    run(
+        "gets_served_by_ranks_that_ended_the_sync_first_on_4_ranks",
+        "gets",
+        4,
+    );
 }
 
 #[test]

@@ -57,6 +57,10 @@ fn child_process_entry() {
             common::checks::groups(&mut bsp).expect("groups");
             println!("\nprogram-ok {}", bsp.pid());
         }
+        "gets" => {
+            common::program::gets_every_superstep(&mut bsp, 2000).expect("the gets");
+            println!("\nprogram-ok {}", bsp.pid());
+        }
         // Supersteps until one fails; report how.
         "sync-loop" => loop {
             let r = bsp.sync().and_then(|()| bsp.all_reduce(1u32, bsp::Op::Sum));
@@ -160,6 +164,14 @@ fn four_processes_run_the_checking_program() {
         return;
     }
     run_program("program", 4);
+}
+
+#[test]
+fn four_processes_serve_gets_of_peers_still_in_the_sync() {
+    if role().is_some() {
+        return;
+    }
+    run_program("gets", 4);
 }
 
 #[test]

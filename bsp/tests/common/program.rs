@@ -114,3 +114,28 @@ pub fn program(bsp: &mut Bsp) -> bsp::Result<()> {
     );
     Ok(())
 }
+
+/// Every process gets one word from every other process in each of `rounds` supersteps, and
+/// checks what it got. A process that has ended a sync serves the gets of it at once, so its
+/// replies reach processes that are still waiting for the sync's last messages: those must
+/// keep them for later, and not take them for a peer that called another operation.
+pub fn gets_every_superstep(bsp: &mut Bsp, rounds: u64) -> bsp::Result<()> {
+    let (me, p) = (bsp.pid(), bsp.nprocs());
+    let reg = bsp.register(vec![0u64; p])?;
+    let copy = bsp.register(vec![0u64; p])?;
+    bsp.sync()?;
+    let value = |round: u64, pid: usize| round * p as u64 + pid as u64 + 1;
+    for round in 0..rounds {
+        bsp.registered_mut(reg)?[me] = value(round, me);
+        for d in (0..p).filter(|&d| d != me) {
+            bsp.get(d, reg, d, 1, copy, d)?;
+        }
+        bsp.sync()?;
+        for (d, got) in bsp.registered(copy)?.iter().enumerate() {
+            if d != me {
+                assert_eq!(*got, value(round, d), "round {round}: pid {me} from {d}");
+            }
+        }
+    }
+    Ok(())
+}

@@ -27,6 +27,8 @@ fn child_process_entry() {
     let ibis = Ibis::join(cfg).expect("join");
     let opts = Options {
         sync_timeout: Some(Duration::from_secs(60)),
+        // What a rank that leaves sent arrives long before; the "leaves" role waits this long.
+        departure_grace: Duration::from_millis(500),
         ..Options::default()
     };
     let mut bsp = Bsp::with_options(ibis, opts).expect("bsp");
@@ -38,6 +40,31 @@ fn child_process_entry() {
             common::checks::groups(&mut bsp).expect("groups");
         }
         "gets" => common::program::gets_every_superstep(&mut bsp, 2000).expect("the gets"),
+        "leaves" => {
+            // The last pid leaves after three supersteps, as a program that failed would; the
+            // others' next sync must say so, long before the sync's time limit.
+            for _ in 0..3 {
+                bsp.sync().expect("a sync");
+            }
+            if bsp.pid() + 1 == bsp.nprocs() {
+                drop(bsp);
+                println!(
+                    "\nprogram-ok {}",
+                    std::env::var("OMPI_COMM_WORLD_RANK").unwrap()
+                );
+                return;
+            }
+            let start = Instant::now();
+            match bsp.sync() {
+                Err(bsp::Error::PeerGone { died: false, .. }) => {}
+                other => panic!("pid {}: no leave but {other:?}", bsp.pid()),
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the leave took {:?} to tell",
+                start.elapsed()
+            );
+        }
         "mismatch" => {
             // Pid 0 ends a superstep (over MPI) where pid 1 all-reduces (with messages): each
             // must report the other's operation, and neither may hang, also after syncs that
@@ -119,6 +146,17 @@ fn gets_served_by_ranks_that_ended_the_sync_first_on_4_ranks() {
         "gets",
         4,
     );
+}
+
+#[test]
+fn a_rank_that_leaves_ends_the_sync_of_the_others() {
+    for n in [2, 3] {
+        run(
+            "a_rank_that_leaves_ends_the_sync_of_the_others",
+            "leaves",
+            n,
+        );
+    }
 }
 
 #[test]

@@ -33,6 +33,7 @@ impl IbisInner {
             crate::trace::leaving(&self.id, died);
             self.endpoint.leave(&self.id);
             self.pool.leave(died);
+            self.endpoint.finish();
             if let Some(r) = &self.registry {
                 // The others still need the registry to finish: keep it until they have gone.
                 if !r.wait_until_empty(&self.cfg.pool, self.cfg.registry_linger) {

@@ -134,18 +134,27 @@ impl Endpoint {
         }
     }
 
-    /// Called when the node leaves: in-process nodes become unreachable, and the receivers of
-    /// buffers this process lent them over shared memory get up to [`LINGER`] to read them.
+    /// Called when the node leaves, before the pool is told: in-process nodes become
+    /// unreachable, and the receivers of buffers this process lent them over shared memory get
+    /// up to [`LINGER`] to read them.
     pub(crate) fn leave(&self, me: &NodeId) {
         if self.inproc {
             inproc::unregister(me);
         }
+        if !self.reach.shm.is_empty() {
+            shm::orphans::linger(std::time::Instant::now() + LINGER);
+        }
+    }
+
+    /// Called when the node has left, after the pool was told: finalises MPI. Not before,
+    /// because `MPI_Finalize` waits for every rank to call it, and the others would then
+    /// learn of this leave only when they leave too: a peer waiting for this node would wait
+    /// for ever (or for its time limit) instead of being told. Meanwhile MPI's progress goes
+    /// on, so what this node sent still arrives within the others' grace for a departed peer.
+    pub(crate) fn finish(&self) {
         #[cfg(feature = "mpi")]
         if self.mpi {
             super::mpi::finish();
-        }
-        if !self.reach.shm.is_empty() {
-            shm::orphans::linger(std::time::Instant::now() + LINGER);
         }
     }
 

@@ -37,14 +37,19 @@ const HEAD: usize = 3;
 /// the control port between looks, takes over.
 const EXCHANGE_LOOKS: u32 = 256;
 
-/// Where a one-word message between two processes keeps the low 16 bits of its operation's
-/// number (see [`Bsp::pair_over_channel`]); the count takes the bits below.
-const STAMP_SHIFT: u32 = 48;
-const COUNT_BITS: u64 = (1 << STAMP_SHIFT) - 1;
+/// A one-word message between two processes keeps the low 16 bits of its operation's number
+/// in its low bits (see [`Bsp::pair_over_channel`]), and the count in the bits above.
+const STAMP_BITS: u32 = 16;
+const STAMP_MASK: u64 = (1 << STAMP_BITS) - 1;
 
 /// The stamp of operation `seq` in a one-word message.
 fn stamp(seq: u64) -> u64 {
-    (seq & 0xffff) << STAMP_SHIFT
+    seq & STAMP_MASK
+}
+
+/// The one-word message of operation `seq` with `count`, if the count fits it.
+fn pair_word(seq: u64, count: u64) -> Option<u64> {
+    (count >> (64 - STAMP_BITS) == 0).then(|| count << STAMP_BITS | stamp(seq))
 }
 
 /// What a message on the channel says its sender called, if that is operation `seq`: for a
@@ -55,7 +60,7 @@ pub(crate) fn called_at(msg: &[u64], seq: u64) -> Option<String> {
         [s, op_round, sig, ..] if s == seq => {
             Some(crate::collective::describe_call(op_round as u8, sig))
         }
-        [word] if word & !COUNT_BITS == stamp(seq) => Some(op::name(op::SYNC).to_string()),
+        [word] if word & STAMP_MASK == stamp(seq) => Some(op::name(op::SYNC).to_string()),
         _ => None,
     }
 }
@@ -147,24 +152,25 @@ impl Bsp {
     }
 
     /// [`sum_over_channel`](Bsp::sum_over_channel) of two processes, which need only each
-    /// other's count for themselves: one word, the count with the low 16 bits of the sequence
-    /// number in its top bits (the count of messages on the control connection, in the high
-    /// half, fits 16 bits but for a superstep of 65,536 packed messages or more, which sends a
-    /// whole message instead). MPI's shared-memory transport carries a word with its headers
-    /// in one cache line, which two words overflow: an exchange of one word took 0.39 to 0.40
-    /// us where two took 0.44 (C, `MPI_Irecv`, `MPI_Send`, `MPI_Test`, 40,000 calls, 3 runs).
-    /// Only `counts[pid]` is the sum afterwards.
+    /// other's count for themselves: one word, the low 16 bits of the sequence number in its
+    /// low bits and the count above (the count of messages on the control connection, in the
+    /// count's high half, fits 16 bits but for a superstep of 65,536 packed messages or more,
+    /// which sends a whole message instead). MPI's shared-memory transport carries a word with
+    /// its headers in one cache line, which two words overflow: an exchange of one word took
+    /// 0.39 to 0.40 us where two took 0.44 (C, `MPI_Irecv`, `MPI_Send`, `MPI_Test`, 40,000
+    /// calls, 3 runs). The word of a superstep that sent nothing is the stamp alone, below
+    /// 2^16, which the channel carries in the message's tag with no payload, quicker still
+    /// (see [`ipl::WordChannel`]). Only `counts[pid]` is the sum afterwards.
     fn pair_over_channel(&mut self, call: &Call, counts: &mut [u64]) -> Result<()> {
         let (me, peer) = (self.pid, 1 - self.pid);
         let count = counts[peer];
         let stamp = stamp(call.seq);
-        let msg = if count & !COUNT_BITS == 0 {
-            self.channel_exchange(call, peer, &[], &[stamp | count])?
-        } else {
-            self.channel_exchange(call, peer, &head(call, 1), &[count])?
+        let msg = match pair_word(call.seq, count) {
+            Some(word) => self.channel_exchange(call, peer, &[], &[word])?,
+            None => self.channel_exchange(call, peer, &head(call, 1), &[count])?,
         };
         let theirs = match msg[..] {
-            [word] if word & !COUNT_BITS == stamp => word & COUNT_BITS,
+            [word] if word & STAMP_MASK == stamp => word >> STAMP_BITS,
             [word] => {
                 return Err(Error::CollectiveMismatch {
                     pid: me,
@@ -174,7 +180,7 @@ impl Bsp {
                     theirs: format!(
                         "called {} (an operation whose number ends in {:#06x})",
                         op::name(call.op),
-                        word >> STAMP_SHIFT
+                        word & STAMP_MASK
                     ),
                 })
             }

@@ -41,7 +41,9 @@ pub fn tcp_reply(buf: &[u8]) -> Result<Option<ConnectReply>, String> {
 /// garbage: its tags, and a send of any bytes with any tag.
 #[cfg(feature = "mpi")]
 pub mod mpi {
-    pub use crate::transport::mpi::raw_peer::{connection_tags, send, CONNECT, NOTICE, WORDS};
+    pub use crate::transport::mpi::raw_peer::{
+        connection_tags, send, send_words, CONNECT, NOTICE, WORDS,
+    };
 }
 
 /// How many closed shared-memory connections of this process to `peer` still hold buffers

@@ -416,28 +416,56 @@ fn words(ibis: &Ibis, all: &[NodeId]) {
             let got = got.unwrap_or_else(|| wait_test(&mut chan));
             assert_eq!(got, theirs(k), "rank {me}: exchange {k} with {partner}");
         }
+        // Messages of one word, which go in the tag where it holds them (below MPI_TAG_UB,
+        // 2^31 - 1 in OpenMPI), else as a payload, and the empty message: each must come as
+        // it went, whichever way it went.
+        for one in [
+            vec![],
+            vec![0],
+            vec![1],
+            vec![0x7fff_fffe],
+            vec![0x7fff_ffff],
+            vec![1 << 40],
+            vec![u64::MAX],
+        ] {
+            let got = chan
+                .exchange(partner, &one, 1000)
+                .expect("exchange")
+                .map(<[u64]>::to_vec);
+            let got = got.unwrap_or_else(|| wait_test(&mut chan));
+            assert_eq!(got, one, "rank {me}: {one:?} with {partner}");
+        }
         // The lower rank sends first and waits until the higher has its message early; the
-        // higher then exchanges, and the early message is the one it gets.
-        if me < partner {
-            chan.send(partner, &mine(2)).expect("send");
-            chan.post(partner).expect("post");
-            assert_eq!(
-                wait_test(&mut chan),
-                theirs(2),
-                "rank {me}: after the early one"
-            );
-        } else {
-            let until = Instant::now() + WAIT;
-            while chan.peek(partner).expect("peek").is_none() {
-                assert!(Instant::now() < until, "rank {me}: nothing to peek at");
-                std::thread::yield_now();
+        // higher then exchanges, and the early message is the one it gets. Once with three
+        // words, once with one that goes in the tag.
+        let tagged = |pid: usize| vec![pid as u64 + 5];
+        for (mine, theirs) in [(mine(2), theirs(2)), (tagged(me), tagged(partner))] {
+            if me < partner {
+                chan.send(partner, &mine).expect("send");
+                chan.post(partner).expect("post");
+                assert_eq!(
+                    wait_test(&mut chan),
+                    theirs,
+                    "rank {me}: after the early one"
+                );
+            } else {
+                let until = Instant::now() + WAIT;
+                while chan.peek(partner).expect("peek").is_none() {
+                    assert!(Instant::now() < until, "rank {me}: nothing to peek at");
+                    std::thread::yield_now();
+                }
+                assert_eq!(
+                    chan.peek(partner).expect("peek").map(<[u64]>::to_vec),
+                    Some(theirs.clone()),
+                    "rank {me}: what a peek shows"
+                );
+                let got = chan.exchange(partner, &mine, 1).expect("exchange");
+                assert_eq!(
+                    got.map(<[u64]>::to_vec),
+                    Some(theirs),
+                    "rank {me}: early one"
+                );
             }
-            let got = chan.exchange(partner, &mine(2), 1).expect("exchange");
-            assert_eq!(
-                got.map(<[u64]>::to_vec),
-                Some(theirs(2)),
-                "rank {me}: early one"
-            );
         }
         // The largest message, and the errors of misuse, which leave the channel usable.
         let big: Vec<u64> = (0..ipl::WordChannel::MAX_WORDS as u64).collect();
@@ -650,6 +678,12 @@ fn hostile(ibis: &Ibis, all: &[NodeId]) {
         chan.post(other).expect("post");
         let e = wait_word(&mut chan, me).expect_err("a word message of 13 bytes");
         assert!(e.to_string().contains("13 bytes"), "{e}");
+        chan.post(other).expect("post");
+        let e = wait_word(&mut chan, me).expect_err("a word in a tag, with a payload");
+        assert!(
+            e.to_string().contains("3 bytes with a word in its tag"),
+            "{e}"
+        );
         // A connection of this process's (its first, connection 0), on whose back tag a word
         // of 5 bytes comes: its next large message fails, naming it.
         let sp = ibis.send_port(&many).expect("send port");
@@ -732,8 +766,9 @@ fn hostile(ibis: &Ibis, all: &[NodeId]) {
     ]
     .concat();
     raw::send(victim, raw::NOTICE, &ask).expect("an ask to take");
-    raw::send(victim, raw::WORDS, &[1u8; 4104]).expect("a long word message");
-    raw::send(victim, raw::WORDS, &[1u8; 13]).expect("a word message of 13 bytes");
+    raw::send_words(victim, raw::WORDS, &[1u8; 4104]).expect("a long word message");
+    raw::send_words(victim, raw::WORDS, &[1u8; 13]).expect("a word message of 13 bytes");
+    raw::send_words(victim, 7, &[1u8; 3]).expect("a word in a tag, with a payload");
     step(&mut chan, 5);
     let (_, back, _) = raw::connection_tags(0);
     raw::send(victim, back, &[0u8; 5]).expect("a word of 5 bytes on a back tag");

@@ -1429,9 +1429,9 @@ impl MpiStream {
             };
             match raw::test_recv(req)? {
                 None => return Err(io::ErrorKind::WouldBlock.into()),
-                Some(len) => {
+                Some(got) => {
                     *posted = None;
-                    len
+                    got.len
                 }
             }
         };

@@ -58,8 +58,6 @@ const TAG_CONNECT: c_int = 1;
 /// byte up to which to take them, see `conn::complete_direct`). One tag, so that the progress
 /// thread looks for both with one probe.
 const TAG_NOTICE: c_int = 2;
-/// Word messages between ranks, beside the connections (see [`WordChannel`]).
-const TAG_WORDS: c_int = 3;
 /// Tags from here on belong to connections, three each (see [`tags`]).
 const FIRST_CONNECTION_TAG: c_int = 16;
 /// The longest connect request a process takes: a request is a node's address, a port's name
@@ -161,6 +159,10 @@ pub(crate) struct World {
     size: c_int,
     /// Largest connection number the tags can carry.
     max_id: u32,
+    /// The word channel's communicator (see [`WordChannel`]), whose tags are the channel's.
+    words: raw::Comm,
+    /// The largest tag MPI allows (`MPI_TAG_UB`).
+    tag_ub: c_int,
     /// Whether large pieces may be sent from the caller's memory, tying a send to its receiving
     /// process (see `conn::complete_direct`): not where the job outlives a rank that dies
     /// (`mpirun --enable-recovery`), since a send to it would never complete.
@@ -241,8 +243,9 @@ pub mod raw_peer {
     pub const CONNECT: c_int = super::TAG_CONNECT;
     /// The tag of notices about connections (a receiver gone, an ask to take pieces).
     pub const NOTICE: c_int = super::TAG_NOTICE;
-    /// The tag of the word channel's messages.
-    pub const WORDS: c_int = super::TAG_WORDS;
+    /// The tag of the word channel's messages that carry their words, on the channel's
+    /// communicator (see [`send_words`]); tags from 1 on carry a word in the tag itself.
+    pub const WORDS: c_int = super::words::TAG_BODY;
 
     /// The data, back and bulk tags of connection `id`, numbered by the process that opened
     /// it, from 0 in the order it connected.
@@ -253,6 +256,22 @@ pub mod raw_peer {
     /// Sends `bytes` to `rank` with `tag`; returns once MPI has taken them (at once within the
     /// transport's eager limit, else once the receiver has matched the message).
     pub fn send(rank: c_int, tag: c_int, bytes: &[u8]) -> crate::Result<()> {
+        send_with(rank, |_| super::raw::send(rank, tag, bytes))
+    }
+
+    /// [`send`] on the word channel's communicator: `tag` [`WORDS`] for a message of words,
+    /// from 1 on for one word (tag - 1) with no payload.
+    pub fn send_words(rank: c_int, tag: c_int, bytes: &[u8]) -> crate::Result<()> {
+        send_with(rank, |world| {
+            super::raw::send_on(&world.words, rank, tag, bytes)
+        })
+    }
+
+    /// Runs `send` under MPI's `live` lock, once `rank` is known to be one of the job's.
+    fn send_with(
+        rank: c_int,
+        send: impl FnOnce(&super::World) -> std::io::Result<()>,
+    ) -> crate::Result<()> {
         let Some(world) = super::world() else {
             return Err(crate::Error::config("IPL_DRIVER", "MPI is not running"));
         };
@@ -266,8 +285,7 @@ pub mod raw_peer {
                 format!("{rank} is not one of the {} MPI ranks", world.size),
             ));
         }
-        super::raw::send(rank, tag, bytes)
-            .map_err(|e| crate::Error::io(format!("raw MPI send to rank {rank}"), e))
+        send(&world).map_err(|e| crate::Error::io(format!("raw MPI send to rank {rank}"), e))
     }
 }
 
@@ -335,6 +353,8 @@ pub(crate) fn start(cfg: &Config, acceptor: Arc<dyn Acceptor>) -> Result<(MpiDri
     }
     let (rank, size, tag_ub) =
         raw::setup_world().map_err(|e| Error::io("mpi: setting up MPI_COMM_WORLD", e))?;
+    let words =
+        raw::dup_world().map_err(|e| Error::io("mpi: the word channel's communicator", e))?;
     let (want_rank, want_size) = (cfg.rank, cfg.size);
     if want_rank != Some(rank as u32) || want_size != Some(size as u32) {
         return Err(Error::config(
@@ -353,6 +373,8 @@ pub(crate) fn start(cfg: &Config, acceptor: Arc<dyn Acceptor>) -> Result<(MpiDri
         send_from_caller: cfg.mpi_sends != crate::MpiSends::Copied && !job_outlives_dead_ranks(),
         start_in_step: cfg.mpi_sends == crate::MpiSends::Direct,
         max_id: ((tag_ub - FIRST_CONNECTION_TAG - 2) / 3) as u32,
+        words,
+        tag_ub,
         next_id: AtomicU32::new(0),
         reply_wait: cfg
             .connect_timeout

@@ -1,8 +1,9 @@
 //! The few MPI calls the driver makes, over the C interface of the system's MPI library (through
 //! the `mpi` crate's bindings): blocking and non-blocking sends, posted receives, matched probes
 //! and receives, plain probes. Every call returns an [`io::Error`] naming the call when MPI
-//! reports an error (the driver sets `MPI_ERRORS_RETURN` on the world communicator, so that
-//! errors come back instead of aborting the job).
+//! reports an error (the driver sets `MPI_ERRORS_RETURN` on the world communicator, and on the
+//! word channel's duplicate of it, so that errors come back instead of aborting the job).
+//! Calls without a communicator use the world's; the `_on` forms take one.
 
 use mpi::ffi;
 use std::io;
@@ -45,6 +46,38 @@ fn failed(call: &str, rc: c_int) -> io::Error {
 fn world() -> ffi::MPI_Comm {
     // SAFETY: reads an initialised constant of the bindings' support library.
     unsafe { ffi::RSMPI_COMM_WORLD }
+}
+
+/// A communicator of the driver's own: a duplicate of the world's, whose tags mean what its
+/// user decides, apart from the world's (see [`dup_world`]).
+pub(super) struct Comm(ffi::MPI_Comm);
+
+// SAFETY: a communicator handle may be used from any thread of a process that initialised MPI
+// with MPI_THREAD_MULTIPLE, which the driver requires; it is never freed while MPI runs.
+unsafe impl Send for Comm {}
+// SAFETY: as for `Send`: MPI synchronises concurrent calls on one communicator itself.
+unsafe impl Sync for Comm {}
+
+/// A duplicate of the world communicator, with errors returned. Collective: every rank calls
+/// it, at the same point of its start.
+pub(super) fn dup_world() -> io::Result<Comm> {
+    // SAFETY: a null communicator is a valid initial value for an out-parameter.
+    let mut comm: ffi::MPI_Comm = unsafe { ffi::RSMPI_COMM_NULL };
+    // SAFETY: MPI is initialised (the caller holds the universe); the out-pointer is valid.
+    unsafe {
+        check("MPI_Comm_dup", ffi::MPI_Comm_dup(world(), &mut comm))?;
+        check(
+            "MPI_Comm_set_errhandler",
+            ffi::MPI_Comm_set_errhandler(comm, ffi::RSMPI_ERRORS_RETURN),
+        )?;
+    }
+    Ok(Comm(comm))
+}
+
+/// `MPI_ANY_TAG`.
+pub(super) fn any_tag() -> c_int {
+    // SAFETY: reads an initialised constant of the bindings' support library.
+    unsafe { ffi::RSMPI_ANY_TAG }
 }
 
 fn bytes() -> ffi::MPI_Datatype {
@@ -138,10 +171,20 @@ pub(super) unsafe fn isend(dest: c_int, tag: c_int, buf: &[u8]) -> io::Result<Re
 /// Sends `buf` to `dest` with `tag`, returning once MPI has taken it (for messages within the
 /// transport's eager limit: at once, without waiting for the receiver).
 pub(super) fn send(dest: c_int, tag: c_int, buf: &[u8]) -> io::Result<()> {
+    send_with(world(), dest, tag, buf)
+}
+
+/// [`send`] on `comm`.
+pub(super) fn send_on(comm: &Comm, dest: c_int, tag: c_int, buf: &[u8]) -> io::Result<()> {
+    send_with(comm.0, dest, tag, buf)
+}
+
+#[inline(always)]
+fn send_with(comm: ffi::MPI_Comm, dest: c_int, tag: c_int, buf: &[u8]) -> io::Result<()> {
     let len = c_int::try_from(buf.len())
         .map_err(|_| io::Error::other("a piece longer than MPI can count"))?;
     // SAFETY: `buf` is valid for `len` bytes for the duration of the call.
-    let rc = unsafe { ffi::MPI_Send(buf.as_ptr().cast(), len, bytes(), dest, tag, world()) };
+    let rc = unsafe { ffi::MPI_Send(buf.as_ptr().cast(), len, bytes(), dest, tag, comm) };
     check("MPI_Send", rc)
 }
 
@@ -178,6 +221,35 @@ unsafe impl Send for Recv {}
 /// `buf` must stay valid, and nothing else may use it, until [`test_recv`] reports the
 /// receive complete, or [`cancel_recv`] returned.
 pub(super) unsafe fn irecv(source: c_int, tag: c_int, buf: &mut [u8]) -> io::Result<Recv> {
+    // SAFETY: as the caller promises.
+    unsafe { irecv_with(world(), source, tag, buf) }
+}
+
+/// [`irecv`] on `comm`.
+///
+/// # Safety
+///
+/// As for [`irecv`].
+pub(super) unsafe fn irecv_on(
+    comm: &Comm,
+    source: c_int,
+    tag: c_int,
+    buf: &mut [u8],
+) -> io::Result<Recv> {
+    // SAFETY: as the caller promises.
+    unsafe { irecv_with(comm.0, source, tag, buf) }
+}
+
+/// # Safety
+///
+/// As for [`irecv`].
+#[inline(always)]
+unsafe fn irecv_with(
+    comm: ffi::MPI_Comm,
+    source: c_int,
+    tag: c_int,
+    buf: &mut [u8],
+) -> io::Result<Recv> {
     let len = c_int::try_from(buf.len())
         .map_err(|_| io::Error::other("a receive buffer longer than MPI can count"))?;
     // SAFETY: a null request handle is a valid initial value for an out-parameter.
@@ -190,7 +262,7 @@ pub(super) unsafe fn irecv(source: c_int, tag: c_int, buf: &mut [u8]) -> io::Res
             bytes(),
             source,
             tag,
-            world(),
+            comm,
             &mut req,
         )
     };
@@ -198,9 +270,17 @@ pub(super) unsafe fn irecv(source: c_int, tag: c_int, buf: &mut [u8]) -> io::Res
     Ok(Recv(req))
 }
 
-/// The length of the message the receive took, once it has completed (the request is then
-/// used up).
-pub(super) fn test_recv(req: &mut Recv) -> io::Result<Option<usize>> {
+/// What a completed receive took.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Received {
+    /// Its length in bytes.
+    pub(super) len: usize,
+    /// Its tag (what the receive asked for, or the message's under `MPI_ANY_TAG`).
+    pub(super) tag: c_int,
+}
+
+/// What the receive took, once it has completed (the request is then used up).
+pub(super) fn test_recv(req: &mut Recv) -> io::Result<Option<Received>> {
     let mut flag: c_int = 0;
     let mut status = empty_status();
     // SAFETY: `req` holds a receive from MPI_Irecv; the out-pointers are valid.
@@ -213,7 +293,10 @@ pub(super) fn test_recv(req: &mut Recv) -> io::Result<Option<usize>> {
     // SAFETY: `status` was filled by the completed receive.
     let rc = unsafe { ffi::MPI_Get_count(&status, bytes(), &mut count) };
     check("MPI_Get_count", rc)?;
-    Ok(Some(usize::try_from(count).unwrap_or(0)))
+    Ok(Some(Received {
+        len: usize::try_from(count).unwrap_or(0),
+        tag: status.MPI_TAG,
+    }))
 }
 
 /// Whether the receive has completed, without using the request up.
@@ -258,16 +341,27 @@ pub(super) struct Matched {
     pub(super) len: usize,
     /// The rank that sent it.
     pub(super) source: c_int,
+    /// Its tag.
+    pub(super) tag: c_int,
 }
 
 /// Takes the next message from `source` with `tag`, if one is there.
 pub(super) fn improbe(source: c_int, tag: c_int) -> io::Result<Option<Matched>> {
+    improbe_with(world(), source, tag)
+}
+
+/// [`improbe`] on `comm`.
+pub(super) fn improbe_on(comm: &Comm, source: c_int, tag: c_int) -> io::Result<Option<Matched>> {
+    improbe_with(comm.0, source, tag)
+}
+
+fn improbe_with(comm: ffi::MPI_Comm, source: c_int, tag: c_int) -> io::Result<Option<Matched>> {
     let mut flag: c_int = 0;
     // SAFETY: a null message handle is a valid initial value for an out-parameter.
     let mut msg: ffi::MPI_Message = unsafe { ffi::RSMPI_MESSAGE_NULL };
     let mut status = empty_status();
     // SAFETY: all out-pointers are valid.
-    let rc = unsafe { ffi::MPI_Improbe(source, tag, world(), &mut flag, &mut msg, &mut status) };
+    let rc = unsafe { ffi::MPI_Improbe(source, tag, comm, &mut flag, &mut msg, &mut status) };
     check("MPI_Improbe", rc)?;
     if flag == 0 {
         return Ok(None);
@@ -280,6 +374,7 @@ pub(super) fn improbe(source: c_int, tag: c_int) -> io::Result<Option<Matched>> 
         msg,
         len: usize::try_from(count).unwrap_or(0),
         source: status.MPI_SOURCE,
+        tag: status.MPI_TAG,
     }))
 }
 

@@ -616,7 +616,8 @@ fn wait_word(chan: &mut ipl::WordChannel, me: usize) -> ipl::Result<Vec<u64>> {
 /// Rank 0 speaks to rank 1 straight over MPI as a peer that sends garbage: connect requests
 /// that do not decode (one of 1 MB), a frame header claiming a terabyte, a piece of a large
 /// frame longer than a piece may be, notices of every wrong length, word messages that are
-/// too long or not whole words, and a word of the wrong length where a receiver's
+/// too long or not whole words or carry a payload where their tag carries their word, and a
+/// word of the wrong length where a receiver's
 /// confirmations come back. Rank 1 must report each as an error where its calls can see
 /// one, drop the connections that carried them, and go on serving real connections: no
 /// panic, no allocation of a claimed length, no hang. The ranks keep in step on the word

@@ -162,11 +162,12 @@
 //! itself: the whole machine's `sync` exchanges its message counts over the process's word channel
 //! (`ipl::WordChannel`), one MPI message each way per round of the butterfly (one word between two
 //! processes, in the message's tag when the superstep sent nothing), instead of round messages
-//! through the ports; the superstep's data still goes through the ports. A wait there looks at failures and at other operations' messages as a wait on the
-//! board does, and a process waiting for messages looks at the channel, so that a peer that called
-//! another operation is an error on both sides. Every process agrees to it at the first sync (with
-//! the board's setup); `BSP_MPI_SYNC=0` in the environment of every process keeps the round
-//! messages. Groups use messages.
+//! through the ports; the superstep's data still goes through the ports. A wait there looks at
+//! failures and at other operations' messages as a wait on the board does, and a process waiting
+//! for messages looks at the channel, so that a peer that called another operation is an error on
+//! both sides. Every process agrees to it at the first sync (with the board's setup);
+//! `BSP_MPI_SYNC=0` in the environment of every process keeps the round messages. Groups use
+//! messages.
 //!
 //! # Connections, flow control, failures
 //!

@@ -82,6 +82,7 @@ fn child_process_entry() {
         "words" => words(&ibis, &all),
         "direct" => direct(&ibis, &all),
         "leaves" => leaves(&ibis, &all),
+        "late" => late(&ibis, &all),
         "hostile" => hostile(&ibis, &all),
         other => panic!("unknown role {other}"),
     }
@@ -598,6 +599,61 @@ fn leaves(ibis: &Ibis, all: &[NodeId]) {
     );
 }
 
+/// Rank 1 closes its port and leaves; once the pool reports it gone, rank 0 sends it a piece
+/// of 1 MB straight over MPI on the closed connection's bulk tag, as a send from memory would
+/// that passed its look at the receiver just before the receiver left. MPI completes a piece
+/// that large only once the receiving process takes it, so the piece completes only if a
+/// process that leaves still discards what comes for its closed connections until every rank
+/// leaves; rank 0 gives it 20 s.
+fn late(ibis: &Ibis, all: &[NodeId]) {
+    use ipl::testing::mpi as raw;
+    let me = ibis.id().rank() as usize;
+    let one = ty(Connection::OneToOne);
+    let events = ibis.pool().subscribe();
+    let mut chan = ibis.word_channel().expect("the process's channel");
+    if me == 1 {
+        let rp = ibis.receive_port(&one, "late").expect("port");
+        chan.exchange(0, &[1], 1)
+            .expect("tell rank 0 the port is there");
+        let mut r = rp.receive_timeout(WAIT).expect("the first message");
+        assert_eq!(r.read_u64().unwrap(), 7);
+        r.finish();
+        rp.close();
+        println!("rank 1: late ok");
+        return;
+    }
+    let got = match chan.exchange(1, &[1], 1000).expect("exchange") {
+        Some(m) => m.to_vec(),
+        None => wait_word(&mut chan, me).expect("rank 1's port"),
+    };
+    assert_eq!(got, [1]);
+    // The first connection of this process: connection 0.
+    let sp = ibis.send_port(&one).expect("send port");
+    sp.connect(&all[1], "late").expect("connect");
+    let mut w = sp.message();
+    w.write_u64(7);
+    w.finish().expect("the first message");
+    let until = Instant::now() + WAIT;
+    loop {
+        match events.recv_timeout(until.saturating_duration_since(Instant::now())) {
+            Ok(PoolEvent::Left(n)) if n.rank() == 1 => break,
+            Ok(_) => {}
+            Err(_) => panic!("rank 0: rank 1's leave was not reported"),
+        }
+    }
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if finished.recv_timeout(Duration::from_secs(20)).is_err() {
+            println!("rank 0: the late piece did not complete within 20 s");
+            std::process::exit(1);
+        }
+    });
+    let (_, _, bulk) = raw::connection_tags(0);
+    raw::send(1, bulk, &vec![3u8; 1 << 20]).expect("the late piece");
+    let _ = done.send(());
+    println!("rank 0: late ok");
+}
+
 /// Waits on rank `me`'s word channel for the message that `exchange` did not find at once.
 fn wait_word(chan: &mut ipl::WordChannel, me: usize) -> ipl::Result<Vec<u64>> {
     let until = Instant::now() + WAIT;
@@ -912,6 +968,22 @@ fn a_receiver_that_leaves_while_large_sends_are_in_flight_lets_them_complete() {
         "took {:?}\n{out}\n{err}",
         started.elapsed()
     );
+}
+
+/// A large piece that reaches a rank after it has left the pool completes (see the `late`
+/// role): before, the rank stopped taking anything at once, and the sender waited for ever.
+#[test]
+fn a_piece_sent_to_a_rank_that_has_left_completes() {
+    let Some((ok, out, err)) = run_ranks("late", "late", 2) else {
+        return;
+    };
+    assert!(ok, "mpirun failed\n{out}\n{err}");
+    for r in 0..2 {
+        assert!(
+            out.contains(&format!("rank {r}: late ok")),
+            "rank {r}:\n{out}\n{err}"
+        );
+    }
 }
 
 /// Bad input from another rank over MPI (see the `hostile` role) gets clear errors where the

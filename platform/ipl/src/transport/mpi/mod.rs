@@ -411,10 +411,20 @@ fn job_outlives_dead_ranks() -> bool {
 
 /// Stops the progress thread and finalises MPI (the node leaves). Connections still open can
 /// no longer send; their buffers in flight are kept for ever.
+///
+/// Where large pieces may go from their senders' memory, the progress thread first goes on
+/// until every rank is leaving (a barrier of all, which `MPI_Finalize` would wait for anyway):
+/// a sender that looked at this node just before it left may still send it a piece, which
+/// MPI completes only once this process takes it, and the sender would otherwise wait for ever
+/// (see `conn::complete_direct`). Meanwhile the progress thread discards what comes for the
+/// closed connections, as it does while the node runs.
 pub(crate) fn finish() {
     let Some(world) = WORLD.lock().take() else {
         return;
     };
+    if world.send_from_caller {
+        wait_for_every_rank(&world);
+    }
     world.stop.store(true, Ordering::SeqCst);
     world.wake.notify_all();
     if let Some(h) = world.progress.lock().take() {
@@ -427,6 +437,43 @@ pub(crate) fn finish() {
         // `live` keep every other call of this process out from now on).
         let rc = unsafe { mpi::ffi::MPI_Finalize() };
         tracing::debug!(rc, "MPI finalised");
+    }
+}
+
+/// Waits until every rank is leaving too (see [`finish`]).
+fn wait_for_every_rank(world: &World) {
+    let started = {
+        let live = world.live.read_recursive();
+        if !*live {
+            return;
+        }
+        raw::ibarrier_on(&world.words)
+    };
+    let mut req = match started {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!("mpi: waiting for every rank to leave: {e}");
+            return;
+        }
+    };
+    tracing::debug!("mpi: waiting for every rank to leave");
+    let mut backoff = Backoff::default();
+    loop {
+        let done = {
+            let live = world.live.read_recursive();
+            if !*live {
+                return;
+            }
+            raw::test(&mut req)
+        };
+        match done {
+            Ok(true) => return,
+            Ok(false) => backoff.pause(),
+            Err(e) => {
+                tracing::warn!("mpi: waiting for every rank to leave: {e}");
+                return;
+            }
+        }
     }
 }
 

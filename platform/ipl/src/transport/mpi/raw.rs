@@ -188,6 +188,17 @@ fn send_with(comm: ffi::MPI_Comm, dest: c_int, tag: c_int, buf: &[u8]) -> io::Re
     check("MPI_Send", rc)
 }
 
+/// Starts a barrier of every rank on `comm`, which [`test()`] then completes. A collective
+/// matches no point-to-point message on the communicator.
+pub(super) fn ibarrier_on(comm: &Comm) -> io::Result<Request> {
+    // SAFETY: a null request handle is a valid initial value for an out-parameter.
+    let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
+    // SAFETY: `comm` is a live communicator of this process; `req` is a valid out-pointer.
+    let rc = unsafe { ffi::MPI_Ibarrier(comm.0, &mut req) };
+    check("MPI_Ibarrier", rc)?;
+    Ok(Request(req))
+}
+
 /// Whether the send has completed (then its buffer is free again).
 pub(super) fn test(req: &mut Request) -> io::Result<bool> {
     let mut flag: c_int = 0;

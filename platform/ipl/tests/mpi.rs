@@ -838,19 +838,25 @@ fn hostile(ibis: &Ibis, all: &[NodeId]) {
     println!("rank 0: hostile ok");
 }
 
+/// Checks that the launcher's run of `role` on `n` ranks succeeded and that every rank said
+/// "rank R: `role` ok".
+fn assert_every_rank_ok(role: &str, n: u32, ok: bool, out: &str, err: &str) {
+    assert!(ok, "mpirun -n {n} {role}: failed\n{out}\n{err}");
+    for r in 0..n {
+        assert!(
+            out.contains(&format!("rank {r}: {role} ok")),
+            "rank {r} of {n}:\n{out}\n{err}"
+        );
+    }
+}
+
 /// Runs `role` on 2, 3 and 4 ranks; each rank must say "rank R: `role` ok".
 fn on_2_3_and_4_ranks(role: &str) {
     for n in [2, 3, 4] {
         let Some((ok, out, err)) = run_ranks(role, role, n) else {
             return;
         };
-        assert!(ok, "mpirun -n {n}: failed\n{out}\n{err}");
-        for r in 0..n {
-            assert!(
-                out.contains(&format!("rank {r}: {role} ok")),
-                "rank {r} of {n}:\n{out}\n{err}"
-            );
-        }
+        assert_every_rank_ok(role, n, ok, &out, &err);
     }
 }
 
@@ -878,13 +884,7 @@ fn large_piece_counts(sends: &str) -> Option<Vec<[u64; 3]>> {
     cmd.env("RUST_LOG", "ipl::transport::mpi=debug,warn")
         .env("IPL_MPI_SENDS", sends);
     let (ok, out, err) = run_launched(cmd, ranks, "direct");
-    assert!(ok, "mpirun -n 2: failed\n{out}\n{err}");
-    for r in 0..2 {
-        assert!(
-            out.contains(&format!("rank {r}: direct ok")),
-            "{out}\n{err}"
-        );
-    }
+    assert_every_rank_ok("direct", 2, ok, &out, &err);
     // "... closes: D large pieces sent from the caller's memory, C copied, T times ..."
     let counts: Vec<[u64; 3]> = err
         .lines()
@@ -953,12 +953,8 @@ fn a_receiver_that_leaves_while_large_sends_are_in_flight_lets_them_complete() {
     cmd.env("IPL_MPI_SENDS", "direct");
     let started = Instant::now();
     let (ok, out, err) = run_launched(cmd, ranks, "leaves");
-    assert!(ok, "mpirun -n 2: failed\n{out}\n{err}");
+    assert_every_rank_ok("leaves", 2, ok, &out, &err);
     for r in 0..2 {
-        assert!(
-            out.contains(&format!("rank {r}: leaves ok")),
-            "{out}\n{err}"
-        );
         assert!(out.contains(&format!("rank {r}: left in")), "{out}\n{err}");
     }
     println!("{out}");
@@ -977,13 +973,7 @@ fn a_piece_sent_to_a_rank_that_has_left_completes() {
     let Some((ok, out, err)) = run_ranks("late", "late", 2) else {
         return;
     };
-    assert!(ok, "mpirun failed\n{out}\n{err}");
-    for r in 0..2 {
-        assert!(
-            out.contains(&format!("rank {r}: late ok")),
-            "rank {r}:\n{out}\n{err}"
-        );
-    }
+    assert_every_rank_ok("late", 2, ok, &out, &err);
 }
 
 /// Bad input from another rank over MPI (see the `hostile` role) gets clear errors where the
@@ -994,13 +984,7 @@ fn garbage_from_another_rank_is_refused_and_the_rank_goes_on() {
     let Some((ok, out, err)) = run_ranks("hostile", "hostile", 2) else {
         return;
     };
-    assert!(ok, "mpirun -n 2: failed\n{out}\n{err}");
-    for r in 0..2 {
-        assert!(
-            out.contains(&format!("rank {r}: hostile ok")),
-            "{out}\n{err}"
-        );
-    }
+    assert_every_rank_ok("hostile", 2, ok, &out, &err);
     for logged in [
         "a connect request of more than 65536 bytes",
         "bytes that do not decode",

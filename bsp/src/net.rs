@@ -1136,11 +1136,11 @@ impl Net {
             let seq = ctx.seq;
             // An all-to-all's or a scatter's messages may come while this process still reads
             // the rows that tell it to take them (see `all_to_all_on_board` and
-            // `scatter_on_board`), and a sync's get replies while it waits for the sync: not a
-            // mismatch.
+            // `scatter_on_board`), and another operation's of the same family (a sync's get
+            // replies, see `op::family`) while it waits for the sync: not a mismatch.
             let mixed = |m: &Msg| {
                 matches!(op, op::ALL_TO_ALL | op::SCATTER) && m.hdr.op == op && m.hdr.aux == sig
-                    || op == op::SYNC && m.hdr.op == op::GET_REPLY
+                    || m.hdr.op != op && op::family(m.hdr.op) == op::family(op)
             };
             if let Some((k, m)) = self
                 .stash

@@ -1374,9 +1374,10 @@ impl MpiStream {
 
     /// Tells the sender that this stream waits for the next piece of a large frame, at bulk byte
     /// `at`, in a read of `want` bytes straight into the caller's memory: then the sender may
-    /// send it from its caller's memory without a copy (see `MpiSink::receiver_waits`). Only such a read says so: it goes on until the bytes come
-    /// (or the connection is dropped, whose drain takes them), so that a sender waiting for the
-    /// send to complete does not wait for a receiver that does something else.
+    /// send it from its caller's memory without a copy (see `MpiSink::receiver_waits`). Only
+    /// such a read says so: it goes on until the bytes come (or the connection is dropped,
+    /// whose drain takes them), so that a sender waiting for the send to complete does not wait
+    /// for a receiver that does something else.
     fn ask(&mut self, at: u64, want: usize) -> io::Result<()> {
         if want < DIRECT_PIECE
             || !self.world.send_from_caller

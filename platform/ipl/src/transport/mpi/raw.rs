@@ -48,9 +48,15 @@ fn world() -> ffi::MPI_Comm {
     unsafe { ffi::RSMPI_COMM_WORLD }
 }
 
-/// A communicator of the driver's own: a duplicate of the world's, whose tags mean what its
-/// user decides, apart from the world's (see [`dup_world`]).
+/// A communicator: the world's, or one of the driver's own, a duplicate of the world's whose
+/// tags mean what its user decides (see [`dup_world`]).
 pub(super) struct Comm(ffi::MPI_Comm);
+
+impl Comm {
+    fn world() -> Comm {
+        Comm(world())
+    }
+}
 
 // SAFETY: a communicator handle may be used from any thread of a process that initialised MPI
 // with MPI_THREAD_MULTIPLE, which the driver requires; it is never freed while MPI runs.
@@ -133,7 +139,7 @@ pub(super) fn setup_world() -> io::Result<(c_int, c_int, c_int)> {
     Ok((rank, size, tag_ub))
 }
 
-/// A send in flight: MPI reads `buf` until the request completes.
+/// A send in flight (MPI reads its buffer until the request completes), or a barrier.
 pub(super) struct Request(ffi::MPI_Request);
 
 // SAFETY: an MPI request handle may be tested and freed from any thread of a process that
@@ -171,20 +177,16 @@ pub(super) unsafe fn isend(dest: c_int, tag: c_int, buf: &[u8]) -> io::Result<Re
 /// Sends `buf` to `dest` with `tag`, returning once MPI has taken it (for messages within the
 /// transport's eager limit: at once, without waiting for the receiver).
 pub(super) fn send(dest: c_int, tag: c_int, buf: &[u8]) -> io::Result<()> {
-    send_with(world(), dest, tag, buf)
+    send_on(&Comm::world(), dest, tag, buf)
 }
 
 /// [`send`] on `comm`.
+#[inline]
 pub(super) fn send_on(comm: &Comm, dest: c_int, tag: c_int, buf: &[u8]) -> io::Result<()> {
-    send_with(comm.0, dest, tag, buf)
-}
-
-#[inline(always)]
-fn send_with(comm: ffi::MPI_Comm, dest: c_int, tag: c_int, buf: &[u8]) -> io::Result<()> {
     let len = c_int::try_from(buf.len())
         .map_err(|_| io::Error::other("a piece longer than MPI can count"))?;
     // SAFETY: `buf` is valid for `len` bytes for the duration of the call.
-    let rc = unsafe { ffi::MPI_Send(buf.as_ptr().cast(), len, bytes(), dest, tag, comm) };
+    let rc = unsafe { ffi::MPI_Send(buf.as_ptr().cast(), len, bytes(), dest, tag, comm.0) };
     check("MPI_Send", rc)
 }
 
@@ -199,11 +201,11 @@ pub(super) fn ibarrier_on(comm: &Comm) -> io::Result<Request> {
     Ok(Request(req))
 }
 
-/// Whether the send has completed (then its buffer is free again).
+/// Whether the request has completed (a send's buffer is then free again).
 pub(super) fn test(req: &mut Request) -> io::Result<bool> {
     let mut flag: c_int = 0;
-    // SAFETY: `req` holds a request from MPI_Isend (or the null request after completion, which
-    // MPI_Test accepts); the status is ignored.
+    // SAFETY: `req` holds a request from MPI_Isend or MPI_Ibarrier (or the null request after
+    // completion, which MPI_Test accepts); the status is ignored.
     let rc = unsafe { ffi::MPI_Test(&mut req.0, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
     check("MPI_Test", rc)?;
     Ok(flag != 0)
@@ -233,7 +235,7 @@ unsafe impl Send for Recv {}
 /// receive complete, or [`cancel_recv`] returned.
 pub(super) unsafe fn irecv(source: c_int, tag: c_int, buf: &mut [u8]) -> io::Result<Recv> {
     // SAFETY: as the caller promises.
-    unsafe { irecv_with(world(), source, tag, buf) }
+    unsafe { irecv_on(&Comm::world(), source, tag, buf) }
 }
 
 /// [`irecv`] on `comm`.
@@ -241,22 +243,9 @@ pub(super) unsafe fn irecv(source: c_int, tag: c_int, buf: &mut [u8]) -> io::Res
 /// # Safety
 ///
 /// As for [`irecv`].
+#[inline]
 pub(super) unsafe fn irecv_on(
     comm: &Comm,
-    source: c_int,
-    tag: c_int,
-    buf: &mut [u8],
-) -> io::Result<Recv> {
-    // SAFETY: as the caller promises.
-    unsafe { irecv_with(comm.0, source, tag, buf) }
-}
-
-/// # Safety
-///
-/// As for [`irecv`].
-#[inline(always)]
-unsafe fn irecv_with(
-    comm: ffi::MPI_Comm,
     source: c_int,
     tag: c_int,
     buf: &mut [u8],
@@ -273,7 +262,7 @@ unsafe fn irecv_with(
             bytes(),
             source,
             tag,
-            comm,
+            comm.0,
             &mut req,
         )
     };
@@ -358,21 +347,17 @@ pub(super) struct Matched {
 
 /// Takes the next message from `source` with `tag`, if one is there.
 pub(super) fn improbe(source: c_int, tag: c_int) -> io::Result<Option<Matched>> {
-    improbe_with(world(), source, tag)
+    improbe_on(&Comm::world(), source, tag)
 }
 
 /// [`improbe`] on `comm`.
 pub(super) fn improbe_on(comm: &Comm, source: c_int, tag: c_int) -> io::Result<Option<Matched>> {
-    improbe_with(comm.0, source, tag)
-}
-
-fn improbe_with(comm: ffi::MPI_Comm, source: c_int, tag: c_int) -> io::Result<Option<Matched>> {
     let mut flag: c_int = 0;
     // SAFETY: a null message handle is a valid initial value for an out-parameter.
     let mut msg: ffi::MPI_Message = unsafe { ffi::RSMPI_MESSAGE_NULL };
     let mut status = empty_status();
     // SAFETY: all out-pointers are valid.
-    let rc = unsafe { ffi::MPI_Improbe(source, tag, comm, &mut flag, &mut msg, &mut status) };
+    let rc = unsafe { ffi::MPI_Improbe(source, tag, comm.0, &mut flag, &mut msg, &mut status) };
     check("MPI_Improbe", rc)?;
     if flag == 0 {
         return Ok(None);

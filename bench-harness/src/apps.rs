@@ -1,12 +1,37 @@
 //! The bundled workloads the harness knows: their binaries, size presets, how their sequential
 //! and parallel versions are selected, and what their `--help` says they support.
 
-use crate::config::Size;
 use crate::error::{Error, Result};
 use crate::exec::{self, CommandLine, Exit};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// Problem-size presets; each app maps them to its own parameters (see [`AppSpec`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Size {
+    /// Fractions of a second even in a debug build: for tests and trying the harness out.
+    Tiny,
+    /// About a second per sequential run in a release build: the quick demonstration.
+    Small,
+    /// Several seconds per sequential run: the default sweep.
+    Medium,
+    /// The sizes of the reference papers (SOR 4096, Barnes-Hut 30000 bodies, ...).
+    Large,
+}
+
+impl Size {
+    /// The preset's name as typed on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Size::Tiny => "tiny",
+            Size::Small => "small",
+            Size::Medium => "medium",
+            Size::Large => "large",
+        }
+    }
+}
 
 /// A workload binary and how to drive it (see `apps/README.md` for the conventions).
 #[derive(Debug, Clone, Copy)]

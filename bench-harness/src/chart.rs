@@ -897,9 +897,53 @@ pub fn study(study: &crate::study::Study, base: &Path) -> Result<Vec<PathBuf>> {
     render(&StudyChart(study), base)
 }
 
+/// Reads, checks and charts the study in `csv`: `study-speedup.png` and `.svg` in `out`
+/// (default: beside the file). Returns the charts' paths.
+pub fn study_file(csv: &Path, out: Option<&Path>) -> Result<Vec<PathBuf>> {
+    // The rows' bound, read within a bound of its own: 10,000 rows of a few numbers each.
+    let text =
+        crate::input::read_text_bounded(csv, 64 << 20).map_err(|why| Error::InvalidArgument {
+            what: "study file".into(),
+            value: csv.display().to_string(),
+            reason: why,
+        })?;
+    let parsed = crate::study::parse(&text, &csv.display().to_string())?;
+    let dir = match out {
+        Some(d) => d.to_path_buf(),
+        None => csv
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from(".")),
+    };
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+    study(&parsed, &dir.join("study-speedup"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_study_file_is_charted_beside_it() {
+        let tmp = testkit::scratch_dir("study-chart");
+        let csv = tmp.path().join("study.csv");
+        let study = "locations,latency_ms,policy,nodes,seconds,speedup,t1_seconds\n\
+            1,0,random,64,12.5,62.0,775\n\
+            4,100,random,64,30.0,25.8,775\n\
+            4,100,cluster-aware,64,13.0,59.6,775\n";
+        std::fs::write(&csv, study).unwrap();
+        let paths = study_file(&csv, None).unwrap();
+        assert_eq!(paths.len(), 2);
+        for p in &paths {
+            assert_eq!(p.parent(), Some(tmp.path()));
+            assert!(
+                std::fs::metadata(p).unwrap().len() > 1000,
+                "{}",
+                p.display()
+            );
+        }
+    }
 
     #[test]
     fn ticks() {

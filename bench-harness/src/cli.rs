@@ -1,6 +1,7 @@
 //! The command line: `bench-harness quick`, `run` and `plot`.
 
-use crate::config::{self, LauncherKind, Micro, MicroSettings, Size, SweepConfig};
+use crate::apps::Size;
+use crate::config::{self, LauncherKind, Micro, MicroSettings, SweepConfig};
 use crate::report::Rendered;
 use crate::runner::{self, Options, SweepOutcome};
 use crate::store;
@@ -468,7 +469,7 @@ pub fn run(cli: Cli, stop: Arc<AtomicBool>) -> anyhow::Result<i32> {
             Ok(sweep_status(&o))
         }
         Command::StudyChart(a) => {
-            let paths = crate::study::chart(&a.csv, a.out.as_deref())?;
+            let paths = crate::chart::study_file(&a.csv, a.out.as_deref())?;
             for p in paths {
                 out(&format!("{}\n", p.display()));
             }

@@ -1,7 +1,7 @@
 //! What a sweep measures: apps, process and thread counts, repetitions, problem size, launcher,
 //! and the parsing and checking of the command-line lists that describe it.
 
-use crate::apps;
+use crate::apps::{self, Size};
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -23,32 +23,6 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// The longest wide-area latency to emulate.
 pub const MAX_LATENCY: Duration = Duration::from_secs(60);
-
-/// Problem-size presets; each app maps them to its own parameters (see [`apps::AppSpec`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Size {
-    /// Fractions of a second even in a debug build: for tests and trying the harness out.
-    Tiny,
-    /// About a second per sequential run in a release build: the quick demonstration.
-    Small,
-    /// Several seconds per sequential run: the default sweep.
-    Medium,
-    /// The sizes of the reference papers (SOR 4096, Barnes-Hut 30000 bodies, ...).
-    Large,
-}
-
-impl Size {
-    /// The preset's name as typed on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Size::Tiny => "tiny",
-            Size::Small => "small",
-            Size::Medium => "medium",
-            Size::Large => "large",
-        }
-    }
-}
 
 /// How the processes of a parallel run are started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]

@@ -1,6 +1,7 @@
-//! The wide-area simulation study of `satin-dist-bench study`: its CSV, checked, and a chart of
-//! the speedup against the one-way latency between locations, a line per number of locations
-//! and stealing policy, with the speedup of one location (no wide-area link) as the reference.
+//! The wide-area simulation study of `satin-dist-bench study`: its CSV, read and checked, for
+//! the chart of the speedup against the one-way latency between locations (a line per number
+//! of locations and stealing policy, with the speedup of one location, no wide-area link, as
+//! the reference) that the chart module draws.
 //!
 //! ```text
 //! target/release/satin-dist-bench study --csv study.csv
@@ -8,7 +9,6 @@
 //! ```
 
 use crate::error::{Error, Result};
-use std::path::{Path, PathBuf};
 
 /// One configuration of the study.
 #[derive(Debug, Clone, PartialEq)]
@@ -132,29 +132,6 @@ pub fn parse(text: &str, origin: &str) -> Result<Study> {
     Ok(Study { rows, crash })
 }
 
-/// Reads, checks and charts the study in `csv`: `study-speedup.png` and `.svg` in `out`
-/// (default: beside the file). Returns the charts' paths.
-pub fn chart(csv: &Path, out: Option<&Path>) -> Result<Vec<PathBuf>> {
-    // The rows' bound, read within a bound of its own: 10,000 rows of a few numbers each.
-    let text =
-        crate::input::read_text_bounded(csv, 64 << 20).map_err(|why| Error::InvalidArgument {
-            what: "study file".into(),
-            value: csv.display().to_string(),
-            reason: why,
-        })?;
-    let study = parse(&text, &csv.display().to_string())?;
-    let dir = match out {
-        Some(d) => d.to_path_buf(),
-        None => csv
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| PathBuf::from(".")),
-    };
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
-    crate::chart::study(&study, &dir.join("study-speedup"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,23 +174,6 @@ mod tests {
         ] {
             let e = parse(text, "s.csv").unwrap_err().to_string();
             assert!(e.contains(needle), "{text:?}: {e}");
-        }
-    }
-
-    #[test]
-    fn a_chart_is_drawn() {
-        let tmp = testkit::scratch_dir("study-chart");
-        let dir = tmp.path();
-        let csv = dir.join("study.csv");
-        std::fs::write(&csv, GOOD).unwrap();
-        let paths = chart(&csv, None).unwrap();
-        assert_eq!(paths.len(), 2);
-        for p in &paths {
-            assert!(
-                std::fs::metadata(p).unwrap().len() > 1000,
-                "{}",
-                p.display()
-            );
         }
     }
 }

@@ -1,8 +1,16 @@
 //! Bodies: point masses with their dynamical state and their force-computation cost.
 
 use crate::geom::Vec3;
-use crate::tree::PointMass;
 use serde::{Deserialize, Serialize};
+
+/// A point mass: what the tree is built from and what essential trees carry.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PointMass {
+    /// Position.
+    pub pos: Vec3,
+    /// Mass.
+    pub mass: f64,
+}
 
 /// One body of the system.
 ///

@@ -12,10 +12,10 @@
 //! ([`LocalEssentialTree`]) and computes forces on its local bodies only; received items are
 //! sources, never targets.
 
-use crate::body::Body;
+use crate::body::{Body, PointMass};
 use crate::force::{self, ForceParams};
 use crate::geom::Aabb;
-use crate::tree::{PointMass, Tree};
+use crate::tree::Tree;
 use serde::{Deserialize, Serialize};
 
 /// What one process sends another: accepted cells as point masses (centre of mass and total

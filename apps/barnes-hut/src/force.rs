@@ -7,9 +7,9 @@
 //! [`compute_forces`] walks the tree once per group of nearby bodies (see there);
 //! [`walk`] evaluates the field at a single point.
 
-use crate::body::Body;
+use crate::body::{Body, PointMass};
 use crate::geom::{Aabb, Vec3};
-use crate::tree::{PointMass, Tree};
+use crate::tree::Tree;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 

@@ -141,11 +141,11 @@ pub enum ParamError {
     /// The load-imbalance threshold of the parallel method was below 1 or not finite.
     #[error("the load-imbalance threshold must be at least 1 and finite, got {0}")]
     Imbalance(f64),
-    /// Fewer than two or more than [`MAX_BINS`](crate::parallel::MAX_BINS) histogram bins
+    /// Fewer than two or more than [`MAX_BINS`](crate::orb::MAX_BINS) histogram bins
     /// were asked for the parallel median finder.
     #[error(
         "the median finder needs 2 to {max} histogram bins, got {0}",
-        max = crate::parallel::MAX_BINS
+        max = crate::orb::MAX_BINS
     )]
     Bins(usize),
 }

@@ -43,6 +43,10 @@ use thiserror::Error;
 /// Histogram bins per round of the split search.
 pub const DEFAULT_BINS: usize = 256;
 
+/// The most histogram bins per round: every round all-reduces two histograms of this many
+/// 8-byte counters (1 MiB at the bound; `--bins 1000000000000` aborted on allocating them).
+pub const MAX_BINS: usize = 1 << 16;
+
 /// Rounds after which a split search places its plane whatever the histogram says; the
 /// interval has run out of floating-point resolution long before.
 const MAX_ROUNDS: usize = 80;

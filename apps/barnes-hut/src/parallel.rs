@@ -41,14 +41,14 @@
 //! [`Simulation`]: crate::integrate::Simulation
 
 use crate::balance;
-use crate::body::Body;
+use crate::body::{Body, PointMass};
 use crate::essential::{essential_tree, EssentialTree, LocalEssentialTree};
 use crate::geom::{Aabb, Vec3};
 use crate::integrate::{
     drift, kick, kinetic_energy, tree_potential_energy, Energy, EnergyMethod, ParamError, SimParams,
 };
-use crate::orb::{bounding_box, Histogram, Orb, OrbBuilder, OrbError, DEFAULT_BINS};
-use crate::tree::{build_body_tree, PointMass};
+use crate::orb::{bounding_box, Histogram, Orb, OrbBuilder, OrbError, DEFAULT_BINS, MAX_BINS};
+use crate::tree::build_body_tree;
 use bsp::{Bsp, Op};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -68,10 +68,6 @@ pub struct ParallelParams {
     /// Histogram bins per round of the parallel median finder.
     pub bins: usize,
 }
-
-/// The most histogram bins per round: every round all-reduces two histograms of this many
-/// 8-byte counters (1 MiB at the bound; `--bins 1000000000000` aborted on allocating them).
-pub const MAX_BINS: usize = 1 << 16;
 
 impl Default for ParallelParams {
     fn default() -> Self {

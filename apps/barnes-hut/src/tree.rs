@@ -14,21 +14,11 @@
 //! cannot be split beyond [`MAX_DEPTH`] levels: a leaf there can hold more points when
 //! more than `max_leaf` of them (nearly) coincide.
 
-use crate::body::Body;
+use crate::body::{Body, PointMass};
 use crate::geom::{Aabb, Vec3};
-use serde::{Deserialize, Serialize};
 
 /// Subdivision levels below the root that the 63-bit Morton keys can express (21 bits per axis).
 pub const MAX_DEPTH: u32 = 21;
-
-/// A point mass: what the tree is built from and what essential trees carry.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PointMass {
-    /// Position.
-    pub pos: Vec3,
-    /// Mass.
-    pub mass: f64,
-}
 
 /// One cell of the oct-tree.
 ///

@@ -41,14 +41,14 @@ pub mod world;
 
 pub use balls::balls;
 pub use camera::{Camera, CameraError};
-pub use canvas::{Canvas, ImageError};
+pub use canvas::{Canvas, ImageError, Tile};
 pub use nff::{NffError, NffErrorKind};
 pub use parallel::{
     render_in_pool, render_parallel, Frame, FrameError, RenderTask, SceneSource, SharedFrame,
 };
 pub use render::{
     pixel_color, quantize, render_full, render_recursive, render_split, render_tile,
-    RenderSettings, SettingsError, Tile,
+    RenderSettings, SettingsError,
 };
 pub use scene::{Light, Material, Polygon, SceneDescription, Sphere, View};
 pub use vec3::Vec3;

@@ -38,8 +38,8 @@ use thiserror::Error;
 
 use crate::balls::balls;
 use crate::camera::{Camera, CameraError};
-use crate::canvas::Canvas;
-use crate::render::{render_tile, RenderSettings, SettingsError, Tile};
+use crate::canvas::{Canvas, Tile};
+use crate::render::{render_tile, RenderSettings, SettingsError};
 use crate::scene::SceneDescription;
 use crate::world::{Scene, SceneError};
 

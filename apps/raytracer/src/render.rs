@@ -13,98 +13,10 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::camera::Camera;
-use crate::canvas::Canvas;
+use crate::canvas::{Canvas, Tile};
 use crate::shade::{trace, ShadowCache};
 use crate::vec3::Vec3;
 use crate::world::Scene;
-
-/// A rectangle of pixels: columns `x0..x0 + width`, rows `y0..y0 + height`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Tile {
-    /// First column.
-    pub x0: u32,
-    /// First row.
-    pub y0: u32,
-    /// Number of columns.
-    pub width: u32,
-    /// Number of rows.
-    pub height: u32,
-}
-
-impl Tile {
-    /// The tile covering a whole `width` x `height` image.
-    pub fn full(width: u32, height: u32) -> Tile {
-        Tile {
-            x0: 0,
-            y0: 0,
-            width,
-            height,
-        }
-    }
-
-    /// Number of pixels.
-    pub fn area(&self) -> usize {
-        self.width as usize * self.height as usize
-    }
-
-    /// Whether the tile has no pixels.
-    pub fn is_empty(&self) -> bool {
-        self.width == 0 || self.height == 0
-    }
-
-    /// Whether `other` lies entirely inside this tile.
-    pub fn contains(&self, other: &Tile) -> bool {
-        other.x0 >= self.x0
-            && other.y0 >= self.y0
-            && other.x0 as u64 + other.width as u64 <= self.x0 as u64 + self.width as u64
-            && other.y0 as u64 + other.height as u64 <= self.y0 as u64 + self.height as u64
-    }
-
-    /// Whether a recursive render splits this tile further: it does while
-    /// either side exceeds `leaf` (a `leaf` of 0 counts as 1).
-    pub fn needs_split(&self, leaf: u32) -> bool {
-        let leaf = leaf.max(1);
-        self.width > leaf || self.height > leaf
-    }
-
-    /// The four quadrants (top-left, top-right, bottom-left, bottom-right),
-    /// leaving out empty ones; the left and top halves get the smaller half
-    /// of an odd size.
-    pub fn quadrants(&self) -> impl Iterator<Item = Tile> {
-        let lw = self.width / 2;
-        let th = self.height / 2;
-        let (rw, bh) = (self.width - lw, self.height - th);
-        let (xm, ym) = (self.x0 + lw, self.y0 + th);
-        [
-            Tile {
-                x0: self.x0,
-                y0: self.y0,
-                width: lw,
-                height: th,
-            },
-            Tile {
-                x0: xm,
-                y0: self.y0,
-                width: rw,
-                height: th,
-            },
-            Tile {
-                x0: self.x0,
-                y0: ym,
-                width: lw,
-                height: bh,
-            },
-            Tile {
-                x0: xm,
-                y0: ym,
-                width: rw,
-                height: bh,
-            },
-        ]
-        .into_iter()
-        .filter(|t| !t.is_empty())
-    }
-}
 
 /// The most anti-aliasing rays per pixel side ([`RenderSettings::aa`]): 16 x 16 rays.
 pub const MAX_AA: u32 = 16;

@@ -35,9 +35,11 @@ pub mod cli;
 pub mod descriptor;
 pub mod parallel;
 pub mod params;
+pub mod samples;
 pub mod tree;
 pub mod walk;
 
-pub use params::{Counts, GeoShape, ParamError, SampleTree, TreeParams, TreeType, SAMPLE_TREES};
+pub use params::{Counts, GeoShape, ParamError, TreeParams, TreeType};
+pub use samples::{SampleTree, SAMPLE_TREES};
 pub use tree::Tree;
 pub use walk::{search_sequential, Budget, SearchError};

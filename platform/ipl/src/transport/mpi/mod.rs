@@ -55,7 +55,7 @@ const TAG_CONNECT: c_int = 1;
 /// receiver that stopped reading tells the sender (4 bytes: the connection's number); a sender
 /// whose sends from its caller's memory wait asks the receiving process to take the
 /// connection's pieces into memory of its own (12 bytes: the connection's number and the bulk
-/// byte up to which to take them, see `conn::complete_direct`). One tag, so that the progress
+/// byte up to which to take them, see `conn::sink::complete_direct`). One tag, so that the progress
 /// thread looks for both with one probe.
 const TAG_NOTICE: c_int = 2;
 /// Tags from here on belong to connections, three each (see [`tags`]).
@@ -164,7 +164,7 @@ pub(crate) struct World {
     /// The largest tag MPI allows (`MPI_TAG_UB`).
     tag_ub: c_int,
     /// Whether large pieces may be sent from the caller's memory, tying a send to its receiving
-    /// process (see `conn::complete_direct`): not where the job outlives a rank that dies
+    /// process (see `conn::sink::complete_direct`): not where the job outlives a rank that dies
     /// (`mpirun --enable-recovery`), since a send to it would never complete.
     send_from_caller: bool,
     /// Whether connections start in step, and are tried in step again after a while of copies
@@ -416,7 +416,7 @@ fn job_outlives_dead_ranks() -> bool {
 /// until every rank is leaving (a barrier of all, which `MPI_Finalize` would wait for anyway):
 /// a sender that looked at this node just before it left may still send it a piece, which
 /// MPI completes only once this process takes it, and the sender would otherwise wait for ever
-/// (see `conn::complete_direct`). Meanwhile the progress thread discards what comes for the
+/// (see `conn::sink::complete_direct`). Meanwhile the progress thread discards what comes for the
 /// closed connections, as it does while the node runs.
 pub(crate) fn finish() {
     let Some(world) = WORLD.lock().take() else {
@@ -721,29 +721,7 @@ impl Driver for MpiDriver {
         let sink = (accepted == 1).then(|| {
             let shared = Arc::new(SinkShared::default());
             world.state.lock().sinks.insert(id, Arc::downgrade(&shared));
-            let (tag, back_tag, bulk_tag) = tags(id);
-            Box::new(MpiSink {
-                world: world.clone(),
-                dest: rank,
-                tag,
-                back_tag,
-                bulk_tag,
-                id,
-                shared,
-                outbox,
-                sent: 0,
-                confirmed: 0,
-                frame: Default::default(),
-                eager: Vec::new(),
-                copying: Default::default(),
-                waiting: None,
-                patience: conn::Patience::new(world.start_in_step),
-                direct: Vec::new(),
-                in_step: world.send_from_caller && world.start_in_step,
-                taken_in_a_row: 0,
-                bulk_sent: 0,
-                counts: Default::default(),
-            }) as Box<dyn super::Sink>
+            Box::new(MpiSink::new(world.clone(), rank, id, shared, outbox)) as Box<dyn super::Sink>
         });
         tracing::trace!(to = rank, id, accepted, "mpi connection");
         Ok(Dialed {

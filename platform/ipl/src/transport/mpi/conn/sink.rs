@@ -1,321 +1,71 @@
-//! One connection over MPI: the sending side ([`MpiSink`]) and the receiving side
-//! ([`MpiStream`]).
-//!
-//! A connection is a source rank and three tags. Frames travel as MPI messages on the data tag,
-//! so MPI's non-overtaking order keeps them in order: a frame up to [`SMALL_FRAME`] bytes as one
-//! message (one MPI message per small ipl message, as a raw MPI program would send it; up to
-//! 4000 bytes with a blocking send, within the transports' eager limit), a larger one as its
-//! header with the small parts in front of its first large part (a slice's length field, say).
-//! The rest of a large frame's body follows on the bulk tag, in pieces that follow its
-//! parts (small items together, a large part in pieces of at most 256 KiB of its own), which
-//! the receiver, knowing from the header how much is to come, probes for and receives straight
-//! into the caller's memory when the caller reads a whole piece. The receiver keeps a receive
-//! posted for the next message of the data tag, so that a small message lands in it at once
-//! (no probe and no second copy out of MPI's queue of unexpected messages). An empty message on
-//! the data tag ends the stream.
-//!
-//! Small frames and small pieces are sent as copies (small frames in buffers of their own,
-//! pieces in buffers the sink reuses), so that a send port never waits for a receiver that is
-//! not reading, up to a window of [`WINDOW`] bytes that the receiver has not confirmed: it
-//! confirms what it has read every [`ACK_EVERY`] bytes, on the connection's back tag. That
-//! bounds what a receiver that does not read holds in MPI's queue of unexpected messages, as a
-//! socket's buffers bound a tcp connection.
-//!
-//! Large pieces of parts the caller lends ([`DIRECT_PIECE`] and more) go from the caller's
-//! memory, as MPI's own rendezvous sends them, while the connection is *in step*: the send
-//! returns once MPI is done with the memory. A connection gets in step when its receiver, in a
-//! read straight into its memory, says that it waits for the next piece (a 16-byte word on the
-//! back tag) while the sender waits for that word, briefly, before it would copy (see
-//! [`MpiSink::receiver_waits`]); with `MpiSends::Direct` it starts in step. In step, a receiver
-//! doing something else (sending to this rank, say) is asked to take the pieces anyway: its
-//! process's progress thread, or a thread of it that waits for its own sends, receives them
-//! into memory of its own, where the stream reads them later ([`Taken`]), so a sender waits for
-//! the receiving process, never for a receiver that does not read. After two such sends in a
-//! row the connection is out of step: large pieces are copied again. Where the job outlives
-//! ranks that die (`mpirun --enable-recovery`), or with `MpiSends::Copied`, every piece is
-//! copied: a send to a dead rank would never complete.
+//! The sending side of a connection over MPI ([`MpiSink`]); [the parent module](super) describes
+//! the protocol.
 
-use super::raw::{self, Request};
-use super::{Watch, World};
+use super::{
+    closed, Backoff, Buf, Outbox, CATCH_UP_BYTES_PER_NS, CATCH_UP_WAIT, CLOSE_WAIT, DIRECT_PIECE,
+    EAGER_FRAME, LARGE_PART, LOOKS_ONLY, MISSED_IN_A_ROW, PIECE, READY_WAIT, SMALL_FRAME,
+    TAKEN_IN_A_ROW, TAKEN_WAIT, TAKE_WAIT, WINDOW,
+};
+use crate::transport::mpi::raw::{self, Request};
+use crate::transport::mpi::{tags, World, TAG_NOTICE};
 use crate::transport::shm::memory::copy_streaming;
-use crate::transport::{Frame, Sink, Stream};
+use crate::transport::{Frame, Sink};
 use crate::wire::HEADER_LEN;
 use bytes::Bytes;
-use std::collections::VecDeque;
 use std::io;
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Frames up to this size go as one MPI message.
-pub(super) const SMALL_FRAME: u64 = 16 * 1024;
-/// Frames up to this size are sent with a blocking send from a buffer the sink keeps: within
-/// the eager limit of MPI's transports (4 KiB for OpenMPI's shared memory), such a send
-/// returns once MPI has copied the message, without waiting for the receiver, and costs less
-/// than a non-blocking send and its completion.
-const EAGER_FRAME: u64 = 4000;
-/// Bytes a sender may have sent that its receiver has not confirmed reading.
-const WINDOW: u64 = 4 << 20;
-/// A receiver confirms what it has read every this many bytes.
-const ACK_EVERY: u64 = 1 << 20;
-/// The largest piece of a body.
-const PIECE: usize = 256 * 1024;
-/// Parts at least this large go in pieces of their own (as large as a reader reads straight
-/// into its caller's memory).
-const LARGE_PART: usize = 16 * 1024;
-/// The largest MPI message a receiver takes: a piece of a body, or a small frame.
-pub(super) const MAX_PIECE: usize = 256 * 1024 + HEADER_LEN;
-/// Pieces at least this long are sent from the caller's memory, without a copy, when the
-/// receiver has said that it waits for them in a read straight into its own memory (see
-/// [`MpiSink::receiver_waits`]); shorter ones cost less to copy than the wait for that word.
-const DIRECT_PIECE: usize = 64 * 1024;
-/// How long a sink looks for the receiver's word that it waits for a large piece before it
-/// copies the piece: a few one-way trips of the transport (the frame's header there, the word
-/// back), less than the copy of such a piece costs.
-const READY_WAIT: Duration = Duration::from_micros(6);
-/// How long a sink waits for a send from its caller's memory to complete before it asks the
-/// receiving process to take the bytes into memory of its own (see [`complete_direct`]), on
-/// top of the time the bytes take at [`CATCH_UP_BYTES_PER_NS`]: time for a receiver parked in
-/// a receive to be woken and to make room for the bytes (a fresh buffer's page faults), which
-/// is less than what asking the receiving process costs (its progress thread may sleep up to
-/// 2 ms).
-const TAKE_WAIT: Duration = Duration::from_micros(250);
-/// How many sends in a row the receiving process had to take before a sink is out of step
-/// (one may be chance: the receiver was still busy with something else).
-const TAKEN_IN_A_ROW: u32 = 2;
-/// How long a sink waits for a send from its caller's memory once it has asked the receiving
-/// process to take it, before it takes that process for broken (see [`complete_direct`]).
-const TAKEN_WAIT: Duration = Duration::from_secs(30);
-/// The rate at which a sink expects a receiver that is behind to catch up, reading straight
-/// into its memory, in bytes per nanosecond (a third to a fifth of what a copy between
-/// processors of one host goes at).
-const CATCH_UP_BYTES_PER_NS: u64 = 4;
-/// The longest a sink waits for a receiver that is behind to catch up: a receiver that said it
-/// waited may not read the next large part straight into its memory (Barnes-Hut's exchanges
-/// spent 200 us on such waits at a time with 1 ms here).
-const CATCH_UP_WAIT: Duration = Duration::from_micros(50);
-/// How long a stream waits for the next piece of a large frame before it tells the sender that
-/// it waits for it (see `MpiStream::ask`); well within [`READY_WAIT`].
-const ASK_AFTER: Duration = Duration::from_micros(2);
-/// How many waits in a row that end without the word make the sink only look (not wait) for
-/// the next [`LOOKS_ONLY`] large pieces: a receiver that reads late does not cost each piece a
-/// wait.
-const MISSED_IN_A_ROW: u32 = 3;
-/// See [`MISSED_IN_A_ROW`].
-const LOOKS_ONLY: u32 = 63;
-/// How long closing a connection waits for its last sends.
-const CLOSE_WAIT: Duration = Duration::from_secs(10);
-/// Sends a sink or stream keeps in flight before it waits for the oldest (small messages
-/// complete at once on every transport; this bounds the handles of a receiver that never
-/// reads).
-const MAX_IN_FLIGHT: usize = 1024;
-
-pub(super) fn closed() -> io::Error {
-    io::Error::new(io::ErrorKind::BrokenPipe, "MPI has been finalised")
-}
-
-/// The memory a send in flight reads.
-enum Buf {
-    /// Shared with other connections or made for this send.
-    Shared(Bytes),
-    /// A piece buffer of the sink, reused once the send completes.
-    Pooled(Vec<u8>),
-}
-
-impl Buf {
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Buf::Shared(b) => b,
-            Buf::Pooled(v) => v,
-        }
-    }
-}
-
-/// Piece buffers a sink keeps for reuse (reused buffers are warm in the cache and need no
-/// page faults, which fresh ones of this size do).
-const POOLED: usize = 4;
-
-/// Sends in flight and the buffers they read.
-#[derive(Default)]
-pub(super) struct Outbox {
-    sends: VecDeque<(Request, Buf)>,
-    free: Vec<Vec<u8>>,
-}
-
-impl Outbox {
-    /// Starts sending `data` to `dest` with `tag`.
-    pub(super) fn push(
-        &mut self,
-        world: &World,
-        dest: c_int,
-        tag: c_int,
-        data: Bytes,
-    ) -> io::Result<()> {
-        self.start(world, dest, tag, Buf::Shared(data))
-    }
-
-    fn start(&mut self, world: &World, dest: c_int, tag: c_int, data: Buf) -> io::Result<()> {
-        let live = world.live.read_recursive();
-        if !*live {
-            return Err(closed());
-        }
-        // SAFETY: `data` is kept in `sends` until the request completes, and leaked if it
-        // never does (see `abandon`); neither a Bytes nor a Vec's heap block moves or changes
-        // while it is kept there.
-        let req = unsafe { raw::isend(dest, tag, data.bytes())? };
-        self.sends.push_back((req, data));
-        Ok(())
-    }
-
-    /// An empty piece buffer.
-    fn buffer(&mut self) -> Vec<u8> {
-        self.free.pop().unwrap_or_default()
-    }
-
-    /// Frees the buffers of completed sends, oldest first.
-    pub(super) fn reap(&mut self, world: &World) -> io::Result<()> {
-        if self.sends.is_empty() {
-            return Ok(());
-        }
-        let live = world.live.read_recursive();
-        if !*live {
-            return Err(closed());
-        }
-        while let Some((req, _)) = self.sends.front_mut() {
-            if !raw::test(req)? {
-                break;
-            }
-            if let Some((_, Buf::Pooled(mut v))) = self.sends.pop_front() {
-                if self.free.len() < POOLED {
-                    v.clear();
-                    self.free.push(v);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Whether sends are in flight.
-    pub(super) fn busy(&self) -> bool {
-        !self.sends.is_empty()
-    }
-
-    /// Whether so many sends are in flight that no more should start.
-    fn full(&self) -> bool {
-        self.sends.len() >= MAX_IN_FLIGHT
-    }
-
-    /// Waits until every send has completed, or `deadline`; then lets the rest complete on
-    /// their own, leaking their buffers, which MPI may still read.
-    pub(super) fn finish(&mut self, world: &World, deadline: Instant) {
-        let mut backoff = Backoff::default();
-        while self.busy() && Instant::now() < deadline {
-            if self.reap(world).is_err() {
-                break;
-            }
-            backoff.pause();
-        }
-        self.abandon(world);
-    }
-
-    fn abandon(&mut self, world: &World) {
-        if self.sends.is_empty() {
-            return;
-        }
-        let live = world.live.read_recursive();
-        for (req, data) in self.sends.drain(..) {
-            if *live {
-                raw::release(req);
-            }
-            // MPI may still read the buffer (or, once finalised, nothing reads it): it must
-            // never be freed.
-            std::mem::forget(data);
-        }
-        self.free.clear();
-    }
-}
-
-impl Drop for Outbox {
-    fn drop(&mut self) {
-        if let Some(world) = super::world() {
-            self.finish(&world, Instant::now() + CLOSE_WAIT);
-        } else {
-            for (_, data) in self.sends.drain(..) {
-                std::mem::forget(data);
-            }
-        }
-    }
-}
-
-/// Waiting without a descriptor to wait on: yield at first, then sleep, longer the longer the
-/// wait has lasted (what is usually microseconds away is found within microseconds, a long
-/// wait costs little processor time).
-#[derive(Default)]
-pub(super) struct Backoff(Option<Instant>);
-
-impl Backoff {
-    pub(super) fn pause(&mut self) {
-        let waited = self.0.get_or_insert_with(Instant::now).elapsed();
-        if waited < Duration::from_micros(50) {
-            std::thread::yield_now();
-        } else if waited < Duration::from_millis(2) {
-            std::thread::sleep(Duration::from_micros(20));
-        } else {
-            // A message to a receiver that has waited long is found within about 0.25 ms.
-            std::thread::sleep(Duration::from_micros(200));
-        }
-    }
-}
-
 /// What the world shares with a sink: whether its receiver has stopped reading.
 #[derive(Default)]
-pub(super) struct SinkShared {
-    pub(super) receiver_gone: AtomicBool,
+pub(in crate::transport::mpi) struct SinkShared {
+    pub(in crate::transport::mpi) receiver_gone: AtomicBool,
 }
 
 /// The sending side of one connection.
-pub(super) struct MpiSink {
-    pub(super) world: Arc<World>,
-    pub(super) dest: c_int,
-    pub(super) tag: c_int,
-    pub(super) back_tag: c_int,
+pub(in crate::transport::mpi) struct MpiSink {
+    world: Arc<World>,
+    dest: c_int,
+    tag: c_int,
+    back_tag: c_int,
     /// Where the bodies of large frames go, in pieces after their header on `tag`.
-    pub(super) bulk_tag: c_int,
-    pub(super) id: u32,
-    pub(super) shared: Arc<SinkShared>,
-    pub(super) outbox: Outbox,
+    bulk_tag: c_int,
+    id: u32,
+    shared: Arc<SinkShared>,
+    outbox: Outbox,
     /// Bytes sent, and bytes the receiver confirmed reading.
-    pub(super) sent: u64,
-    pub(super) confirmed: u64,
+    sent: u64,
+    confirmed: u64,
     /// How far the frame being written has come.
-    pub(super) frame: Progress,
+    frame: Progress,
     /// Where frames sent with a blocking send are put together.
-    pub(super) eager: Vec<u8>,
+    eager: Vec<u8>,
     /// How the pieces of large parts are copied into the piece buffers.
-    pub(super) copying: PieceCopy,
+    copying: PieceCopy,
     /// The receiver's last word that it waits in a read straight into its memory: the bulk byte
     /// it waits for (see [`MpiSink::bulk_sent`]), and how many bytes that read takes.
-    pub(super) waiting: Option<(u64, u64)>,
+    waiting: Option<(u64, u64)>,
     /// How long the sink waits for that word before it copies a large piece.
-    pub(super) patience: Patience,
+    patience: Patience,
     /// Sends from the caller's memory in flight (empty between calls).
-    pub(super) direct: Vec<Request>,
+    direct: Vec<Request>,
     /// The receiver took the last large pieces as they came (or the connection starts so, with
     /// `MpiSends::Direct`): the next ones go from the caller's memory at once, without waiting
     /// for its word (see [`MpiSink::send_direct`]).
-    pub(super) in_step: bool,
+    in_step: bool,
     /// Sends from the caller's memory that the receiving process had to take, in a row.
-    pub(super) taken_in_a_row: u32,
+    taken_in_a_row: u32,
     /// Bytes sent on the bulk tag (the receiving process counts what it took from there).
-    pub(super) bulk_sent: u64,
+    bulk_sent: u64,
     /// How large pieces went (logged when the connection closes).
-    pub(super) counts: PieceCounts,
+    counts: PieceCounts,
 }
 
 /// How a sink's large pieces went.
 #[derive(Default)]
-pub(super) struct PieceCounts {
+struct PieceCounts {
     /// Pieces sent from the caller's memory.
     direct: u64,
     /// Pieces copied.
@@ -326,7 +76,7 @@ pub(super) struct PieceCounts {
 
 /// How far a large frame has come.
 #[derive(Default)]
-pub(super) struct Progress {
+struct Progress {
     /// Bytes of the frame handed to MPI.
     posted: u64,
     /// The next part to send, and how much of it was sent.
@@ -346,6 +96,40 @@ impl Progress {
 }
 
 impl MpiSink {
+    /// The sending side of connection `id` to `dest`, whose receiver accepted it: `shared` is
+    /// what the world tells the sink, `outbox` holds the connection's sends still in flight.
+    pub(in crate::transport::mpi) fn new(
+        world: Arc<World>,
+        dest: c_int,
+        id: u32,
+        shared: Arc<SinkShared>,
+        outbox: Outbox,
+    ) -> MpiSink {
+        let (tag, back_tag, bulk_tag) = tags(id);
+        MpiSink {
+            patience: Patience::new(world.start_in_step),
+            in_step: world.send_from_caller && world.start_in_step,
+            world,
+            dest,
+            tag,
+            back_tag,
+            bulk_tag,
+            id,
+            shared,
+            outbox,
+            sent: 0,
+            confirmed: 0,
+            frame: Progress::default(),
+            eager: Vec::new(),
+            copying: PieceCopy::default(),
+            waiting: None,
+            direct: Vec::new(),
+            taken_in_a_row: 0,
+            bulk_sent: 0,
+            counts: PieceCounts::default(),
+        }
+    }
+
     /// Reads the receiver's confirmations; true when some arrived.
     fn read_confirmations(&mut self) -> io::Result<bool> {
         let live = self.world.live.read_recursive();
@@ -748,7 +532,7 @@ const STREAMED_PIECES: u32 = 63;
 /// Then an ordinary copy is timed again, since a process may be moved: if it is slow too, the
 /// next pieces are streamed again; if not, ordinary stores stay.
 #[derive(Default)]
-pub(super) struct PieceCopy {
+struct PieceCopy {
     /// Pieces still to copy with non-temporal stores.
     streamed_left: u32,
     /// Timed ordinary copies that were slow, in a row.
@@ -781,7 +565,7 @@ impl PieceCopy {
 }
 
 /// Sends from the caller's memory on one connection, for the receiving process to take.
-struct Take<'a> {
+pub(super) struct Take<'a> {
     world: &'a World,
     dest: c_int,
     /// The connection's number.
@@ -798,16 +582,16 @@ struct Take<'a> {
 /// A receiver that reads takes them within the time the bytes take ([`TAKE_WAIT`] and the
 /// rate [`CATCH_UP_BYTES_PER_NS`]). After that, the receiving process's progress thread is
 /// asked to take the connection's pieces up to the end of these sends into memory of its own,
-/// where the stream reads them later (a notice on `TAG_NOTICE`): a sender never waits for a receiver that
-/// does something else, only for its process. While it waits, this process takes what others
-/// asked it to (`World::take_for_others`): two ranks that send to each other before either
-/// reads take each other's pieces at once. There is no giving up before the sends complete:
-/// MPI reads the caller's memory until then, and the caller may free that memory once the send
-/// returns. If the receiving process dies, OpenMPI's runtime ends the job (see the module's
-/// documentation), and with it this wait. An error from MPI while it may still read the memory,
-/// or sends still pending [`TAKEN_WAIT`] after the receiving process was asked to take them
-/// (that process is broken), end this process, as MPI's default error handler would.
-fn complete_direct(reqs: &mut Vec<Request>, take: &Take<'_>) -> bool {
+/// where the stream reads them later (a notice on `TAG_NOTICE`): a sender never waits for a
+/// receiver that does something else, only for its process. While it waits, this process takes
+/// what others asked it to (`World::take_for_others`): two ranks that send to each other before
+/// either reads take each other's pieces at once. There is no giving up before the sends
+/// complete: MPI reads the caller's memory until then, and the caller may free that memory once
+/// the send returns. If the receiving process dies, OpenMPI's runtime ends the job (see the mpi
+/// module's documentation), and with it this wait. An error from MPI while it may still read the
+/// memory, or sends still pending [`TAKEN_WAIT`] after the receiving process was asked to take
+/// them (that process is broken), end this process, as MPI's default error handler would.
+pub(super) fn complete_direct(reqs: &mut Vec<Request>, take: &Take<'_>) -> bool {
     let mut backoff = Backoff::default();
     let mut looks = Looks::new();
     let patience = TAKE_WAIT + Duration::from_nanos(take.bytes / CATCH_UP_BYTES_PER_NS);
@@ -838,7 +622,7 @@ fn complete_direct(reqs: &mut Vec<Request>, take: &Take<'_>) -> bool {
                 let mut word = [0u8; 12];
                 word[..4].copy_from_slice(&take.id.to_le_bytes());
                 word[4..].copy_from_slice(&take.until.to_le_bytes());
-                if let Err(e) = raw::send(take.dest, super::TAG_NOTICE, &word) {
+                if let Err(e) = raw::send(take.dest, TAG_NOTICE, &word) {
                     give_up(
                         take.dest,
                         &format!("asking its process to take it failed ({e})"),
@@ -934,7 +718,7 @@ fn give_up(dest: c_int, why: &str) -> ! {
 /// again after such a stretch: a receiver that waits in a receive, parked, answers too late for
 /// the wait, but takes pieces sent in step as soon as it wakes (while its sender waits for it,
 /// which a copy would not: hence not by default).
-pub(super) struct Patience {
+struct Patience {
     /// Large pieces still to send without waiting, plus one (0: none).
     looks_left: u32,
     missed: u32,
@@ -943,7 +727,7 @@ pub(super) struct Patience {
 }
 
 impl Patience {
-    pub(super) fn new(retry_step: bool) -> Self {
+    fn new(retry_step: bool) -> Self {
         Patience {
             looks_left: 0,
             missed: 0,
@@ -1082,516 +866,6 @@ impl Sink for MpiSink {
         let world = self.world.clone();
         self.outbox.finish(&world, deadline);
         world.forget_sink(self.id);
-    }
-}
-
-/// The receive a stream keeps posted for the next message on its data tag, shared with the
-/// progress thread, which looks at it (without using it up) for a parked receiver.
-pub(super) type Posted = parking_lot::Mutex<Option<raw::Recv>>;
-
-/// What a stream shares with the progress thread: the pieces of its large frames that the
-/// progress thread took for it, when a sender asked (see [`complete_direct`]), and the bytes
-/// taken from its bulk tag so far, by either.
-pub(super) struct Taken {
-    inner: parking_lot::Mutex<TakenPieces>,
-    pub(super) waker: Arc<crate::transport::Waker>,
-}
-
-#[derive(Default)]
-struct TakenPieces {
-    pieces: VecDeque<Vec<u8>>,
-    /// Bytes in `pieces`.
-    held: usize,
-    /// A piece of this impossible length came, and was discarded.
-    bad: Option<usize>,
-    /// Bytes taken from the bulk tag, by the stream or for it.
-    received: u64,
-}
-
-/// The most a progress thread holds for one stream: twice the window, which a sender keeps to.
-const TAKEN_MAX: usize = 2 * WINDOW as usize;
-
-impl Taken {
-    pub(super) fn new(waker: Arc<crate::transport::Waker>) -> Self {
-        Taken {
-            inner: parking_lot::Mutex::new(TakenPieces::default()),
-            waker,
-        }
-    }
-
-    /// Whether pieces were taken for the stream (a read finds them).
-    pub(super) fn any(&self) -> bool {
-        let t = self.inner.lock();
-        !t.pieces.is_empty() || t.bad.is_some()
-    }
-
-    /// Takes the stream's pieces from `source` on `bulk_tag` into memory of its own, up to bulk
-    /// byte `until` (the caller holds MPI's `live` lock); returns whether it got that far (or
-    /// gave up), and whether it took something.
-    pub(super) fn take_until(&self, source: c_int, bulk_tag: c_int, until: u64) -> (bool, bool) {
-        let mut t = self.inner.lock();
-        let mut took = false;
-        while t.received < until {
-            if t.held > TAKEN_MAX || t.bad.is_some() {
-                tracing::warn!(
-                    source,
-                    until,
-                    held = t.held,
-                    "mpi: a sender asked to take more than its window; not taken"
-                );
-                return (true, took);
-            }
-            let m = match raw::improbe(source, bulk_tag) {
-                Ok(Some(m)) => m,
-                Ok(None) => return (false, took),
-                Err(e) => {
-                    tracing::warn!(source, "mpi: taking pieces for a stream: {e}");
-                    return (true, took);
-                }
-            };
-            let len = m.len;
-            took = true;
-            if len == 0 || len > MAX_PIECE {
-                m.discard();
-                t.bad = Some(len);
-                continue;
-            }
-            match m.receive_vec() {
-                Ok(v) => {
-                    t.received += len as u64;
-                    t.held += len;
-                    t.pieces.push_back(v);
-                }
-                Err(e) => {
-                    tracing::warn!(source, "mpi: taking pieces for a stream: {e}");
-                    t.bad = Some(len);
-                }
-            }
-        }
-        (true, took)
-    }
-}
-
-/// The next piece of a large frame: one the progress thread took, or one MPI holds.
-enum NextPiece {
-    Taken(Vec<u8>),
-    Matched(raw::Matched),
-}
-
-/// The receiving side of one connection.
-pub(super) struct MpiStream {
-    world: Arc<World>,
-    source: c_int,
-    tag: c_int,
-    back_tag: c_int,
-    bulk_tag: c_int,
-    /// The sender's number for the connection (it is told when the receiver stops reading).
-    id: u32,
-    /// Where the posted receive puts the next message of the data tag. Never freed while a
-    /// receive into it may be pending.
-    small: Box<[u8]>,
-    posted: Arc<Posted>,
-    /// The posted receive was used up by the last message read, and the next one is posted at
-    /// the next read: after the caller has acted on that message, so that in a round trip the
-    /// answer leaves before the receive is posted (a message that comes before it waits in
-    /// MPI's queue of unexpected messages, where the receive finds it).
-    repost: bool,
-    /// Bytes of a large frame's body still to come on the bulk tag.
-    bulk_left: u64,
-    /// Bytes of a message larger than the caller's buffer, and how much of it was read.
-    held: Vec<u8>,
-    held_at: usize,
-    eof: bool,
-    shut: bool,
-    /// Bytes read, and bytes confirmed to the sender.
-    read: u64,
-    confirmed: u64,
-    /// The bulk byte at which the stream last told the sender that it waits for a piece.
-    asked: Option<u64>,
-    /// The bulk byte at which the stream first found the next piece missing, and when.
-    looking_since: Option<(u64, Instant)>,
-    taken: Arc<Taken>,
-    watch: Arc<Watch>,
-    outbox: Outbox,
-}
-
-impl MpiStream {
-    /// The receiving side of connection `id` from `source`, with its first receive posted.
-    pub(super) fn new(
-        world: Arc<World>,
-        source: c_int,
-        id: u32,
-        waker: Arc<crate::transport::Waker>,
-    ) -> io::Result<MpiStream> {
-        let (tag, back_tag, bulk_tag) = super::tags(id);
-        let posted = Arc::new(Posted::new(None));
-        let taken = Arc::new(Taken::new(waker.clone()));
-        world.take_for(source, id, &taken);
-        let mut s = MpiStream {
-            watch: Arc::new(Watch::new(
-                source,
-                bulk_tag,
-                posted.clone(),
-                taken.clone(),
-                waker,
-            )),
-            taken,
-            world,
-            source,
-            tag,
-            back_tag,
-            bulk_tag,
-            id,
-            small: vec![0u8; SMALL_FRAME as usize].into_boxed_slice(),
-            posted,
-            repost: false,
-            bulk_left: 0,
-            held: Vec::new(),
-            held_at: 0,
-            eof: false,
-            shut: false,
-            read: 0,
-            confirmed: 0,
-            asked: None,
-            looking_since: None,
-            outbox: Outbox::default(),
-        };
-        s.post()?;
-        Ok(s)
-    }
-
-    /// Posts the receive of the next message of the data tag.
-    fn post(&mut self) -> io::Result<()> {
-        let live = self.world.live.read_recursive();
-        if !*live {
-            return Err(closed());
-        }
-        // SAFETY: `small` is a heap block owned by this stream, used by nothing else while the
-        // receive is pending; the receive completes (it is tested before `small` is read) or is
-        // cancelled and waited for (`stop_receiving`) before the stream lets go of the block,
-        // and the block is leaked if MPI is finalised with the receive pending.
-        let r = unsafe { raw::irecv(self.source, self.tag, &mut self.small)? };
-        *self.posted.lock() = Some(r);
-        Ok(())
-    }
-
-    fn confirm(&mut self) -> io::Result<()> {
-        if self.read - self.confirmed >= ACK_EVERY {
-            self.confirmed = self.read;
-            let b = Bytes::copy_from_slice(&self.read.to_le_bytes());
-            self.outbox
-                .push(&self.world, self.source, self.back_tag, b)?;
-        }
-        self.outbox.reap(&self.world)
-    }
-
-    fn take_held(&mut self, dst: &mut [u8]) -> usize {
-        let k = (self.held.len() - self.held_at).min(dst.len());
-        dst[..k].copy_from_slice(&self.held[self.held_at..self.held_at + k]);
-        self.held_at += k;
-        if self.held_at == self.held.len() {
-            self.held.clear();
-            self.held_at = 0;
-        }
-        k
-    }
-
-    /// Tells the progress thread that this receiver is reading again (it stops watching).
-    #[inline]
-    fn disarm(&self) {
-        if self.watch.armed.load(Ordering::Relaxed) {
-            self.watch.armed.store(false, Ordering::Release);
-        }
-    }
-
-    /// Whether a read would find something.
-    fn ready(&self) -> bool {
-        let live = self.world.live.read_recursive();
-        *live && self.watch.ready(self.bulk_left > 0)
-    }
-
-    /// A piece of a large frame's body: one the progress thread took for the stream, or the
-    /// next one on the bulk tag.
-    fn read_bulk(&mut self, dst: &mut [u8]) -> io::Result<usize> {
-        let live = self.world.live.read_recursive();
-        if !*live {
-            return Err(closed());
-        }
-        // Held while MPI is asked, so that the progress thread takes no piece meanwhile.
-        let mut taken = self.taken.inner.lock();
-        let piece = if let Some(v) = taken.pieces.pop_front() {
-            taken.held -= v.len();
-            NextPiece::Taken(v)
-        } else if let Some(len) = taken.bad.take() {
-            return Err(bad_piece(len, self.bulk_left));
-        } else if let Some(m) = look_for_piece(
-            self.source,
-            self.bulk_tag,
-            dst.len().min(self.bulk_left as usize) >= DIRECT_PIECE,
-        )? {
-            NextPiece::Matched(m)
-        } else {
-            let at = taken.received;
-            drop(taken);
-            drop(live);
-            self.ask(at, dst.len())?;
-            return Err(io::ErrorKind::WouldBlock.into());
-        };
-        let len = match &piece {
-            NextPiece::Taken(v) => v.len(),
-            NextPiece::Matched(m) => m.len,
-        };
-        if len > MAX_PIECE || len as u64 > self.bulk_left || len == 0 {
-            if let NextPiece::Matched(m) = piece {
-                m.discard();
-            }
-            return Err(bad_piece(len, self.bulk_left));
-        }
-        self.bulk_left -= len as u64;
-        match piece {
-            NextPiece::Matched(m) => {
-                taken.received += len as u64;
-                if len <= dst.len() {
-                    m.receive(&mut dst[..len])?;
-                    return Ok(len);
-                }
-                self.held.resize(len, 0);
-                m.receive(&mut self.held)?;
-            }
-            NextPiece::Taken(v) => {
-                if len <= dst.len() {
-                    dst[..len].copy_from_slice(&v);
-                    return Ok(len);
-                }
-                self.held = v;
-            }
-        }
-        self.held_at = 0;
-        drop(taken);
-        drop(live);
-        Ok(self.take_held(dst))
-    }
-
-    /// Tells the sender that this stream waits for the next piece of a large frame, at bulk byte
-    /// `at`, in a read of `want` bytes straight into the caller's memory: then the sender may
-    /// send it from its caller's memory without a copy (see `MpiSink::receiver_waits`). Only
-    /// such a read says so: it goes on until the bytes come (or the connection is dropped,
-    /// whose drain takes them), so that a sender waiting for the send to complete does not wait
-    /// for a receiver that does something else.
-    fn ask(&mut self, at: u64, want: usize) -> io::Result<()> {
-        if want < DIRECT_PIECE
-            || !self.world.send_from_caller
-            || self.bulk_left < DIRECT_PIECE as u64
-            || self.asked == Some(at)
-        {
-            return Ok(());
-        }
-        // A sender in step sends the piece right behind the frame's header: only a piece
-        // that has not come for a while is worth a word (which would cost this read a send).
-        let now = Instant::now();
-        match self.looking_since {
-            Some((looked, since)) if looked == at => {
-                if now.duration_since(since) < ASK_AFTER {
-                    return Ok(());
-                }
-            }
-            _ => {
-                self.looking_since = Some((at, now));
-                return Ok(());
-            }
-        }
-        let live = self.world.live.read_recursive();
-        if !*live {
-            return Err(closed());
-        }
-        self.asked = Some(at);
-        let mut word = [0u8; 16];
-        word[..8].copy_from_slice(&at.to_le_bytes());
-        word[8..].copy_from_slice(&(want as u64).min(self.bulk_left).to_le_bytes());
-        raw::send(self.source, self.back_tag, &word)
-    }
-
-    /// The next message of the data tag: a small frame, a large frame's header, or the end.
-    fn read_small(&mut self, dst: &mut [u8]) -> io::Result<usize> {
-        let len = {
-            let live = self.world.live.read_recursive();
-            if !*live {
-                return Err(closed());
-            }
-            let mut posted = self.posted.lock();
-            if self.repost && posted.is_none() {
-                // SAFETY: as in `post`: `small` is this stream's own block, which nothing reads
-                // until the receive completes, and which outlives the receive.
-                *posted = Some(unsafe { raw::irecv(self.source, self.tag, &mut self.small)? });
-                self.repost = false;
-            }
-            let Some(req) = posted.as_mut() else {
-                return Err(io::Error::other("no receive posted"));
-            };
-            match raw::test_recv(req)? {
-                None => return Err(io::ErrorKind::WouldBlock.into()),
-                Some(got) => {
-                    *posted = None;
-                    got.len
-                }
-            }
-        };
-        if len == 0 {
-            self.eof = true;
-            return Ok(0);
-        }
-        let header = crate::wire::Header::decode(&self.small[..len], u64::MAX)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        let total = (HEADER_LEN as u64).saturating_add(header.len);
-        self.bulk_left = total.saturating_sub(len as u64);
-        let k = len.min(dst.len());
-        dst[..k].copy_from_slice(&self.small[..k]);
-        if k < len {
-            self.held.clear();
-            self.held.extend_from_slice(&self.small[k..len]);
-            self.held_at = 0;
-        }
-        self.repost = true;
-        Ok(k)
-    }
-
-    /// Stops the posted receive; MPI no longer writes into `small` once this returns (or, when
-    /// MPI is finalised, `small` is leaked).
-    fn stop_receiving(&mut self) {
-        let Some(req) = self.posted.lock().take() else {
-            return;
-        };
-        let live = self.world.live.read_recursive();
-        if !*live {
-            std::mem::forget(std::mem::take(&mut self.small));
-            return;
-        }
-        match raw::cancel_recv(req) {
-            Ok(Some(0)) => self.eof = true,
-            Ok(Some(len)) => {
-                // A message came before the receive could be cancelled: a large frame's
-                // header means pieces follow on the bulk tag, which the drain discards.
-                tracing::trace!(len, "mpi: a message came as the receiver stopped");
-            }
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!("mpi: cancelling a receive: {e}");
-                std::mem::forget(std::mem::take(&mut self.small));
-            }
-        }
-    }
-}
-
-/// How many more times a read of a large piece looks for it before it gives up the processor
-/// (about 2 us of matched probes): a sender in step sends the piece right behind the frame's
-/// header, and a yield costs more.
-const PIECE_LOOKS: u32 = 16;
-
-/// The next piece from `source` on `bulk_tag`, if one is there, or, for a `large` read, comes
-/// within [`PIECE_LOOKS`] more looks.
-fn look_for_piece(source: c_int, bulk_tag: c_int, large: bool) -> io::Result<Option<raw::Matched>> {
-    let found = raw::improbe(source, bulk_tag)?;
-    if found.is_some() || !large {
-        return Ok(found);
-    }
-    for _ in 0..PIECE_LOOKS {
-        std::hint::spin_loop();
-        if let Some(m) = raw::improbe(source, bulk_tag)? {
-            return Ok(Some(m));
-        }
-    }
-    Ok(None)
-}
-
-/// The error of a piece of `len` bytes where `left` bytes of a frame were to come.
-fn bad_piece(len: usize, left: u64) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidData,
-        format!(
-            "a piece of {len} bytes where {left} bytes of a frame were to come, in pieces of at \
-             most {MAX_PIECE}"
-        ),
-    )
-}
-
-impl Stream for MpiStream {
-    fn read(&mut self, dst: &mut [u8]) -> io::Result<usize> {
-        if dst.is_empty() {
-            return Ok(0);
-        }
-        let n = if self.held_at < self.held.len() {
-            self.take_held(dst)
-        } else if self.eof || self.shut {
-            return Ok(0);
-        } else if self.bulk_left > 0 {
-            self.read_bulk(dst)?
-        } else {
-            let n = self.read_small(dst)?;
-            if n == 0 {
-                return Ok(0);
-            }
-            n
-        };
-        self.read += n as u64;
-        self.disarm();
-        self.confirm()?;
-        Ok(n)
-    }
-
-    fn prepare_park(&mut self) -> bool {
-        if self.held_at < self.held.len() || self.eof {
-            return false;
-        }
-        if self.repost {
-            // The progress thread watches the posted receive.
-            if self.post().is_err() {
-                return false;
-            }
-            self.repost = false;
-        }
-        self.watch.bulk.store(self.bulk_left > 0, Ordering::Release);
-        self.world.arm(&self.watch);
-        if self.ready() {
-            self.disarm();
-            return false;
-        }
-        true
-    }
-
-    fn wait(&mut self, d: Duration) {
-        let until = Instant::now() + d;
-        let mut backoff = Backoff::default();
-        while Instant::now() < until && !self.ready() {
-            backoff.pause();
-        }
-    }
-
-    fn shutdown(&mut self) {
-        if self.shut {
-            return;
-        }
-        self.shut = true;
-        self.held = Vec::new();
-        self.held_at = 0;
-        self.watch.armed.store(false, Ordering::Release);
-        self.stop_receiving();
-        if !self.eof {
-            // Tell the sender, and discard what it sent meanwhile, up to its end of stream.
-            let _ = self.outbox.push(
-                &self.world,
-                self.source,
-                super::TAG_NOTICE,
-                Bytes::copy_from_slice(&self.id.to_le_bytes()),
-            );
-            self.world.drain(self.source, self.tag, self.bulk_tag);
-        }
-    }
-}
-
-impl Drop for MpiStream {
-    fn drop(&mut self) {
-        self.shutdown();
-        self.world.forget_stream(self.source, self.id);
     }
 }
 

@@ -11,11 +11,11 @@
 //!    put to the same place wins);
 //! 3. the data of this process's gets is written into its registered arrays.
 
-use crate::core::{op, Bsp};
 use crate::error::{Error, Result};
 use crate::inbox::InPart;
 use crate::net::Ctx;
 use crate::number::{code_name, code_size, swap_elements, Number};
+use crate::superstep::{op, Bsp};
 use crate::wire::{self, put_varint, Cursor, Header};
 use std::any::Any;
 use std::collections::BTreeMap;

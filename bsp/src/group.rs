@@ -29,8 +29,8 @@
 //! [`Options::sync_timeout`](crate::Options::sync_timeout) to bound such waits.
 
 use crate::collective::Call;
-use crate::core::{op, Bsp};
 use crate::error::Result;
+use crate::superstep::{op, Bsp};
 use crate::wire;
 
 /// Mixes the parent's group id, the split's sequence number and the color into the id of a

@@ -231,7 +231,6 @@
 mod board;
 mod codec;
 mod collective;
-mod core;
 mod drma;
 mod error;
 mod group;
@@ -243,10 +242,11 @@ mod net;
 mod number;
 mod options;
 mod outbox;
+mod superstep;
 mod trace;
 mod wire;
 
-pub use crate::core::Bsp;
+pub use crate::superstep::Bsp;
 pub use drma::Reg;
 pub use error::{Error, Result};
 pub use inbox::Peek;

@@ -1,8 +1,8 @@
 //! P processes as threads of this process, over the port library's in-process driver.
 
-use crate::core::Bsp;
 use crate::error::{Error, Result};
 use crate::options::Options;
+use crate::superstep::Bsp;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 

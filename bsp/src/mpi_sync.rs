@@ -24,8 +24,8 @@
 //! ([`Net::on_channel_instead`](crate::net::Net)).
 
 use crate::collective::{Call, Folded};
-use crate::core::{op, Bsp};
 use crate::error::{Error, Result};
+use crate::superstep::{op, Bsp};
 use smallvec::SmallVec;
 
 /// A message as received, inline up to a machine of 13 processes.

@@ -16,11 +16,11 @@
 //! ends the wait with an error naming it.
 
 use crate::board::Board;
-use crate::core::op;
 use crate::error::{Error, Result};
 use crate::inbox::InPart;
 use crate::number::read_vec;
 use crate::options::Options;
+use crate::superstep::op;
 use crate::wire::{self, Header, FLAG_NOTICE, HEADER_LEN, KIND_BULK, KIND_DATA, KIND_ROUND};
 use ipl::{Departure, Ibis, Lane, Link, Mesh, MeshError, NodeId, ReadMessage, WriteMessage};
 use parking_lot::{Condvar, Mutex};

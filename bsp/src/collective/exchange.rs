@@ -16,10 +16,10 @@
 //!   value once (P - 1 values in all), as a ring does, but with log P latencies instead of P.
 
 use super::{extend_numbers, next_item, number_bytes, numbers_from, put_item, type_sig, Call};
-use crate::core::{op, Bsp};
 use crate::error::Result;
 use crate::net::Msg;
 use crate::number::Number;
+use crate::superstep::{op, Bsp};
 use crate::wire::{self, Cursor};
 use serde::de::DeserializeOwned;
 use serde::Serialize;

@@ -20,10 +20,10 @@ mod tree;
 pub(crate) use reduce::Folded;
 pub(crate) use reduce::Numbers;
 
-use crate::core::{op, Bsp};
 use crate::error::{Error, Result};
 use crate::net::{Ctx, Msg};
 use crate::number::{code_name, vec_from_bytes, Number};
+use crate::superstep::{op, Bsp};
 use crate::wire::{self, put_varint, Cursor, Header};
 use serde::Serialize;
 

@@ -28,10 +28,10 @@
 //!   n log2 P.
 
 use super::{numbers_from, type_sig, Call};
-use crate::core::{op, Bsp};
 use crate::error::Result;
 use crate::net::Net;
 use crate::number::{Number, Op};
+use crate::superstep::{op, Bsp};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use smallvec::SmallVec;

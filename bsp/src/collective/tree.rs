@@ -8,9 +8,9 @@
 //! failed instead, so that every process fails with an error rather than waits.
 
 use super::{next_item, numbers_from, put_item, rooted_sig, Call};
-use crate::core::{op, Bsp};
 use crate::error::{Error, Result};
 use crate::number::Number;
+use crate::superstep::{op, Bsp};
 use crate::wire::{self, put_varint, Cursor};
 use serde::de::DeserializeOwned;
 use serde::Serialize;

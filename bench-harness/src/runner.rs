@@ -350,80 +350,9 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
     let machine = Machine::current();
     let cores = machine.cores;
 
-    // The apps: binaries, what they support, the parameters and counts they run with.
-    let mut prepared: Vec<PreparedApp> = Vec::new();
-    for name in &config.apps {
-        let spec = apps::find(name)?;
-        let probe = match apps::probe(spec, &opts.bin_dir) {
-            Ok(p) => p,
-            Err(Error::BinaryNotFound { program, dir }) if opts.skip_missing_apps => {
-                notes.push(format!(
-                    "{name}: no binary {program} in {}; skipped",
-                    dir.display()
-                ));
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        if !probe.seq_flag {
-            let how = if spec.seq_fallback.is_empty() {
-                "its plain version, which is sequential in this build".to_string()
-            } else {
-                format!("`{}`", spec.seq_fallback.join(" "))
-            };
-            notes.push(format!(
-                "{name}: this binary does not accept --seq; the sequential baseline ran {how}"
-            ));
-        }
-        let threads = if probe.threads_flag {
-            config.threads.clone()
-        } else {
-            if config.threads.iter().any(|&t| t > 1) {
-                notes.push(format!(
-                    "{name}: this binary has no --threads option; ran T=1 only"
-                ));
-            }
-            vec![1]
-        };
-        let nodes: Vec<u32> = config
-            .nodes
-            .iter()
-            .copied()
-            .filter(|&p| p >= spec.min_nodes)
-            .collect();
-        if nodes.len() < config.nodes.len() {
-            notes.push(format!(
-                "{name}: needs at least {} processes; smaller counts left out",
-                spec.min_nodes
-            ));
-        }
-        let params = config
-            .app_args
-            .get(name)
-            .cloned()
-            .unwrap_or_else(|| spec.size_args(config.size));
-        prepared.push(PreparedApp {
-            spec,
-            entry: AppEntry {
-                probe,
-                params,
-                threads,
-                nodes,
-            },
-        });
-    }
+    let prepared = prepare_apps(config, opts, &mut notes)?;
     let launcher = Launcher::from_config(config, &opts.bin_dir);
-    let mut micros: Vec<MicroProbe> = Vec::new();
-    for &m in &config.micro {
-        match micro::probe(m, &opts.bin_dir)? {
-            Some(p) => micros.push(p),
-            None => notes.push(format!(
-                "{}: not found in {}; skipped",
-                m.binary(),
-                opts.bin_dir.display()
-            )),
-        }
-    }
+    let micros = probe_micros(config, opts, &mut notes)?;
 
     if prepared.is_empty() && micros.is_empty() {
         let wanted: Vec<&str> = config
@@ -439,78 +368,7 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
     }
 
     let dir = opts.results_dir.join(&opts.name);
-    // The plan: every repetition of every point, the sequential baseline first in each round.
-    let mut tasks: Vec<Task> = Vec::new();
-    for repeat in 0..config.repeat {
-        for (i, a) in prepared.iter().enumerate() {
-            let e = &a.entry;
-            tasks.push(Task::App {
-                app: i,
-                version: Version::Sequential,
-                nodes: 1,
-                threads: 1,
-                repeat,
-                cmd: CommandLine::new(
-                    e.probe.path.display().to_string(),
-                    a.spec.sequential_args(&e.probe, &e.params),
-                ),
-                traced: false,
-            });
-            for &p in &e.nodes {
-                for &t in &e.threads {
-                    let args = a.spec.parallel_args(&e.probe, &e.params, t);
-                    tasks.push(Task::App {
-                        app: i,
-                        version: Version::Parallel,
-                        nodes: p,
-                        threads: t,
-                        repeat,
-                        cmd: launcher.command(p, t, &e.probe.path, &args),
-                        traced: false,
-                    });
-                }
-            }
-        }
-    }
-    if config.trace {
-        // The processes may run elsewhere: they get the set's absolute path.
-        let traces = std::path::absolute(&dir)
-            .unwrap_or_else(|_| dir.clone())
-            .join(store::files::TRACES);
-        for (i, a) in prepared.iter().enumerate() {
-            let e = &a.entry;
-            for &p in &e.nodes {
-                for &t in &e.threads {
-                    let out = traces
-                        .join(trace_stem(a.spec.name, p, t))
-                        .display()
-                        .to_string();
-                    let mut args = a.spec.parallel_args(&e.probe, &e.params, t);
-                    if e.probe.trace_flag {
-                        args.extend(["--trace".to_string(), out.clone()]);
-                    }
-                    let mut cmd = launcher.command(p, t, &e.probe.path, &args);
-                    if !e.probe.trace_flag {
-                        cmd.env.push(("IPL_TRACE".to_string(), out));
-                    }
-                    tasks.push(Task::App {
-                        app: i,
-                        version: Version::Parallel,
-                        nodes: p,
-                        threads: t,
-                        repeat: 0,
-                        cmd,
-                        traced: true,
-                    });
-                }
-            }
-        }
-    }
-    for repeat in 0..config.micro_repeat {
-        for m in 0..micros.len() {
-            tasks.push(Task::Micro { micro: m, repeat });
-        }
-    }
+    let tasks = plan(config, &prepared, micros.len(), &launcher, &dir);
 
     let micro_cmd = |m: &MicroProbe, repeat: u32| {
         micro::command(
@@ -577,18 +435,15 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
         notes: notes.clone(),
     };
     let mut writer = SetWriter::create(&dir, &meta)?;
+    let env = RunEnv {
+        set: &dir,
+        timeout: config.timeout,
+        stop: &opts.stop,
+        cores,
+    };
     tracing::info!(dir = %dir.display(), runs = tasks.len(), "sweep starts");
 
-    let bar = if opts.progress {
-        ProgressBar::with_draw_target(Some(tasks.len() as u64), ProgressDrawTarget::stderr())
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{elapsed_precise} [{bar:30.cyan/blue}] {pos}/{len} {msg}")
-            .expect("a valid template")
-            .progress_chars("=> "),
-    );
+    let bar = progress_bar(tasks.len(), opts.progress);
     let plain = bar.is_hidden();
     let say = |line: String| {
         if plain {
@@ -640,17 +495,7 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
                 ..
             } => {
                 let name = prepared[*app].spec.name;
-                let (rec, wall) = run_traced(
-                    name,
-                    *nodes,
-                    *threads,
-                    cmd,
-                    &dir,
-                    config.timeout,
-                    &opts.stop,
-                    cores,
-                    &say,
-                )?;
+                let (rec, wall) = run_traced(name, *nodes, *threads, cmd, &env, &say)?;
                 let verdict = baselines
                     .get(name)
                     .filter(|_| rec.status == Status::Ok)
@@ -658,18 +503,12 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
                 let wrong = matches!(verdict, Some(Verdict::Differs(_)));
                 if wrong || (rec.status != Status::Ok && rec.status != Status::Interrupted) {
                     traced_failed += 1;
-                    say(format!(
-                        "warning: {label}: {}{}",
-                        if wrong {
-                            "another answer"
-                        } else {
-                            rec.status.name()
-                        },
-                        rec.note
-                            .as_deref()
-                            .map(|n| format!(": {n}"))
-                            .unwrap_or_default()
-                    ));
+                    let what = if wrong {
+                        "another answer"
+                    } else {
+                        rec.status.name()
+                    };
+                    say(problem_line(&label, what, rec.note.as_deref()));
                 }
                 (rec.status, wall, rec.seconds_measured(), verdict)
             }
@@ -683,30 +522,7 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
                 traced: false,
             } => {
                 let name = prepared[*app].spec.name;
-                let stem = match version {
-                    Version::Sequential => format!("{name}-seq-r{repeat}"),
-                    Version::Parallel => format!("{name}-p{nodes}-t{threads}-r{repeat}"),
-                };
-                let logs = dir.join(store::files::LOGS);
-                tracing::debug!(command = %cmd.display(), "run");
-                let out = exec::run_logged(
-                    cmd,
-                    config.timeout,
-                    &opts.stop,
-                    &logs.join(format!("{stem}.out")),
-                    &logs.join(format!("{stem}.err")),
-                )?;
-                let rec = record(
-                    name,
-                    *version,
-                    *nodes,
-                    *threads,
-                    *repeat,
-                    cmd,
-                    &out,
-                    cores,
-                    format!("{}/{stem}", store::files::LOGS),
-                );
+                let (rec, wall) = run_app(name, *version, (*nodes, *threads, *repeat), cmd, &env)?;
                 writer.append_run(&rec)?;
                 let shown = rec.seconds_measured();
                 let verdict = match baselines.get(name) {
@@ -729,86 +545,21 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
                     && rec.status != Status::Interrupted
                     && warned.insert((key.clone(), rec.status.name()))
                 {
-                    say(format!(
-                        "warning: {label}: {}{}",
-                        rec.status.name(),
-                        rec.note
-                            .as_deref()
-                            .map(|n| format!(": {n}"))
-                            .unwrap_or_default()
-                    ));
+                    say(problem_line(&label, rec.status.name(), rec.note.as_deref()));
                 }
-                (rec.status, out.wall_seconds, shown, verdict)
+                (rec.status, wall, shown, verdict)
             }
             Task::Micro { micro, repeat } => {
                 let m = &micros[*micro];
-                let cmd = micro_cmd(m, *repeat);
-                let stem = format!("{}-{repeat}", m.micro.binary());
-                let mdir = dir.join(store::files::MICRO_DIR);
-                let json_path = mdir.join(format!("{stem}.json"));
-                let out = exec::run_logged(
-                    &cmd,
-                    config.timeout,
-                    &opts.stop,
-                    &mdir.join(format!("{stem}.txt")),
-                    &mdir.join(format!("{stem}.err")),
-                )?;
-                // The figures file a micro-benchmark wrote, read within a bound as any file.
-                let figures = (m.json && out.exit.success()).then(|| {
-                    crate::input::read_text_bounded(&json_path, MAX_MICRO_JSON).and_then(|t| {
-                        serde_json::from_str::<serde_json::Value>(&t)
-                            .map_err(|e| format!("not JSON: {e}"))
-                    })
-                });
-                let unreadable = match &figures {
-                    Some(Err(why)) => Some(why.clone()),
-                    _ => None,
-                };
-                let json = figures.and_then(Result::ok);
-                let (status, note) = match out.exit {
-                    Exit::Code(0) if m.json && json.is_none() => (
-                        Status::NoResult,
-                        Some(format!(
-                            "no readable JSON in {}: {}",
-                            json_path.display(),
-                            unreadable.as_deref().unwrap_or("no figures")
-                        )),
-                    ),
-                    Exit::Code(0) => (Status::Ok, None),
-                    Exit::TimedOut => (Status::TimedOut, Some("killed at the timeout".into())),
-                    Exit::Interrupted => (Status::Interrupted, None),
-                    other => (
-                        Status::Failed,
-                        Some(match last_line(&out.stderr) {
-                            Some(l) => format!("{other}: {l}"),
-                            None => other.to_string(),
-                        }),
-                    ),
-                };
-                if status != Status::Ok
-                    && status != Status::Interrupted
-                    && warned.insert((key.clone(), status.name()))
+                let rec = run_micro(m, *repeat, &micro_cmd(m, *repeat), &env)?;
+                if rec.status != Status::Ok
+                    && rec.status != Status::Interrupted
+                    && warned.insert((key.clone(), rec.status.name()))
                 {
-                    say(format!(
-                        "warning: {label}: {}{}",
-                        status.name(),
-                        note.as_deref()
-                            .map(|n| format!(": {n}"))
-                            .unwrap_or_default()
-                    ));
+                    say(problem_line(&label, rec.status.name(), rec.note.as_deref()));
                 }
-                writer.append_micro(&MicroRecord {
-                    bench: m.micro.binary().to_string(),
-                    repeat: *repeat,
-                    status,
-                    exit: out.exit,
-                    command: cmd.display(),
-                    wall_seconds: out.wall_seconds,
-                    output: format!("{}/{stem}.txt", store::files::MICRO_DIR),
-                    json,
-                    note,
-                })?;
-                (status, out.wall_seconds, out.wall_seconds, None)
+                writer.append_micro(&rec)?;
+                (rec.status, rec.wall_seconds, rec.wall_seconds, None)
             }
         };
         if status == Status::Interrupted {
@@ -858,6 +609,309 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
     })
 }
 
+/// Where and how the sweep's processes run: the set they write to, their time limit, the flag
+/// that stops them (Ctrl-C), and the machine's cores (for the records).
+struct RunEnv<'a> {
+    set: &'a Path,
+    timeout: std::time::Duration,
+    stop: &'a AtomicBool,
+    cores: usize,
+}
+
+/// Runs a measured run of app `name` (`version` at `(nodes, threads)`, repetition
+/// `repeat`) as `cmd`, its output kept in the set's logs; its record and wall-clock seconds.
+fn run_app(
+    name: &str,
+    version: Version,
+    (nodes, threads, repeat): (u32, u32, u32),
+    cmd: &CommandLine,
+    env: &RunEnv<'_>,
+) -> Result<(RunRecord, f64)> {
+    let stem = match version {
+        Version::Sequential => format!("{name}-seq-r{repeat}"),
+        Version::Parallel => format!("{name}-p{nodes}-t{threads}-r{repeat}"),
+    };
+    let logs = env.set.join(store::files::LOGS);
+    tracing::debug!(command = %cmd.display(), "run");
+    let out = exec::run_logged(
+        cmd,
+        env.timeout,
+        env.stop,
+        &logs.join(format!("{stem}.out")),
+        &logs.join(format!("{stem}.err")),
+    )?;
+    let rec = record(
+        name,
+        version,
+        nodes,
+        threads,
+        repeat,
+        cmd,
+        &out,
+        env.cores,
+        format!("{}/{stem}", store::files::LOGS),
+    );
+    Ok((rec, out.wall_seconds))
+}
+
+/// Runs micro-benchmark `m` (its `repeat`th run, as `cmd`) and reads the figures it wrote.
+fn run_micro(
+    m: &MicroProbe,
+    repeat: u32,
+    cmd: &CommandLine,
+    env: &RunEnv<'_>,
+) -> Result<MicroRecord> {
+    let stem = format!("{}-{repeat}", m.micro.binary());
+    let mdir = env.set.join(store::files::MICRO_DIR);
+    let json_path = mdir.join(format!("{stem}.json"));
+    let out = exec::run_logged(
+        cmd,
+        env.timeout,
+        env.stop,
+        &mdir.join(format!("{stem}.txt")),
+        &mdir.join(format!("{stem}.err")),
+    )?;
+    // The figures file a micro-benchmark wrote, read within a bound as any file.
+    let figures = (m.json && out.exit.success()).then(|| {
+        crate::input::read_text_bounded(&json_path, MAX_MICRO_JSON).and_then(|t| {
+            serde_json::from_str::<serde_json::Value>(&t).map_err(|e| format!("not JSON: {e}"))
+        })
+    });
+    let unreadable = match &figures {
+        Some(Err(why)) => Some(why.clone()),
+        _ => None,
+    };
+    let json = figures.and_then(Result::ok);
+    let (status, note) = match out.exit {
+        Exit::Code(0) if m.json && json.is_none() => (
+            Status::NoResult,
+            Some(format!(
+                "no readable JSON in {}: {}",
+                json_path.display(),
+                unreadable.as_deref().unwrap_or("no figures")
+            )),
+        ),
+        Exit::Code(0) => (Status::Ok, None),
+        Exit::TimedOut => (Status::TimedOut, Some("killed at the timeout".into())),
+        Exit::Interrupted => (Status::Interrupted, None),
+        other => (
+            Status::Failed,
+            Some(match last_line(&out.stderr) {
+                Some(l) => format!("{other}: {l}"),
+                None => other.to_string(),
+            }),
+        ),
+    };
+    Ok(MicroRecord {
+        bench: m.micro.binary().to_string(),
+        repeat,
+        status,
+        exit: out.exit,
+        command: cmd.display(),
+        wall_seconds: out.wall_seconds,
+        output: format!("{}/{stem}.txt", store::files::MICRO_DIR),
+        json,
+        note,
+    })
+}
+
+/// The sweep's progress bar on standard error, for `runs` runs; hidden unless `show`.
+fn progress_bar(runs: usize, show: bool) -> ProgressBar {
+    let bar = if show {
+        ProgressBar::with_draw_target(Some(runs as u64), ProgressDrawTarget::stderr())
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30.cyan/blue}] {pos}/{len} {msg}")
+            .expect("a valid template")
+            .progress_chars("=> "),
+    );
+    bar
+}
+
+/// The warning for run `label` that ended as `what`, with its note.
+fn problem_line(label: &str, what: &str, note: Option<&str>) -> String {
+    match note {
+        Some(n) => format!("warning: {label}: {what}: {n}"),
+        None => format!("warning: {label}: {what}"),
+    }
+}
+
+/// The apps of the sweep: their binaries, what those support, and the parameters and counts
+/// they run with; what had to change is said in `notes`.
+fn prepare_apps(
+    config: &SweepConfig,
+    opts: &Options,
+    notes: &mut Vec<String>,
+) -> Result<Vec<PreparedApp>> {
+    let mut prepared: Vec<PreparedApp> = Vec::new();
+    for name in &config.apps {
+        let spec = apps::find(name)?;
+        let probe = match apps::probe(spec, &opts.bin_dir) {
+            Ok(p) => p,
+            Err(Error::BinaryNotFound { program, dir }) if opts.skip_missing_apps => {
+                notes.push(format!(
+                    "{name}: no binary {program} in {}; skipped",
+                    dir.display()
+                ));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        if !probe.seq_flag {
+            let how = if spec.seq_fallback.is_empty() {
+                "its plain version, which is sequential in this build".to_string()
+            } else {
+                format!("`{}`", spec.seq_fallback.join(" "))
+            };
+            notes.push(format!(
+                "{name}: this binary does not accept --seq; the sequential baseline ran {how}"
+            ));
+        }
+        let threads = if probe.threads_flag {
+            config.threads.clone()
+        } else {
+            if config.threads.iter().any(|&t| t > 1) {
+                notes.push(format!(
+                    "{name}: this binary has no --threads option; ran T=1 only"
+                ));
+            }
+            vec![1]
+        };
+        let nodes: Vec<u32> = config
+            .nodes
+            .iter()
+            .copied()
+            .filter(|&p| p >= spec.min_nodes)
+            .collect();
+        if nodes.len() < config.nodes.len() {
+            notes.push(format!(
+                "{name}: needs at least {} processes; smaller counts left out",
+                spec.min_nodes
+            ));
+        }
+        let params = config
+            .app_args
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| spec.size_args(config.size));
+        prepared.push(PreparedApp {
+            spec,
+            entry: AppEntry {
+                probe,
+                params,
+                threads,
+                nodes,
+            },
+        });
+    }
+    Ok(prepared)
+}
+
+/// The micro-benchmarks of the sweep that are there; the others are said in `notes`.
+fn probe_micros(
+    config: &SweepConfig,
+    opts: &Options,
+    notes: &mut Vec<String>,
+) -> Result<Vec<MicroProbe>> {
+    let mut micros: Vec<MicroProbe> = Vec::new();
+    for &m in &config.micro {
+        match micro::probe(m, &opts.bin_dir)? {
+            Some(p) => micros.push(p),
+            None => notes.push(format!(
+                "{}: not found in {}; skipped",
+                m.binary(),
+                opts.bin_dir.display()
+            )),
+        }
+    }
+    Ok(micros)
+}
+
+/// The sweep's runs: every repetition of every point, the sequential baseline first in each
+/// round; then the traced runs, one per parallel point; then the `micros` micro-benchmarks'.
+fn plan(
+    config: &SweepConfig,
+    prepared: &[PreparedApp],
+    micros: usize,
+    launcher: &Launcher,
+    dir: &Path,
+) -> Vec<Task> {
+    let mut tasks: Vec<Task> = Vec::new();
+    for repeat in 0..config.repeat {
+        for (i, a) in prepared.iter().enumerate() {
+            let e = &a.entry;
+            tasks.push(Task::App {
+                app: i,
+                version: Version::Sequential,
+                nodes: 1,
+                threads: 1,
+                repeat,
+                cmd: CommandLine::new(
+                    e.probe.path.display().to_string(),
+                    a.spec.sequential_args(&e.probe, &e.params),
+                ),
+                traced: false,
+            });
+            for &p in &e.nodes {
+                for &t in &e.threads {
+                    let args = a.spec.parallel_args(&e.probe, &e.params, t);
+                    tasks.push(Task::App {
+                        app: i,
+                        version: Version::Parallel,
+                        nodes: p,
+                        threads: t,
+                        repeat,
+                        cmd: launcher.command(p, t, &e.probe.path, &args),
+                        traced: false,
+                    });
+                }
+            }
+        }
+    }
+    if config.trace {
+        // The processes may run elsewhere: they get the set's absolute path.
+        let traces = std::path::absolute(dir)
+            .unwrap_or_else(|_| dir.to_path_buf())
+            .join(store::files::TRACES);
+        for (i, a) in prepared.iter().enumerate() {
+            let e = &a.entry;
+            for &p in &e.nodes {
+                for &t in &e.threads {
+                    let out = traces
+                        .join(trace_stem(a.spec.name, p, t))
+                        .display()
+                        .to_string();
+                    let mut args = a.spec.parallel_args(&e.probe, &e.params, t);
+                    if e.probe.trace_flag {
+                        args.extend(["--trace".to_string(), out.clone()]);
+                    }
+                    let mut cmd = launcher.command(p, t, &e.probe.path, &args);
+                    if !e.probe.trace_flag {
+                        cmd.env.push(("IPL_TRACE".to_string(), out));
+                    }
+                    tasks.push(Task::App {
+                        app: i,
+                        version: Version::Parallel,
+                        nodes: p,
+                        threads: t,
+                        repeat: 0,
+                        cmd,
+                        traced: true,
+                    });
+                }
+            }
+        }
+    }
+    for repeat in 0..config.micro_repeat {
+        for m in 0..micros {
+            tasks.push(Task::Micro { micro: m, repeat });
+        }
+    }
+    tasks
+}
+
 /// The directory name of the traced run of a point, under the set's `traces/`.
 pub fn trace_stem(app: &str, nodes: u32, threads: u32) -> String {
     format!("{app}-p{nodes}-t{threads}")
@@ -866,28 +920,24 @@ pub fn trace_stem(app: &str, nodes: u32, threads: u32) -> String {
 /// Runs the traced run of a point: its output, record (`run.json`) and the processes' traces
 /// go to the set's `traces/APP-pP-tT/`, where the merged timeline and its charts are drawn.
 /// A timeline that cannot be drawn is a warning: the run's own status tells whether it failed.
-#[allow(clippy::too_many_arguments)]
 fn run_traced(
     name: &str,
     nodes: u32,
     threads: u32,
     cmd: &CommandLine,
-    set: &Path,
-    timeout: std::time::Duration,
-    stop: &AtomicBool,
-    cores: usize,
+    env: &RunEnv<'_>,
     say: &dyn Fn(String),
 ) -> Result<(RunRecord, f64)> {
     let stem = trace_stem(name, nodes, threads);
     let rel = format!("{}/{stem}", store::files::TRACES);
-    let tdir = set.join(&rel);
+    let tdir = env.set.join(&rel);
     std::fs::create_dir_all(&tdir)
         .map_err(|e| Error::io(format!("cannot create {}", tdir.display()), e))?;
     tracing::debug!(command = %cmd.display(), "traced run");
     let out = exec::run_logged(
         cmd,
-        timeout,
-        stop,
+        env.timeout,
+        env.stop,
         &tdir.join("run.out"),
         &tdir.join("run.err"),
     )?;
@@ -899,7 +949,7 @@ fn run_traced(
         0,
         cmd,
         &out,
-        cores,
+        env.cores,
         format!("{rel}/run"),
     );
     let json = serde_json::to_string_pretty(&rec).map_err(|e| Error::BadResultSet {

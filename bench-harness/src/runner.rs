@@ -618,6 +618,14 @@ struct RunEnv<'a> {
     cores: usize,
 }
 
+impl RunEnv<'_> {
+    /// Runs `cmd` within the time limit, its standard output and error kept in `out` and
+    /// `err`.
+    fn run(&self, cmd: &CommandLine, out: &Path, err: &Path) -> Result<Outcome> {
+        exec::run_logged(cmd, self.timeout, self.stop, out, err)
+    }
+}
+
 /// Runs a measured run of app `name` (`version` at `(nodes, threads)`, repetition
 /// `repeat`) as `cmd`, its output kept in the set's logs; its record and wall-clock seconds.
 fn run_app(
@@ -633,10 +641,8 @@ fn run_app(
     };
     let logs = env.set.join(store::files::LOGS);
     tracing::debug!(command = %cmd.display(), "run");
-    let out = exec::run_logged(
+    let out = env.run(
         cmd,
-        env.timeout,
-        env.stop,
         &logs.join(format!("{stem}.out")),
         &logs.join(format!("{stem}.err")),
     )?;
@@ -664,10 +670,8 @@ fn run_micro(
     let stem = format!("{}-{repeat}", m.micro.binary());
     let mdir = env.set.join(store::files::MICRO_DIR);
     let json_path = mdir.join(format!("{stem}.json"));
-    let out = exec::run_logged(
+    let out = env.run(
         cmd,
-        env.timeout,
-        env.stop,
         &mdir.join(format!("{stem}.txt")),
         &mdir.join(format!("{stem}.err")),
     )?;
@@ -934,13 +938,7 @@ fn run_traced(
     std::fs::create_dir_all(&tdir)
         .map_err(|e| Error::io(format!("cannot create {}", tdir.display()), e))?;
     tracing::debug!(command = %cmd.display(), "traced run");
-    let out = exec::run_logged(
-        cmd,
-        env.timeout,
-        env.stop,
-        &tdir.join("run.out"),
-        &tdir.join("run.err"),
-    )?;
+    let out = env.run(cmd, &tdir.join("run.out"), &tdir.join("run.err"))?;
     let rec = record(
         name,
         Version::Parallel,

@@ -62,18 +62,16 @@
 
 use std::any::TypeId;
 use std::collections::HashMap;
-use std::hint;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crossbeam_deque::Steal;
 use parking_lot::Mutex;
 
 use crate::codec::{self, OnOutput};
 use crate::job::{JobRef, ABORTED, DONE, FAILED};
 use crate::root::{Latch, RootState};
-use crate::scheduler::{Scheduler, WorkerShared};
+use crate::scheduler::{steal_settled, Scheduler, WorkerShared};
 use crate::worker::{discard_task, fail_for_panic, finish_elsewhere, Worker};
 use crate::{Error, Task};
 
@@ -103,14 +101,7 @@ impl Remote {
         for k in 0..n {
             let index = (start + k) % n;
             let victim = &sched.workers[index];
-            let job = loop {
-                match victim.stealer.steal() {
-                    Steal::Success(job) => break Some(job),
-                    Steal::Empty => break None,
-                    Steal::Retry => hint::spin_loop(),
-                }
-            };
-            let Some(job) = job else {
+            let Some(job) = steal_settled(|| victim.stealer.steal()) else {
                 victim.publish_request.store(true, Ordering::Relaxed);
                 continue;
             };

@@ -259,15 +259,11 @@ impl Scheduler {
 
     /// Fails the roots left in the injector once no worker will take them.
     fn fail_stranded(&self) {
-        loop {
-            match self.injector.steal() {
-                // SAFETY: taken off the injector by this thread, and never run: no worker is
-                // left to have run it. Only roots remain there once the workers are gone: a
-                // child goes there only while its parent's frame, and so its worker, waits.
-                Steal::Success(job) => unsafe { crate::root::fail_unrun(job, self) },
-                Steal::Empty => break,
-                Steal::Retry => std::hint::spin_loop(),
-            }
+        while let Some(job) = steal_settled(|| self.injector.steal()) {
+            // SAFETY: taken off the injector by this thread, and never run: no worker is left
+            // to have run it. Only roots remain there once the workers are gone: a child goes
+            // there only while its parent's frame, and so its worker, waits.
+            unsafe { crate::root::fail_unrun(job, self) }
         }
     }
 
@@ -417,5 +413,19 @@ impl Scheduler {
             return false;
         }
         true
+    }
+}
+
+/// Steals with `steal` until the attempt settles: the job taken, or `None` where there was
+/// none. A `Retry` (the attempt lost a race with the owner or another thief) is tried again at
+/// once, after a pause for the processor.
+#[inline]
+pub(crate) fn steal_settled<T>(mut steal: impl FnMut() -> Steal<T>) -> Option<T> {
+    loop {
+        match steal() {
+            Steal::Success(t) => return Some(t),
+            Steal::Empty => return None,
+            Steal::Retry => std::hint::spin_loop(),
+        }
     }
 }

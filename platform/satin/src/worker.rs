@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crossbeam_deque::{Steal, Worker as Public};
+use crossbeam_deque::Worker as Public;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -20,7 +20,9 @@ use crate::context::{Context, RecordGuard};
 use crate::deque::Deque;
 use crate::job::{Frame, Job, JobRef, DONE, PENDING};
 use crate::root;
-use crate::scheduler::{Scheduler, Signal, WorkerShared, WorkerSlot, FLAGS, PUBLISH};
+use crate::scheduler::{
+    steal_settled, Scheduler, Signal, WorkerShared, WorkerSlot, FLAGS, PUBLISH,
+};
 use crate::stats::{add, bump, unbump, LocalCounters, WorkerCounters};
 use crate::{Error, Task};
 
@@ -529,14 +531,7 @@ impl Worker {
     }
 
     fn find_work(&self) -> Option<JobRef> {
-        loop {
-            match self.sched.injector.steal() {
-                Steal::Success(job) => return Some(job),
-                Steal::Empty => break,
-                Steal::Retry => hint::spin_loop(),
-            }
-        }
-        self.steal_from_others()
+        steal_settled(|| self.sched.injector.steal()).or_else(|| self.steal_from_others())
     }
 
     /// Tries every other worker once, starting at a random one, and takes the oldest job of
@@ -557,25 +552,17 @@ impl Worker {
             }
             let victim = &workers[v];
             bump(&counters.steal_attempts);
-            loop {
-                match victim.stealer.steal() {
-                    Steal::Success(job) => {
-                        bump(&counters.steals);
-                        if crate::trace::enabled() {
-                            crate::trace::stole_locally(self.index, v);
-                        }
-                        job.header().owner.set(v as u32);
-                        return Some(job);
-                    }
-                    Steal::Empty => {
-                        // Its private jobs are invisible: ask it to publish some.
-                        if !victim.publish_request.load(Ordering::Relaxed) {
-                            victim.publish_request.store(true, Ordering::Relaxed);
-                        }
-                        break;
-                    }
-                    Steal::Retry => hint::spin_loop(),
+            if let Some(job) = steal_settled(|| victim.stealer.steal()) {
+                bump(&counters.steals);
+                if crate::trace::enabled() {
+                    crate::trace::stole_locally(self.index, v);
                 }
+                job.header().owner.set(v as u32);
+                return Some(job);
+            }
+            // Its private jobs are invisible: ask it to publish some.
+            if !victim.publish_request.load(Ordering::Relaxed) {
+                victim.publish_request.store(true, Ordering::Relaxed);
             }
         }
         None

@@ -30,7 +30,8 @@
 
 use crate::collective::Call;
 use crate::error::Result;
-use crate::superstep::{op, Bsp};
+use crate::op;
+use crate::superstep::Bsp;
 use crate::wire;
 
 /// Mixes the parent's group id, the split's sequence number and the color into the id of a

@@ -240,6 +240,7 @@ mod local;
 mod mpi_sync;
 mod net;
 mod number;
+mod op;
 mod options;
 mod outbox;
 mod superstep;

@@ -25,7 +25,8 @@
 
 use crate::collective::{Call, Folded};
 use crate::error::{Error, Result};
-use crate::superstep::{op, Bsp};
+use crate::op;
+use crate::superstep::Bsp;
 use smallvec::SmallVec;
 
 /// A message as received, inline up to a machine of 13 processes.
@@ -57,9 +58,7 @@ fn pair_word(seq: u64, count: u64) -> Option<u64> {
 /// instead. A whole message names its operation; a word alone is a sync of two processes.
 pub(crate) fn called_at(msg: &[u64], seq: u64) -> Option<String> {
     match *msg {
-        [s, op_round, sig, ..] if s == seq => {
-            Some(crate::collective::describe_call(op_round as u8, sig))
-        }
+        [s, op_round, sig, ..] if s == seq => Some(op::describe_call(op_round as u8, sig)),
         [word] if word & STAMP_MASK == stamp(seq) => Some(op::name(op::SYNC).to_string()),
         _ => None,
     }
@@ -175,7 +174,7 @@ impl Bsp {
                 return Err(Error::CollectiveMismatch {
                     pid: me,
                     seq: call.seq,
-                    mine: crate::collective::describe_call(call.op, call.sig),
+                    mine: op::describe_call(call.op, call.sig),
                     peer,
                     theirs: format!(
                         "called {} (an operation whose number ends in {:#06x})",
@@ -337,14 +336,14 @@ fn check_message<'a>(
         let theirs = match h {
             [seq, op_round, sig] => format!(
                 "called {} (operation #{seq})",
-                crate::collective::describe_call(*op_round as u8, *sig)
+                op::describe_call(*op_round as u8, *sig)
             ),
             _ => format!("sent {} words over MPI", msg.len()),
         };
         return Err(Error::CollectiveMismatch {
             pid: me,
             seq: call.seq,
-            mine: crate::collective::describe_call(call.op, call.sig),
+            mine: op::describe_call(call.op, call.sig),
             peer: src,
             theirs,
         });

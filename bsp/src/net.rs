@@ -19,8 +19,8 @@ use crate::board::Board;
 use crate::error::{Error, Result};
 use crate::inbox::InPart;
 use crate::number::read_vec;
+use crate::op;
 use crate::options::Options;
-use crate::superstep::op;
 use crate::wire::{self, Header, FLAG_NOTICE, HEADER_LEN, KIND_BULK, KIND_DATA, KIND_ROUND};
 use ipl::{Departure, Ibis, Lane, Link, Mesh, MeshError, NodeId, ReadMessage, WriteMessage};
 use parking_lot::{Condvar, Mutex};
@@ -52,7 +52,7 @@ const POLL_PHASE: Duration = Duration::from_millis(1);
 /// Shared-memory connections hold their ring (256 KiB) and, where the kernel lets the receiver read
 /// the sender's memory, 4 MiB of buffers; tcp promises nothing (what a send may leave unread is up
 /// to the kernel's socket buffers), so large payloads keep to the data connection there.
-pub(crate) const CONTROL_MAX: usize = 256 << 10;
+pub(crate) const CONTROL_MAX: usize = crate::options::MAX_SMALL_MESSAGE;
 /// Messages up to this size go on the control connection without a look at what it holds:
 /// every connection holds that much for a receiver that is not reading (the default
 /// `small_message`). A larger `small_message` sends larger messages there only where the
@@ -1107,7 +1107,7 @@ impl Net {
                     seq: ctx.seq,
                     mine: ctx.op.to_string(),
                     peer: j,
-                    theirs: format!("called {}", crate::collective::describe_call(e.op, e.sig)),
+                    theirs: format!("called {}", op::describe_call(e.op, e.sig)),
                 })
             })
     }
@@ -1262,13 +1262,10 @@ impl Net {
                     "{} {} with {}",
                     op::name(op),
                     self.describe(comm),
-                    crate::collective::describe(op, wait.sig)
+                    op::describe(op, wait.sig)
                 ),
                 peer: k.3 as usize,
-                theirs: format!(
-                    "called it with {}",
-                    crate::collective::describe(op, m.hdr.aux)
-                ),
+                theirs: format!("called it with {}", op::describe(op, m.hdr.aux)),
             });
         }
         if let Some(e) = self.unread_part(comm, seq, op) {

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 /// The largest [`Options::small_message`]: what the control connection of shared memory is
-/// sure to hold for a receiver that is not reading.
-const MAX_SMALL_MESSAGE: usize = crate::net::CONTROL_MAX;
+/// sure to hold for a receiver that is not reading (the connections' `CONTROL_MAX`).
+pub(crate) const MAX_SMALL_MESSAGE: usize = 256 << 10;
 /// The longest [`Options::wait_slice`]; waits multiply it, and a bound keeps them in range.
 const MAX_WAIT_SLICE: Duration = Duration::from_secs(3600);
 /// The longest [`Options::departure_grace`]; a wait adds it to the present time.

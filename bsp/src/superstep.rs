@@ -6,6 +6,7 @@ use crate::error::{Error, Result};
 use crate::inbox::{InPart, Incoming, Peek};
 use crate::net::{Ctx, Msg, Net, RoundWait, Stats, StepWait};
 use crate::number::Number;
+use crate::op;
 use crate::options::Options;
 use crate::outbox::{packet_type_name, Outbox};
 use crate::trace::StepTrace;
@@ -16,92 +17,6 @@ use serde::Serialize;
 use std::cell::Cell;
 use std::marker::PhantomData;
 use std::sync::Arc;
-
-/// Operation codes carried by round messages, so that processes calling different operations
-/// at the same point get an error instead of garbage.
-pub(crate) mod op {
-    pub const SYNC: u8 = 1;
-    pub const ALL_REDUCE: u8 = 2;
-    pub const ALL_REDUCE_WITH: u8 = 3;
-    pub const BROADCAST: u8 = 4;
-    pub const GATHER: u8 = 5;
-    pub const TOTAL_EXCHANGE: u8 = 6;
-    pub const GET_REPLY: u8 = 7;
-    pub const SCATTER: u8 = 8;
-    pub const ALL_GATHER: u8 = 9;
-    pub const SCAN: u8 = 10;
-    pub const SCAN_WITH: u8 = 11;
-    pub const EXSCAN: u8 = 12;
-    pub const EXSCAN_WITH: u8 = 13;
-    pub const REDUCE: u8 = 14;
-    pub const REDUCE_WITH: u8 = 15;
-    pub const REDUCE_SCATTER: u8 = 16;
-    pub const ALL_TO_ALL: u8 = 17;
-    pub const ALL_TO_ALL_WITH: u8 = 18;
-    pub const SPLIT: u8 = 19;
-    /// Setting up the host board, at the whole machine's first operation that could use it (a
-    /// sync or a small all-reduce, all-gather, reduce-scatter or all-to-all).
-    pub const HOST_BOARD: u8 = 20;
-    /// `all_gather_slice`: apart from the serde `all_gather`, so that its signature can hold
-    /// the number type and the length, which a mismatch error then names.
-    pub const ALL_GATHER_SLICE: u8 = 21;
-
-    pub fn name(op: u8) -> &'static str {
-        match op {
-            SYNC => "sync",
-            ALL_REDUCE => "all_reduce",
-            ALL_REDUCE_WITH => "all_reduce_with",
-            BROADCAST => "broadcast",
-            GATHER => "gather",
-            TOTAL_EXCHANGE => "total_exchange",
-            GET_REPLY => "get (reply)",
-            SCATTER => "scatter",
-            ALL_GATHER => "all_gather",
-            SCAN => "scan",
-            SCAN_WITH => "scan_with",
-            EXSCAN => "exscan",
-            EXSCAN_WITH => "exscan_with",
-            REDUCE => "reduce",
-            REDUCE_WITH => "reduce_with",
-            REDUCE_SCATTER => "reduce_scatter",
-            ALL_TO_ALL => "all_to_all",
-            ALL_TO_ALL_WITH => "all_to_all_with",
-            SPLIT => "split",
-            HOST_BOARD => "the host board's setup (at the first sync or small collective)",
-            ALL_GATHER_SLICE => "all_gather_slice",
-            _ => "an unknown operation",
-        }
-    }
-
-    /// Whether no process can finish the operation before every process has started it
-    /// (each result depends on every process's contribution).
-    pub fn needs_everyone(op: u8) -> bool {
-        matches!(
-            op,
-            SYNC | ALL_REDUCE
-                | ALL_REDUCE_WITH
-                | TOTAL_EXCHANGE
-                | ALL_GATHER
-                | ALL_GATHER_SLICE
-                | REDUCE_SCATTER
-                | ALL_TO_ALL
-                | ALL_TO_ALL_WITH
-                | SPLIT
-                | HOST_BOARD
-        )
-    }
-
-    /// The operation whose sequence number a message of `op` carries: get replies belong to
-    /// the sync that served them. A process that has ended a sync sends them at once, so they
-    /// may reach a process still waiting for that sync's last messages.
-    pub fn family(op: u8) -> u8 {
-        if op == GET_REPLY {
-            SYNC
-        } else {
-            op
-        }
-    }
-}
 
 /// One process of a bulk-synchronous program.
 ///
@@ -874,11 +789,11 @@ impl Bsp {
             return Err(Error::CollectiveMismatch {
                 pid: self.pid,
                 seq,
-                mine: crate::collective::describe_call(op, sig),
+                mine: op::describe_call(op, sig),
                 peer: pid,
                 theirs: format!(
                     "called {} (operation #{})",
-                    crate::collective::describe_call(e.op, e.sig),
+                    op::describe_call(e.op, e.sig),
                     e.seq
                 ),
             });

@@ -19,7 +19,8 @@ use super::{extend_numbers, next_item, number_bytes, numbers_from, put_item, typ
 use crate::error::Result;
 use crate::net::Msg;
 use crate::number::Number;
-use crate::superstep::{op, Bsp};
+use crate::op;
+use crate::superstep::Bsp;
 use crate::wire::{self, Cursor};
 use serde::de::DeserializeOwned;
 use serde::Serialize;

@@ -22,68 +22,14 @@ pub(crate) use reduce::Numbers;
 
 use crate::error::{Error, Result};
 use crate::net::{Ctx, Msg};
-use crate::number::{code_name, vec_from_bytes, Number};
-use crate::superstep::{op, Bsp};
+use crate::number::{vec_from_bytes, Number};
+use crate::op;
+use crate::superstep::Bsp;
 use crate::wire::{self, put_varint, Cursor, Header};
 use serde::Serialize;
 
 pub(crate) type Enc<'a, V> = &'a dyn Fn(&V, &mut Vec<u8>) -> std::result::Result<(), String>;
 pub(crate) type Dec<'a, V> = &'a dyn Fn(&[u8], bool) -> std::result::Result<V, String>;
-
-/// Describes a collective's arguments, as encoded in its signature, for mismatch errors.
-pub(crate) fn describe(op: u8, sig: u64) -> String {
-    let number = |sig: u64| code_name((sig & 0xff) as u8);
-    let reduction = |sig: u64| match (sig >> 8) & 0xff {
-        1 => "sum",
-        2 => "product",
-        3 => "min",
-        4 => "max",
-        _ => "a user function",
-    };
-    match op {
-        op::SYNC => format!("{sig} processes"),
-        op::ALL_REDUCE | op::SCAN | op::EXSCAN => format!(
-            "{} {} values and {}",
-            sig >> 16,
-            number(sig),
-            reduction(sig)
-        ),
-        op::REDUCE => format!(
-            "{} {} values and {} to root {}",
-            (sig >> 16) & 0xffff_ffff,
-            number(sig),
-            reduction(sig),
-            sig >> 48
-        ),
-        op::REDUCE_SCATTER => format!(
-            "{} values and {} (counts hash {:#x})",
-            number(sig),
-            reduction(sig),
-            sig >> 16
-        ),
-        op::ALL_REDUCE_WITH
-        | op::SCAN_WITH
-        | op::EXSCAN_WITH
-        | op::ALL_TO_ALL_WITH
-        | op::ALL_GATHER => format!("values of type hash {sig:#x}"),
-        op::REDUCE_WITH => format!(
-            "values of type hash {:#x} to root {}",
-            sig >> 16,
-            sig & 0xffff
-        ),
-        op::BROADCAST | op::GATHER | op::SCATTER => format!("root {}", sig & 0xffff_ffff),
-        // A count above the number type: the processes, or a slice's length.
-        op::TOTAL_EXCHANGE | op::ALL_GATHER_SLICE => format!("{} {} values", sig >> 8, number(sig)),
-        op::ALL_TO_ALL => format!("{} values", number(sig)),
-        op::SPLIT => "a color and a key".to_string(),
-        _ => format!("signature {sig:#x}"),
-    }
-}
-
-/// An operation and its arguments, for mismatch errors: "all_reduce with 1 f64 values and sum".
-pub(crate) fn describe_call(op: u8, sig: u64) -> String {
-    format!("{} with {}", op::name(op), describe(op, sig))
-}
 
 /// A stable hash (FNV-1a) of a type name, or of any bytes, for signatures: mismatched types
 /// or arguments are caught.
@@ -124,7 +70,7 @@ pub(crate) fn type_sig<T: ?Sized>(extra: u64) -> u64 {
 }
 
 /// The signature of a rooted operation on values of `T` (broadcast, gather, scatter): the root
-/// in the low half, which [`describe`] prints, and the type in the high half, so that processes
+/// in the low half, which [`op::describe`] prints, and the type in the high half, so that processes
 /// passing values of different types are a mismatch, not bytes decoded as the wrong type.
 pub(crate) fn rooted_sig<T: ?Sized>(root: usize) -> u64 {
     type_sig::<T>(root as u64) << 32 | root as u64
@@ -334,9 +280,9 @@ impl Bsp {
             return Err(Error::CollectiveMismatch {
                 pid: me,
                 seq,
-                mine: format!("{} with {}", op::name(op), describe(op, sig)),
+                mine: op::describe_call(op, sig),
                 peer,
-                theirs: format!("called it with {}", describe(op, msg.hdr.aux)),
+                theirs: format!("called it with {}", op::describe(op, msg.hdr.aux)),
             });
         }
         Ok(msg)
@@ -359,12 +305,5 @@ mod tests {
     fn type_hash_tells_types_apart() {
         assert_ne!(name_hash("u32"), name_hash("u64"));
         assert_eq!(name_hash("x"), name_hash("x"));
-    }
-
-    #[test]
-    fn signatures_describe_arguments() {
-        let s = describe(op::ALL_REDUCE, 10 | 4 << 8 | 3 << 16);
-        assert_eq!(s, "3 f64 values and max");
-        assert_eq!(describe(op::BROADCAST, 2), "root 2");
     }
 }

@@ -10,7 +10,8 @@
 use super::{next_item, numbers_from, put_item, rooted_sig, Call};
 use crate::error::{Error, Result};
 use crate::number::Number;
-use crate::superstep::{op, Bsp};
+use crate::op;
+use crate::superstep::Bsp;
 use crate::wire::{self, put_varint, Cursor};
 use serde::de::DeserializeOwned;
 use serde::Serialize;

@@ -4,56 +4,15 @@ use crate::config::{Config, Driver};
 use crate::error::{Error, Result};
 use crate::message::ReadMessage;
 use crate::node::NodeId;
+use crate::node_state::IbisInner;
 use crate::pool::Pool;
 use crate::port_type::PortType;
 use crate::receive_port::{PortTable, PortsAcceptor, ReceivePort, ReceivePortBuilder};
 use crate::registry::RegistryServer;
 use crate::send_port::SendPort;
-use crate::transport::select::{self, Endpoint};
+use crate::transport::select;
 use std::net::{IpAddr, TcpStream, ToSocketAddrs, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-
-pub(crate) struct IbisInner {
-    pub(crate) id: NodeId,
-    pub(crate) cfg: Config,
-    pub(crate) pool: Pool,
-    pub(crate) ports: Arc<PortTable>,
-    /// The node's drivers and listeners.
-    pub(crate) endpoint: Endpoint,
-    next_send_port: AtomicU64,
-    /// The registry this node runs for its pool (rank 0 under `mpirun` and `srun`).
-    registry: Option<RegistryServer>,
-    ended: AtomicBool,
-}
-
-impl IbisInner {
-    fn end(&self, died: bool) {
-        if !self.ended.swap(true, Ordering::SeqCst) {
-            crate::trace::leaving(&self.id, died);
-            self.endpoint.leave(&self.id);
-            self.pool.leave(died);
-            self.endpoint.finish();
-            if let Some(r) = &self.registry {
-                // The others still need the registry to finish: keep it until they have gone.
-                if !r.wait_until_empty(&self.cfg.pool, self.cfg.registry_linger) {
-                    tracing::warn!(
-                        "stopping the registry of pool '{}' while members remain, after {:?}",
-                        self.cfg.pool,
-                        self.cfg.registry_linger
-                    );
-                }
-            }
-        }
-    }
-}
-
-impl Drop for IbisInner {
-    fn drop(&mut self) {
-        // A node torn down by a panic counts as dead, so its peers see a failure, not a leave.
-        self.end(std::thread::panicking());
-    }
-}
 
 /// A member of a pool. Cheap to clone; the node leaves the pool when the last clone (and every
 /// port made from it) is dropped, or at [`Ibis::end`].
@@ -110,16 +69,7 @@ impl Ibis {
         endpoint.joined(&id);
         tracing::debug!(node = %id, "joined pool '{}'", cfg.pool);
         Ok(Ibis {
-            inner: Arc::new(IbisInner {
-                id,
-                cfg,
-                pool,
-                ports,
-                endpoint,
-                next_send_port: AtomicU64::new(0),
-                registry,
-                ended: AtomicBool::new(false),
-            }),
+            inner: Arc::new(IbisInner::new(id, cfg, pool, ports, endpoint, registry)),
         })
     }
 
@@ -167,7 +117,7 @@ impl Ibis {
 
     /// Creates a send port.
     pub fn send_port(&self, ty: &PortType) -> Result<SendPort> {
-        let id = self.inner.next_send_port.fetch_add(1, Ordering::Relaxed);
+        let id = self.inner.next_send_port();
         Ok(SendPort::new(self.inner.clone(), *ty, id))
     }
 

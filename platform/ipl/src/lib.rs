@@ -65,6 +65,7 @@ mod lifeline;
 mod mesh;
 mod message;
 mod node;
+mod node_state;
 mod pool;
 mod port_type;
 mod primitive;

@@ -2,9 +2,9 @@
 
 use crate::connect::{ConnectReply, ConnectRequest};
 use crate::error::{Error, Result};
-use crate::ibis::IbisInner;
 use crate::message::WriteMessage;
 use crate::node::NodeId;
+use crate::node_state::IbisInner;
 use crate::port_type::PortType;
 use crate::quick_lock::{QuickMutex, QuickMutexGuard};
 use crate::transport::{writer, Sink};

@@ -30,29 +30,29 @@ const RECENT_ENDS: usize = 16;
 #[derive(Default)]
 pub(crate) struct RunState {
     /// The current run, or the last one.
-    pub(crate) epoch: u64,
-    pub(crate) active: bool,
+    pub(super) epoch: u64,
+    pub(super) active: bool,
     /// Why the current run fails, as detected on this node.
-    pub(crate) failure: Option<Error>,
+    pub(super) failure: Option<Error>,
     /// The root of the current run, on the master.
-    pub(crate) root: Option<Arc<LocalRoot>>,
+    pub(super) root: Option<Arc<LocalRoot>>,
     /// How the latest runs ended, as the master announced them, oldest first (at most
     /// [`RECENT_ENDS`]): their epochs, and their errors if they failed. A node may learn of the
     /// end of a later run before it looks at the end of its own.
-    pub(crate) ended: std::collections::VecDeque<(u64, Option<String>)>,
+    pub(super) ended: std::collections::VecDeque<(u64, Option<String>)>,
     /// Nodes that confirmed the end of the current run (on the master).
-    pub(crate) acks: HashSet<u32>,
+    pub(super) acks: HashSet<u32>,
     /// On a node that joined a running pool: the master's run it joins (from `WELCOME`).
-    pub(crate) welcome: Option<(u64, bool)>,
+    pub(super) welcome: Option<(u64, bool)>,
     /// When this node's part in the current run began.
-    pub(crate) started: Option<Instant>,
+    pub(super) started: Option<Instant>,
     /// Messages about the end of a run that are being sent (confirmations, and on the master
     /// `ALL_DONE`): the mesh must stay open until they are out (see
     /// [`Node::wait_before_closing`]).
-    pub(crate) ending_messages: u32,
+    pub(super) ending_messages: u32,
     /// The latest run that every node confirmed the end of, as the master announced it
     /// (`ALL_DONE`); on the master, the latest it announced.
-    pub(crate) all_done: u64,
+    pub(super) all_done: u64,
 }
 
 impl RunState {

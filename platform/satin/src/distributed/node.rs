@@ -75,22 +75,22 @@ pub(crate) fn left(n: &NodeId) -> Error {
 #[derive(Default)]
 pub(crate) struct Members {
     /// Live members, this node included.
-    pub(crate) live: BTreeMap<u32, NodeId>,
+    pub(super) live: BTreeMap<u32, NodeId>,
     /// Members that are gone: true if they died, false if they left.
-    pub(crate) gone: HashMap<u32, bool>,
+    pub(super) gone: HashMap<u32, bool>,
     /// Members that announced that they are leaving.
-    pub(crate) leaving: HashSet<u32>,
+    pub(super) leaving: HashSet<u32>,
     /// Leaving members whose last message (`LEFT`) came.
-    pub(crate) goodbyes: HashSet<u32>,
+    pub(super) goodbyes: HashSet<u32>,
     /// Leaving members the pool reports gone before their `LEFT` came, with how long this
     /// node waits for it: their results may still be on the way. They stay live (their
     /// messages are read) but are nobody's victims.
-    pub(crate) departing: HashMap<u32, Instant>,
+    pub(super) departing: HashMap<u32, Instant>,
     /// Victims of random stealing: every other live member.
-    pub(crate) others: Vec<u32>,
+    pub(super) others: Vec<u32>,
     /// Other live members of this node's location, and live members of other locations.
-    pub(crate) near: Vec<u32>,
-    pub(crate) far: Vec<u32>,
+    pub(super) near: Vec<u32>,
+    pub(super) far: Vec<u32>,
 }
 
 impl Members {
@@ -137,30 +137,30 @@ impl Members {
 
 /// A job of this node that runs elsewhere.
 pub(crate) struct Given {
-    pub(crate) job: RemoteJob,
-    pub(crate) thief: u32,
-    pub(crate) epoch: u64,
+    pub(super) job: RemoteJob,
+    pub(super) thief: u32,
+    pub(super) epoch: u64,
 }
 
 /// A job of another node that runs here.
 pub(crate) struct Running {
     /// None until `submit` returned.
-    pub(crate) root: Option<RemoteRoot>,
+    pub(super) root: Option<RemoteRoot>,
     /// The owner cancelled it (or the run ended): its result is not sent.
-    pub(crate) cancelled: bool,
+    pub(super) cancelled: bool,
     /// The job, kept in case its owner dies and its result must be kept for whoever runs the
     /// owner's work again.
-    pub(crate) key: JobKey,
+    pub(super) key: JobKey,
     /// Its owner is gone: the result is announced to every node instead of sent home.
-    pub(crate) orphan: bool,
+    pub(super) orphan: bool,
 }
 
 /// A message that could not be sent.
 #[derive(Debug)]
 pub(crate) struct Unsent {
     /// The receiver is gone (it died or left).
-    pub(crate) gone: bool,
-    pub(crate) error: MeshError,
+    pub(super) gone: bool,
+    pub(super) error: MeshError,
 }
 
 impl Unsent {
@@ -173,41 +173,41 @@ impl Unsent {
 /// Send failures to members that the pool has not reported gone; the watcher decides.
 #[derive(Default)]
 pub(crate) struct Suspects {
-    pub(crate) ranks: Vec<u32>,
+    pub(super) ranks: Vec<u32>,
 }
 
 pub(crate) struct Node {
-    pub(crate) ibis: Ibis,
-    pub(crate) me: NodeId,
-    pub(crate) master: NodeId,
-    pub(crate) policy: Steal,
-    pub(crate) remote: Remote,
+    pub(super) ibis: Ibis,
+    pub(super) me: NodeId,
+    pub(super) master: NodeId,
+    pub(super) policy: Steal,
+    pub(super) remote: Remote,
     mesh: OnceLock<Mesh>,
     mesh_lock: Mutex<()>,
     mesh_ready: Condvar,
-    pub(crate) members: RwLock<Members>,
-    pub(crate) run: Mutex<RunState>,
-    pub(crate) changed: Condvar,
+    pub(super) members: RwLock<Members>,
+    pub(super) run: Mutex<RunState>,
+    pub(super) changed: Condvar,
     /// Mirrors of `run.active` and `run.epoch` for the fast paths.
-    pub(crate) active: AtomicBool,
-    pub(crate) epoch: AtomicU64,
-    pub(crate) given: Mutex<HashMap<u64, Given>>,
-    pub(crate) given_count: Arc<AtomicUsize>,
-    pub(crate) running: Mutex<HashMap<(u32, u64), Running>>,
+    pub(super) active: AtomicBool,
+    pub(super) epoch: AtomicU64,
+    pub(super) given: Mutex<HashMap<u64, Given>>,
+    pub(super) given_count: Arc<AtomicUsize>,
+    pub(super) running: Mutex<HashMap<(u32, u64), Running>>,
     /// Cancellations that arrived before their job (they travel on different connections).
-    pub(crate) early_cancels: Mutex<HashSet<(u32, u64)>>,
-    pub(crate) stealing: Stealing,
-    pub(crate) recovery: Mutex<Recovery>,
-    pub(crate) suspects: Mutex<Suspects>,
+    pub(super) early_cancels: Mutex<HashSet<(u32, u64)>>,
+    pub(super) stealing: Stealing,
+    pub(super) recovery: Mutex<Recovery>,
+    pub(super) suspects: Mutex<Suspects>,
     /// Results of stolen jobs no longer in `running` and not yet sent.
-    pub(crate) results_sending: AtomicUsize,
+    pub(super) results_sending: AtomicUsize,
     /// Set once this node has been asked to leave the pool.
-    pub(crate) leaving: AtomicBool,
+    pub(super) leaving: AtomicBool,
     /// Set once this node has left: it takes part in no further run.
-    pub(crate) left: AtomicBool,
-    pub(crate) leave_requested_at: Mutex<Option<Instant>>,
+    pub(super) left: AtomicBool,
+    pub(super) leave_requested_at: Mutex<Option<Instant>>,
     /// The waits the environment sets, read once when the node starts.
-    pub(crate) patience: Patience,
+    pub(super) patience: Patience,
 }
 
 /// Waits of a node that the environment may set: `SATIN_ORPHAN_PATIENCE` and
@@ -216,9 +216,9 @@ pub(crate) struct Node {
 pub(crate) struct Patience {
     /// How long jobs taken back from a member that is gone wait for its orphans; `None`:
     /// a share of the run so far (see `results`).
-    pub(crate) orphans: Option<Duration>,
+    pub(super) orphans: Option<Duration>,
     /// How long a leaving node waits for the jobs it runs for others; `None`: 60 s.
-    pub(crate) leave: Option<Duration>,
+    pub(super) leave: Option<Duration>,
 }
 
 impl Patience {

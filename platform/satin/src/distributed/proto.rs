@@ -53,19 +53,19 @@ const LEFT: u8 = 15;
 /// A job travelling from victim to thief.
 pub(crate) struct Shipped {
     /// The owner's id of the job, for the result and cancellations.
-    pub(crate) id: u64,
+    pub(super) id: u64,
     /// Registered name of the task type.
-    pub(crate) type_name: String,
+    pub(super) type_name: String,
     /// The serialized task.
-    pub(crate) task: Vec<u8>,
+    pub(super) task: Vec<u8>,
 }
 
 /// A job, by its registered type name and task bytes: how results are kept and found (see
 /// `satin::remote`).
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub(crate) struct JobKey {
-    pub(crate) type_name: String,
-    pub(crate) task: Vec<u8>,
+    pub(super) type_name: String,
+    pub(super) task: Vec<u8>,
 }
 
 /// A received message.

@@ -21,9 +21,9 @@ use crate::Error;
 
 /// What `start` leaves to its caller to own: dropping `stop` ends the watcher.
 pub(crate) struct Started {
-    pub(crate) node: Arc<Node>,
-    pub(crate) stop: Sender<()>,
-    pub(crate) watcher: JoinHandle<()>,
+    pub(super) node: Arc<Node>,
+    pub(super) stop: Sender<()>,
+    pub(super) watcher: JoinHandle<()>,
 }
 
 /// Polling interval while a node of an open pool waits for the master's election.

@@ -375,8 +375,7 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
             m,
             &config.micro_settings,
             config.micro_args.get(m.micro.binary()).map(Vec::as_slice),
-            &dir.join(store::files::MICRO_DIR)
-                .join(format!("{}-{repeat}.json", m.micro.binary())),
+            &micro_file(&dir, m, repeat, "json"),
         )
     };
     if opts.dry_run {
@@ -458,6 +457,16 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
 
     let mut estimator = Estimator::default();
     let mut warned: HashSet<(String, &str)> = HashSet::new();
+    // Warns of a run that did not end well once per point and kind of problem, not for every
+    // repetition.
+    let mut warn_once = |key: &str, label: &str, status: Status, note: Option<&str>| {
+        if status != Status::Ok
+            && status != Status::Interrupted
+            && warned.insert((key.to_string(), status.name()))
+        {
+            say(problem_line(label, status.name(), note));
+        }
+    };
     // The first successful sequential run of each app: what the others must agree with.
     let mut baselines: HashMap<&str, RunRecord> = HashMap::new();
     let mut measured = 0;
@@ -540,24 +549,13 @@ pub fn run_sweep(config: &SweepConfig, opts: &Options) -> Result<SweepOutcome> {
                          left out of the figures"
                     ));
                 }
-                // Warn once per point and kind of problem, not for every repetition.
-                if rec.status != Status::Ok
-                    && rec.status != Status::Interrupted
-                    && warned.insert((key.clone(), rec.status.name()))
-                {
-                    say(problem_line(&label, rec.status.name(), rec.note.as_deref()));
-                }
+                warn_once(&key, &label, rec.status, rec.note.as_deref());
                 (rec.status, wall, shown, verdict)
             }
             Task::Micro { micro, repeat } => {
                 let m = &micros[*micro];
                 let rec = run_micro(m, *repeat, &micro_cmd(m, *repeat), &env)?;
-                if rec.status != Status::Ok
-                    && rec.status != Status::Interrupted
-                    && warned.insert((key.clone(), rec.status.name()))
-                {
-                    say(problem_line(&label, rec.status.name(), rec.note.as_deref()));
-                }
+                warn_once(&key, &label, rec.status, rec.note.as_deref());
                 writer.append_micro(&rec)?;
                 (rec.status, rec.wall_seconds, rec.wall_seconds, None)
             }
@@ -667,13 +665,11 @@ fn run_micro(
     cmd: &CommandLine,
     env: &RunEnv<'_>,
 ) -> Result<MicroRecord> {
-    let stem = format!("{}-{repeat}", m.micro.binary());
-    let mdir = env.set.join(store::files::MICRO_DIR);
-    let json_path = mdir.join(format!("{stem}.json"));
+    let json_path = micro_file(env.set, m, repeat, "json");
     let out = env.run(
         cmd,
-        &mdir.join(format!("{stem}.txt")),
-        &mdir.join(format!("{stem}.err")),
+        &micro_file(env.set, m, repeat, "txt"),
+        &micro_file(env.set, m, repeat, "err"),
     )?;
     // The figures file a micro-benchmark wrote, read within a bound as any file.
     let figures = (m.json && out.exit.success()).then(|| {
@@ -713,10 +709,22 @@ fn run_micro(
         exit: out.exit,
         command: cmd.display(),
         wall_seconds: out.wall_seconds,
-        output: format!("{}/{stem}.txt", store::files::MICRO_DIR),
+        output: format!("{}/{}.txt", store::files::MICRO_DIR, micro_stem(m, repeat)),
         json,
         note,
     })
+}
+
+/// The name, without extension, of the files of the `repeat`th run of micro-benchmark `m`.
+fn micro_stem(m: &MicroProbe, repeat: u32) -> String {
+    format!("{}-{repeat}", m.micro.binary())
+}
+
+/// The file with `extension` of the `repeat`th run of micro-benchmark `m` in the set `set`: the
+/// figures it is told to write (`json`), its output (`txt`) and its errors (`err`).
+fn micro_file(set: &Path, m: &MicroProbe, repeat: u32, extension: &str) -> PathBuf {
+    set.join(store::files::MICRO_DIR)
+        .join(format!("{}.{extension}", micro_stem(m, repeat)))
 }
 
 /// The sweep's progress bar on standard error, for `runs` runs; hidden unless `show`.

@@ -61,23 +61,31 @@
 //!
 //! ## Setting up
 //!
-//! Pid 0 creates the mapping as a file in `/dev/shm` with a random name, readable and writable
-//! by this user only, and sends the name to every process, which opens it, checks its size,
-//! owner, reservation and layout, and answers whether it could; pid 0 then removes the name
-//! and tells every process whether all could (see `Bsp::attach_board`).
-//! A process on another host finds no such file, and then nobody uses the board. The name is
-//! not a secret: the file's mode keeps other users out, as it keeps them from the processes
-//! themselves.
+//! Pid 0 creates the mapping as an anonymous memory file (`memfd_create`), readable and
+//! writable by this user only, whose size it seals (`F_SEAL_SHRINK`, `F_SEAL_GROW`), and sends
+//! every process its name: the file's place among pid 0's descriptors (`/proc/PID/fd/N`), the
+//! host's boot id and pid namespace that place is valid in, and a random token that pid 0 also
+//! wrote into the board. Each process opens it, checks its host, seals, size, owner,
+//! reservation, layout and token, and answers whether it could; pid 0 then closes its
+//! descriptor and tells every process whether all could (see `Bsp::attach_board`).
+//! - A process of another host (or another pid namespace) sees that the name is not for it,
+//!   opens nothing, and then nobody uses the board.
+//! - Nobody can shrink the file under the mappings: a store to a page past the end of a shrunk
+//!   file would kill the process with SIGBUS. The kernel refuses any change of its size.
+//! - Nothing is left behind: the memory goes with the last mapping, whenever and however the
+//!   processes end (a file in `/dev/shm` outlived a pid 0 killed during the setup).
+//! - The name is not a secret: only processes that may read pid 0's descriptors (this user's)
+//!   can open it, as only they can reach the processes themselves.
 //!
-//! Pid 0 reserves the file's memory when it creates it (4 MiB for two processes, about 32 MiB
-//! from 16 on, 97 MiB for 1024): a store to a page of the mapping that `/dev/shm` has no room
-//! for kills the process with SIGBUS. Where the reservation fails (`/dev/shm` full, or smaller
-//! than the board, as a container's 64 MiB may be), there is no board and the processes keep
-//! their messages.
+//! Pid 0 reserves the memory when it creates it (4 MiB for two processes, about 32 MiB from 16
+//! on, 97 MiB for 1024): a store to a page of the mapping that the kernel has no memory for
+//! would kill the process with SIGBUS. Where the reservation fails, there is no board and the
+//! processes keep their messages. An anonymous memory file is not limited by the size of
+//! `/dev/shm` (a container's 64 MiB, say), only by the memory the processes may use.
 
 use std::io;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
@@ -95,12 +103,16 @@ const MAGIC: u64 = 0x6273_7062_6f61_7264; // "bspboard"
 /// words of a board mean, so that a process of another build, whose board has the same magic
 /// word and sizes, refuses to open it rather than misread it. Boards of builds before the
 /// version was written have 0 there (the file starts zeroed).
-const LAYOUT_VERSION: u64 = 1;
+const LAYOUT_VERSION: u64 = 2;
 /// The word of the first line that holds [`LAYOUT_VERSION`], after the magic word and the four
 /// sizes.
 const VERSION_WORD: usize = 5;
+/// The two words of the first line that hold the board's token (see [`BoardName`]).
+const TOKEN_WORDS: usize = 6;
+/// Seals that fix the size of the board's memory file for good.
+const SIZE_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
 /// The start of every board's name.
-const PREFIX: &str = "/dev/shm/bsp-board-";
+const PREFIX: &str = "bsp-board:";
 
 /// Header words of a slot; the payload follows them.
 const STAMP: usize = 0;
@@ -219,42 +231,24 @@ fn board_bytes(p: usize) -> usize {
 }
 
 impl Board {
-    /// Creates the board of `p` processes (as pid 0) under a new random name in `/dev/shm`;
-    /// returns it and the name. Fails, leaving no file, where `/dev/shm` has no room for it.
-    pub(crate) fn create(p: usize) -> io::Result<(Board, String)> {
-        Board::create_sized(p, board_bytes(p))
-    }
-
-    /// [`Board::create`] with a file of `len` bytes, at least the board's: the tests ask for
-    /// more than `/dev/shm` holds.
-    fn create_sized(p: usize, len: usize) -> io::Result<(Board, String)> {
-        if !(2..=MAX_PROCS).contains(&p) || len < board_bytes(p) {
+    /// Creates the board of `p` processes (as pid 0); returns it and its memory file, whose
+    /// name the other processes open while the file stays open. Fails where the kernel has no
+    /// memory to reserve for it.
+    pub(crate) fn create(p: usize) -> io::Result<(Board, BoardFile)> {
+        if !(2..=MAX_PROCS).contains(&p) {
             return Err(io::Error::other(format!("no board for {p} processes")));
         }
-        let mut r = [0u8; 16];
-        // SAFETY: `r` is writable for its length.
-        let got = unsafe { libc::getrandom(r.as_mut_ptr().cast(), r.len(), 0) };
-        if got != r.len() as isize {
+        let len = board_bytes(p);
+        let file = std::fs::File::from(memory_file()?);
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        file.set_len(len as u64)?;
+        reserve(&file, len)?;
+        // SAFETY: fcntl on a descriptor this function owns, with plain integer arguments.
+        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, SIZE_SEALS) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        let hex: String = r.iter().map(|b| format!("{b:02x}")).collect();
-        let name = format!("{PREFIX}{hex}");
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&name)?;
-        // The mapping keeps the file; the descriptor closes with `file`.
-        let board = reserve(&file, &name, len).and_then(|()| Board::map(&file, len, p, 0));
-        let board = match board {
-            Ok(b) => b,
-            Err(e) => {
-                Board::remove(&name);
-                return Err(e);
-            }
-        };
+        let board = Board::map(&file, len, p, 0)?;
+        let name = BoardName::here(file.as_raw_fd())?;
         board.word(1).store(p as u64, Ordering::Relaxed);
         board.word(2).store(slot_cap(p) as u64, Ordering::Relaxed);
         board.word(3).store(slots(p) as u64, Ordering::Relaxed);
@@ -262,28 +256,57 @@ impl Board {
         board
             .word(VERSION_WORD)
             .store(LAYOUT_VERSION, Ordering::Relaxed);
+        board
+            .word(TOKEN_WORDS)
+            .store(name.token[0], Ordering::Relaxed);
+        board
+            .word(TOKEN_WORDS + 1)
+            .store(name.token[1], Ordering::Relaxed);
         board.word(0).store(MAGIC, Ordering::Release);
-        Ok((board, name))
+        Ok((
+            board,
+            BoardFile {
+                _file: file,
+                name: name.to_string(),
+            },
+        ))
     }
 
     /// Opens the board pid 0 created under `name`, as process `me` of `p`, after checking that
-    /// it is a regular file of this user only, of the size and layout `p` processes need, with
-    /// its memory reserved.
+    /// the name is for this host, and that it is a memory file of this user whose size is
+    /// sealed, of the size, reservation, layout and token `p` processes need.
     pub(crate) fn open(name: &str, p: usize, me: usize) -> io::Result<Board> {
-        let valid = name.len() == PREFIX.len() + 32
-            && name.starts_with(PREFIX)
-            && name[PREFIX.len()..].bytes().all(|b| b.is_ascii_hexdigit());
-        if !valid || !(2..=MAX_PROCS).contains(&p) || me >= p {
+        if !(2..=MAX_PROCS).contains(&p) || me >= p {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("no board '{name}' for pid {me} of {p}"),
             ));
         }
+        let named = BoardName::parse(name)?;
+        let here = Host::this()?;
+        if named.host != here {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "board '{name}' is of another host or pid namespace (this one is boot id \
+                     {}, pid namespace {})",
+                    here.boot_id, here.pid_ns
+                ),
+            ));
+        }
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(name)?;
+            .open(format!("/proc/{}/fd/{}", named.pid, named.fd))?;
+        // SAFETY: fcntl(F_GET_SEALS) on a descriptor this function owns; returns the seals or
+        // -1 (for a file that is not a memory file, say).
+        let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 || seals & SIZE_SEALS != SIZE_SEALS {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("'{name}' is not a board: its size is not sealed"),
+            ));
+        }
         let len = board_bytes(p);
         let st = file.metadata()?;
         // SAFETY: no arguments, no failure.
@@ -298,8 +321,8 @@ impl Board {
                 format!("'{name}' is not a board of this user for {p} processes"),
             ));
         }
-        // The creator reserves every page (see `reserve`); a store to one that `/dev/shm` has
-        // no room for would kill this process with SIGBUS rather than fail.
+        // The creator reserves every page (see `reserve`); a store to one that the kernel has
+        // no memory for would kill this process with SIGBUS rather than fail.
         let reserved = st.blocks().saturating_mul(512);
         if reserved < len as u64 {
             return Err(io::Error::new(
@@ -342,6 +365,16 @@ impl Board {
                 format!("'{name}' has another layout"),
             ));
         }
+        let token = [
+            board.word(TOKEN_WORDS).load(Ordering::Relaxed),
+            board.word(TOKEN_WORDS + 1).load(Ordering::Relaxed),
+        ];
+        if token != named.token {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("'{name}' is another board (its token differs)"),
+            ));
+        }
         Ok(board)
     }
 
@@ -370,11 +403,6 @@ impl Board {
             ops: AtomicU64::new(0),
             room: AtomicU64::new(slots(p) as u64),
         })
-    }
-
-    /// Removes the board's name (the mappings stay).
-    pub(crate) fn remove(name: &str) {
-        let _ = std::fs::remove_file(name);
     }
 
     #[inline(always)]
@@ -741,12 +769,25 @@ impl Board {
     }
 }
 
-/// Gives `file` a length of `len` bytes, every page of them allocated: a sparse file's pages
-/// are taken at the first store, and a store that finds no room in the file system kills the
-/// process with SIGBUS rather than failing. On tmpfs, a length beyond the file system's size
-/// fails at once; one within it but beyond what is free takes pages until none is left, then
-/// gives them back.
-fn reserve(file: &std::fs::File, name: &str, len: usize) -> io::Result<()> {
+/// A new memory file of this process, which may be sealed; closed on exec.
+fn memory_file() -> io::Result<OwnedFd> {
+    // SAFETY: memfd_create reads the NUL-terminated name and returns a new descriptor or -1.
+    let fd = unsafe {
+        libc::memfd_create(
+            c"bsp-board".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Takes every page of `file`'s `len` bytes: a file's pages are otherwise taken at the first
+/// store, and a store that finds no memory kills the process with SIGBUS rather than failing.
+fn reserve(file: &std::fs::File, len: usize) -> io::Result<()> {
     let Ok(size) = libc::off_t::try_from(len) else {
         return Err(io::Error::other(format!("no board of {len} bytes")));
     };
@@ -765,22 +806,126 @@ fn reserve(file: &std::fs::File, name: &str, len: usize) -> io::Result<()> {
     };
     tracing::warn!(
         bytes = len,
-        "no room for the host board in /dev/shm ({err}): messages instead"
+        "no memory for the host board ({err}): messages instead"
     );
     Err(io::Error::new(
         err.kind(),
-        format!("reserving {len} bytes for {name}: {err}"),
+        format!("reserving {len} bytes for the host board: {err}"),
     ))
 }
 
-/// Removes a board's name when dropped (nothing for an empty name).
-pub(crate) struct Unlink(pub String);
+/// Pid 0's memory file of a board, and the name under which the other processes open it while
+/// it stays open (closed when dropped; the mappings keep the memory).
+pub(crate) struct BoardFile {
+    _file: std::fs::File,
+    pub(crate) name: String,
+}
 
-impl Drop for Unlink {
-    fn drop(&mut self) {
-        if !self.0.is_empty() {
-            Board::remove(&self.0);
+/// Where a process of this host finds pid 0's board: `bsp-board:PID:FD:BOOT_ID:PID_NS:TOKEN`.
+/// `/proc/PID/fd/FD` is pid 0's descriptor of the board's memory file only on the kernel
+/// that booted with `BOOT_ID`, in the pid namespace `PID_NS`; the random `TOKEN` is also in
+/// the board's first line, so that a descriptor that names something else by then (pid 0
+/// gone, its number taken) is never used as the board.
+#[derive(Debug, PartialEq, Eq)]
+struct BoardName {
+    pid: u32,
+    fd: u32,
+    host: Host,
+    token: [u64; 2],
+}
+
+/// A kernel boot and pid namespace: where a process number names one process.
+#[derive(Debug, PartialEq, Eq)]
+struct Host {
+    /// `/proc/sys/kernel/random/boot_id`: a UUID, new at every boot of every machine.
+    boot_id: String,
+    /// The inode number of `/proc/self/ns/pid`.
+    pid_ns: u64,
+}
+
+impl Host {
+    fn this() -> io::Result<Host> {
+        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?
+            .trim()
+            .to_owned();
+        let pid_ns = std::fs::metadata("/proc/self/ns/pid")?.ino();
+        Ok(Host { boot_id, pid_ns })
+    }
+}
+
+impl BoardName {
+    /// The name of this process's descriptor `fd`, with a new token.
+    fn here(fd: libc::c_int) -> io::Result<BoardName> {
+        let mut r = [0u8; 16];
+        // SAFETY: `r` is writable for its length.
+        let got = unsafe { libc::getrandom(r.as_mut_ptr().cast(), r.len(), 0) };
+        if got != r.len() as isize {
+            return Err(io::Error::last_os_error());
         }
+        let word = |i: usize| u64::from_le_bytes(r[i..i + 8].try_into().expect("8 bytes"));
+        Ok(BoardName {
+            pid: std::process::id(),
+            fd: u32::try_from(fd).map_err(|_| io::Error::other("a negative descriptor"))?,
+            host: Host::this()?,
+            token: [word(0), word(8)],
+        })
+    }
+
+    /// Reads a name that [`BoardName`]'s `Display` wrote; anything else is an error that
+    /// quotes it.
+    fn parse(name: &str) -> io::Result<BoardName> {
+        let bad = || {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("'{name}' is not a board's name"),
+            )
+        };
+        let rest = name.strip_prefix(PREFIX).ok_or_else(bad)?;
+        let f: Vec<&str> = rest.split(':').collect();
+        let [pid, fd, boot_id, pid_ns, token] = f[..] else {
+            return Err(bad());
+        };
+        let uuid =
+            boot_id.len() == 36 && boot_id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+        let hex = |s: &str| {
+            (s.len() == 16 && s.bytes().all(|b| b.is_ascii_hexdigit()))
+                .then(|| u64::from_str_radix(s, 16).ok())
+                .flatten()
+        };
+        let digits = |s: &str, most: usize| {
+            !s.is_empty() && s.len() <= most && s.bytes().all(|b| b.is_ascii_digit())
+        };
+        if !uuid
+            || token.len() != 32
+            || !token.is_ascii()
+            || !digits(pid, 10)
+            || !digits(fd, 10)
+            || !digits(pid_ns, 20)
+        {
+            return Err(bad());
+        }
+        let (Some(t0), Some(t1)) = (hex(&token[..16]), hex(&token[16..])) else {
+            return Err(bad());
+        };
+        Ok(BoardName {
+            pid: pid.parse().map_err(|_| bad())?,
+            fd: fd.parse().map_err(|_| bad())?,
+            host: Host {
+                boot_id: boot_id.to_owned(),
+                pid_ns: pid_ns.parse().map_err(|_| bad())?,
+            },
+            token: [t0, t1],
+        })
+    }
+}
+
+impl std::fmt::Display for BoardName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{PREFIX}{}:{}:{}:{}:{:016x}{:016x}",
+            self.pid, self.fd, self.host.boot_id, self.host.pid_ns, self.token[0], self.token[1]
+        )
     }
 }
 
@@ -828,9 +973,9 @@ mod tests {
 
     #[test]
     fn two_processes_of_one_board_see_each_other() {
-        let (a, name) = Board::create(2).expect("create");
-        let b = Board::open(&name, 2, 1).expect("open");
-        Board::remove(&name);
+        let (a, file) = Board::create(2).expect("create");
+        let b = Board::open(&file.name, 2, 1).expect("open");
+        drop(file);
         let mut out = Vec::new();
         for round in 1..=5u64 {
             assert_eq!(a.arrived(1, round), Ok(false));
@@ -850,9 +995,9 @@ mod tests {
 
     #[test]
     fn a_row_ahead_of_its_reader_is_an_error() {
-        let (a, name) = Board::create(2).expect("create");
-        let b = Board::open(&name, 2, 1).expect("open");
-        Board::remove(&name);
+        let (a, file) = Board::create(2).expect("create");
+        let b = Board::open(&file.name, 2, 1).expect("open");
+        drop(file);
         let k = slots(2) as u64;
         for _ in 0..=k {
             assert_eq!(b.room_for(), None, "room for the first {k} operations");
@@ -873,9 +1018,9 @@ mod tests {
     /// (with no sync timeout).
     #[test]
     fn a_row_behind_what_its_writer_has_written_is_an_error() {
-        let (a, name) = Board::create(2).expect("create");
-        let b = Board::open(&name, 2, 1).expect("open");
-        Board::remove(&name);
+        let (a, file) = Board::create(2).expect("create");
+        let b = Board::open(&file.name, 2, 1).expect("open");
+        drop(file);
         let k = slots(2) as u64;
         for _ in 0..=2 * k {
             b.publish(0, 1, 0, &[], false);
@@ -895,9 +1040,9 @@ mod tests {
 
     #[test]
     fn a_writer_waits_for_room_once_it_is_a_row_ahead() {
-        let (a, name) = Board::create(2).expect("create");
-        let b = Board::open(&name, 2, 1).expect("open");
-        Board::remove(&name);
+        let (a, file) = Board::create(2).expect("create");
+        let b = Board::open(&file.name, 2, 1).expect("open");
+        drop(file);
         let k = slots(2) as u64;
         for n in 1..=k {
             assert_eq!(a.room_for(), None);
@@ -914,97 +1059,131 @@ mod tests {
         assert_eq!(a.publish(k + 1, 1, 0, &[], false), k + 1);
     }
 
-    /// Where `/dev/shm` cannot hold the board, creating it fails and leaves no file, rather
-    /// than making a mapping whose first store to a page without room would be a SIGBUS. A
-    /// board larger than the whole file system stands for one larger than what is free: tmpfs
-    /// refuses it before taking a page, where one larger than what is free only would first
-    /// take the pages that the machine's other users of `/dev/shm` need.
-    #[test]
-    fn a_board_that_dev_shm_cannot_hold_is_not_made() {
-        // SAFETY: all zeroes is a valid statvfs, which the call overwrites.
-        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-        // SAFETY: a NUL-terminated path and a statvfs to write, both live for the call.
-        let rc = unsafe { libc::statvfs(c"/dev/shm".as_ptr(), &mut st) };
-        assert_eq!(rc, 0, "statvfs /dev/shm: {}", io::Error::last_os_error());
-        let size = st.f_blocks as usize * st.f_frsize as usize;
-        if size == 0 {
-            // A tmpfs without a size would give every page the machine has.
-            assert!(
-                !testkit::netns::required(),
-                "CI needs a /dev/shm of limited size"
-            );
-            eprintln!("skipped: /dev/shm has no size");
-            return;
+    /// A memory file of `len` bytes with `p` processes' layout in its first words, made as
+    /// another build might make it: `reserved` (every page taken) or not, its size `sealed` or
+    /// not. Returns it and its name.
+    fn made_board(p: usize, reserved: bool, sealed: bool) -> (std::fs::File, String) {
+        use std::os::unix::fs::FileExt;
+        let len = board_bytes(p);
+        let file = std::fs::File::from(memory_file().expect("a memory file"));
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .expect("its mode");
+        file.set_len(len as u64).expect("its length");
+        if reserved {
+            reserve(&file, len).expect("its pages");
         }
-        let len = size + (1 << 30);
-        let made = Board::create_sized(2, len);
-        if let Ok((_, name)) = &made {
-            Board::remove(name);
+        if sealed {
+            // SAFETY: fcntl on a descriptor the test owns, with plain integer arguments.
+            let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, SIZE_SEALS) };
+            assert_eq!(rc, 0, "sealing: {}", io::Error::last_os_error());
         }
-        let e = made
-            .err()
-            .unwrap_or_else(|| panic!("a board of {len} bytes in a /dev/shm of {size} was made"));
-        let msg = e.to_string();
-        let at = msg
-            .find(PREFIX)
-            .unwrap_or_else(|| panic!("no name in '{msg}'"));
-        let name = &msg[at..at + PREFIX.len() + 32];
-        assert!(
-            !std::path::Path::new(name).exists(),
-            "'{name}' left behind: {msg}"
-        );
+        let name = BoardName::here(file.as_raw_fd()).expect("a name");
+        let layout = [
+            MAGIC,
+            p as u64,
+            slot_cap(p) as u64,
+            slots(p) as u64,
+            bulk_bytes(p) as u64,
+            LAYOUT_VERSION,
+            name.token[0],
+            name.token[1],
+        ];
+        let bytes: Vec<u8> = layout.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        file.write_all_at(&bytes, 0).expect("the layout");
+        (file, name.to_string())
     }
 
     /// A board file of the right size, owner and layout whose memory was never reserved, as
     /// a creator that does not reserve it (another version) would leave: an error naming it,
-    /// where it was mapped, and a store to a page that `/dev/shm` had no room for would have
+    /// where it was mapped, and a store to a page that the kernel had no memory for would have
     /// killed the process with SIGBUS.
     #[test]
     fn opening_refuses_a_board_whose_memory_is_not_reserved() {
-        use std::os::unix::fs::FileExt;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("a clock after 1970")
-            .as_nanos() as u64;
-        let name = format!("{PREFIX}{:016x}{now:016x}", std::process::id());
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&name)
-            .expect("a board file");
-        let _unlink = Unlink(name.clone());
-        file.set_len(board_bytes(2) as u64).expect("a sparse file");
-        let layout = [
-            MAGIC,
-            2,
-            slot_cap(2) as u64,
-            slots(2) as u64,
-            bulk_bytes(2) as u64,
-            LAYOUT_VERSION,
-        ];
-        let bytes: Vec<u8> = layout.iter().flat_map(|w| w.to_ne_bytes()).collect();
-        file.write_all_at(&bytes, 0).expect("the layout");
+        let (_file, name) = made_board(2, false, true);
         match Board::open(&name, 2, 1) {
             Err(e) => assert!(e.to_string().contains("reserved"), "{e}"),
             Ok(_) => panic!("a board whose memory is not reserved was opened"),
         }
+        let (_file, name) = made_board(2, true, true);
+        assert!(Board::open(&name, 2, 1).is_ok(), "the same, reserved");
+    }
+
+    /// A board's size is sealed: no process, its own or another of this user, can shrink the
+    /// memory under the others' mappings (a store past the end would kill them with SIGBUS)
+    /// or grow it; and a file whose size is not sealed is refused, whatever it holds.
+    #[test]
+    fn a_boards_size_cannot_change_and_an_unsealed_one_is_refused() {
+        let (_a, file) = Board::create(2).expect("create");
+        let b = Board::open(&file.name, 2, 1).expect("open");
+        let named = BoardName::parse(&file.name).expect("its name");
+        let other = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/{}/fd/{}", named.pid, named.fd))
+            .expect("another descriptor of it");
+        let len = board_bytes(2) as u64;
+        for to in [0, len / 2, len + 4096] {
+            let e = other.set_len(to).expect_err("the size of a board changed");
+            assert_eq!(e.raw_os_error(), Some(libc::EPERM), "{e}");
+        }
+        assert_eq!(other.metadata().expect("its size").len(), len);
+        // Still usable at its full size.
+        b.publish(1, 1, 0, &[7], false);
+        let (_file, name) = made_board(2, true, false);
+        match Board::open(&name, 2, 1) {
+            Err(e) => assert!(e.to_string().contains("not sealed"), "{e}"),
+            Ok(_) => panic!("a board whose size is not sealed was opened"),
+        }
     }
 
     #[test]
-    fn opening_checks_name_size_and_layout() {
-        assert!(Board::open("/etc/passwd", 2, 1).is_err());
-        assert!(Board::open(&format!("{PREFIX}{}", "0".repeat(32)), 2, 1).is_err());
-        let (_a, name) = Board::create(3).expect("create");
-        // A failed assertion below would leave the file in /dev/shm.
-        let _unlink = Unlink(name.clone());
+    fn opening_checks_name_host_size_layout_and_token() {
+        for bad in [
+            "/etc/passwd",
+            "bsp-board:",
+            "bsp-board:1:2:3:4:5",
+            "bsp-board:1:2:00000000-0000-0000-0000-000000000000:4:0123",
+            "bsp-board:1:2:00000000-0000-0000-0000-000000000000:4:0123456789abcdef0123456789abcdeé",
+            "bsp-board:-1:2:00000000-0000-0000-0000-000000000000:4:0123456789abcdef0123456789abcdef",
+        ] {
+            match Board::open(bad, 2, 1) {
+                Err(e) => assert!(e.to_string().contains("not a board"), "{bad}: {e}"),
+                Ok(_) => panic!("'{bad}' opened as a board"),
+            }
+        }
+        let (_a, file) = Board::create(3).expect("create");
+        let name = &file.name.clone();
         // Another machine size: another size of file.
-        assert!(Board::open(&name, 2, 1).is_err());
-        assert!(Board::open(&name, 3, 3).is_err());
-        assert!(Board::open(&name, 3, 2).is_ok());
-        Board::remove(&name);
-        assert!(Board::open(&name, 3, 2).is_err());
+        assert!(Board::open(name, 2, 1).is_err());
+        assert!(Board::open(name, 3, 3).is_err());
+        assert!(Board::open(name, 3, 2).is_ok());
+        let mut named = BoardName::parse(name).expect("its name");
+        assert_eq!(&named.to_string(), name, "a name reads back as written");
+        // The same descriptor, seen from another boot or pid namespace, is not opened at all.
+        let other_boot = "0".repeat(8) + &named.host.boot_id[8..];
+        let here = std::mem::replace(&mut named.host.boot_id, other_boot);
+        match Board::open(&named.to_string(), 3, 2) {
+            Err(e) => {
+                assert_eq!(e.kind(), io::ErrorKind::NotFound, "{e}");
+                assert!(e.to_string().contains("another host"), "{e}");
+            }
+            Ok(_) => panic!("a board of another boot was opened"),
+        }
+        named.host.boot_id = here;
+        named.host.pid_ns += 1;
+        assert!(Board::open(&named.to_string(), 3, 2).is_err());
+        named.host.pid_ns -= 1;
+        // Another token: the descriptor now names another board.
+        named.token[1] ^= 1;
+        match Board::open(&named.to_string(), 3, 2) {
+            Err(e) => assert!(e.to_string().contains("token"), "{e}"),
+            Ok(_) => panic!("a board of another token was opened"),
+        }
+        named.token[1] ^= 1;
+        assert!(Board::open(&named.to_string(), 3, 2).is_ok());
+        // Once pid 0 closes its descriptor, the name leads nowhere.
+        drop(file);
+        assert!(Board::open(name, 3, 2).is_err());
     }
 
     /// A board whose header names another layout version, as a process of another build would
@@ -1012,12 +1191,12 @@ mod tests {
     /// versions, though its magic word and sizes match.
     #[test]
     fn opening_refuses_a_board_of_another_layout_version() {
-        let (a, name) = Board::create(2).expect("create");
-        let _unlink = Unlink(name.clone());
-        assert!(Board::open(&name, 2, 1).is_ok());
-        for other in [0, LAYOUT_VERSION + 1] {
+        let (a, file) = Board::create(2).expect("create");
+        let name = &file.name;
+        assert!(Board::open(name, 2, 1).is_ok());
+        for other in [0, 1, LAYOUT_VERSION + 1] {
             a.word(VERSION_WORD).store(other, Ordering::Relaxed);
-            match Board::open(&name, 2, 1) {
+            match Board::open(name, 2, 1) {
                 Err(e) => {
                     assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
                     let text = e.to_string();
@@ -1032,14 +1211,14 @@ mod tests {
         }
         a.word(VERSION_WORD)
             .store(LAYOUT_VERSION, Ordering::Relaxed);
-        assert!(Board::open(&name, 2, 1).is_ok());
+        assert!(Board::open(name, 2, 1).is_ok());
     }
 
     #[test]
     fn a_sleeper_wakes_when_the_row_is_written() {
-        let (a, name) = Board::create(2).expect("create");
-        let b = Board::open(&name, 2, 1).expect("open");
-        Board::remove(&name);
+        let (a, file) = Board::create(2).expect("create");
+        let b = Board::open(&file.name, 2, 1).expect("open");
+        drop(file);
         std::thread::scope(|s| {
             let t = s.spawn(|| {
                 let start = std::time::Instant::now();
@@ -1060,9 +1239,9 @@ mod tests {
 
     #[test]
     fn a_reader_sees_the_operations_a_process_has_cleared() {
-        let (a, name) = Board::create(2).expect("create");
-        let b = Board::open(&name, 2, 1).expect("open");
-        Board::remove(&name);
+        let (a, file) = Board::create(2).expect("create");
+        let b = Board::open(&file.name, 2, 1).expect("open");
+        drop(file);
         assert!(!b.cleared(0, 1));
         a.clear(1);
         assert!(b.cleared(0, 1));
@@ -1074,9 +1253,9 @@ mod tests {
 
     #[test]
     fn a_held_row_is_written_for_its_readers_and_released_later() {
-        let (a, name) = Board::create(2).expect("create");
-        let b = Board::open(&name, 2, 1).expect("open");
-        Board::remove(&name);
+        let (a, file) = Board::create(2).expect("create");
+        let b = Board::open(&file.name, 2, 1).expect("open");
+        drop(file);
         let mut out = Vec::new();
         assert_eq!(a.publish(7, 1, 9, &[3, 4], true), 1);
         // Written: a reader sees what it is (and a process in another operation a mismatch).

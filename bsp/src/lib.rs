@@ -129,8 +129,8 @@
 //! process runs ahead of the others by up to 16 operations (4 beyond 64 processes), the slots
 //! of its row, and then waits until every process has read the oldest. The board is set up
 //! with a few messages at the first sync (or collective that can use it), and only if pid 0
-//! could reserve its memory in `/dev/shm` (4 MiB for two processes, some 32 MiB from 16 on)
-//! and every process could open it; a wait on it looks at failures and at messages of other
+//! could reserve its memory (an anonymous memory file whose size is sealed: 4 MiB for two
+//! processes, some 32 MiB from 16 on) and every process could open it; a wait on it looks at failures and at messages of other
 //! operations as waits for messages do, so a peer that dies, leaves, or called another
 //! operation is still an error, never a hang.
 //!

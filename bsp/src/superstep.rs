@@ -218,10 +218,9 @@ impl Bsp {
             } else {
                 None
             };
-            let name = created.as_ref().map_or(String::new(), |c| c.1.clone());
-            // The name goes once every process that could open the board has, or when the
-            // setup fails.
-            let _unlink = board::Unlink(name.clone());
+            // Pid 0 keeps the board's file open, and so its name valid, until every process
+            // has answered, or the setup fails.
+            let name = created.as_ref().map_or(String::new(), |c| c.1.name.clone());
             for d in 1..p {
                 self.send_bytes(&call, d, 0, name.as_bytes(), flags)?;
             }

@@ -702,50 +702,29 @@ fn all_to_all_takes_the_board_when_every_row_fits_and_messages_otherwise() {
     }
 }
 
-/// Marks the child of [`a_dev_shm_without_room_for_the_board_keeps_the_messages`].
-const SMALL_SHM_CHILD: &str = "BSP_SMALL_SHM_CHILD";
-const SMALL_SHM_TEST: &str = "a_dev_shm_without_room_for_the_board_keeps_the_messages";
-/// A tmpfs of one page over `/dev/shm`, in a mount namespace of the child's own.
-const SMALL_SHM: &str = "mount -t tmpfs -o size=4k,mode=1777 tmpfs /dev/shm";
+/// Marks the child of [`without_memory_for_the_board_the_processes_keep_their_messages`].
+const NO_ROOM_CHILD: &str = "BSP_NO_ROOM_CHILD";
+const NO_ROOM_TEST: &str = "without_memory_for_the_board_the_processes_keep_their_messages";
+/// The largest file the child may make: room for the shared-memory driver's rings (256 KiB
+/// each), not for a board of two processes (4 MiB).
+const NO_ROOM_FILE_BYTES: u64 = 1 << 20;
 
-/// Where `/dev/shm` has no room for the board, the processes keep their messages: a board
-/// whose pages were not all reserved used to be made all the same, and its first store to a
-/// page that tmpfs could not give killed the process with SIGBUS. The run happens in a child
-/// (this test binary run again) in user and mount namespaces of its own, whose `/dev/shm` is
-/// one page; where this user may not make them, the test says so and passes, except under
-/// `CI=true`, where it fails.
+/// Where the board's memory cannot be had, the processes keep their messages: pid 0's
+/// creation fails, every process hears it, and nobody maps anything (a board whose pages were
+/// not all there would kill its processes with SIGBUS at the first store to a missing page).
+/// The run happens in a child (this test binary run again) whose files may not grow beyond 1
+/// MiB, so that pid 0 cannot size the board's memory file.
 #[test]
-fn a_dev_shm_without_room_for_the_board_keeps_the_messages() {
-    if std::env::var_os(SMALL_SHM_CHILD).is_some() {
-        return small_shm_child();
+fn without_memory_for_the_board_the_processes_keep_their_messages() {
+    if std::env::var_os(NO_ROOM_CHILD).is_some() {
+        return no_room_child();
     }
     let deadline = Instant::now() + Duration::from_secs(60);
-    let unshare = |script: &str| {
-        let mut cmd = Command::new("unshare");
-        cmd.args(["--user", "--map-root-user", "--mount", "sh", "-c", script])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        cmd
-    };
-    let probe = unshare(SMALL_SHM).spawn().map(testkit::Reaped);
-    let can = match probe.map(|p| p.output(deadline)) {
-        Ok((status, _, err)) if !status.success() => Err(err),
-        Ok(_) => Ok(()),
-        Err(e) => Err(e.to_string()),
-    };
-    if let Err(why) = can {
-        // CI runs as root, which may always make namespaces: a skip there would hide the test.
-        assert!(
-            !testkit::netns::required(),
-            "{SMALL_SHM_TEST}: CI needs a mount namespace: {why}"
-        );
-        eprintln!("{SMALL_SHM_TEST}: skipped, no mount namespace of this user's: {why}");
-        return;
-    }
-    let mut cmd = unshare(&format!("{SMALL_SHM} && exec \"$0\" \"$@\""));
-    cmd.arg(std::env::current_exe().expect("this test binary"))
-        .args(["--exact", SMALL_SHM_TEST, "--nocapture", "--test-threads=1"])
-        .env(SMALL_SHM_CHILD, "1");
+    let mut cmd = Command::new(std::env::current_exe().expect("this test binary"));
+    cmd.args(["--exact", NO_ROOM_TEST, "--nocapture", "--test-threads=1"])
+        .env(NO_ROOM_CHILD, "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let (status, out, err) = testkit::Reaped::start(&mut cmd).output(deadline);
     assert!(
         status.success() && out.contains("1 passed"),
@@ -754,9 +733,19 @@ fn a_dev_shm_without_room_for_the_board_keeps_the_messages() {
 }
 
 /// In the child: supersteps that go round every slot of the rows, which span two pages, and a
-/// scan and a reduce through the bulk areas beyond them, on messages; no board file left in
-/// `/dev/shm`.
-fn small_shm_child() {
+/// scan and a reduce through the bulk areas beyond them, on messages.
+fn no_room_child() {
+    let limit = libc::rlimit {
+        rlim_cur: NO_ROOM_FILE_BYTES,
+        rlim_max: NO_ROOM_FILE_BYTES,
+    };
+    // SAFETY: setting a disposition and a limit of this process (one thread runs the test),
+    // both with plain values; a file that may not grow then fails to with EFBIG rather than
+    // the signal ending the process.
+    unsafe {
+        assert_ne!(libc::signal(libc::SIGXFSZ, libc::SIG_IGN), libc::SIG_ERR);
+        assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &limit), 0);
+    }
     let out = run(Net::ShmTwoCopies, 2, |bsp| {
         let me = bsp.pid() as u64;
         let mut got = 0;
@@ -779,9 +768,4 @@ fn small_shm_child() {
         out,
         [(to_0, sum, 1, None, 0), (to_1, sum, 3, Some(true), 0)]
     );
-    let left: Vec<_> = std::fs::read_dir("/dev/shm")
-        .expect("/dev/shm")
-        .map(|e| e.expect("an entry").file_name())
-        .collect();
-    assert!(left.is_empty(), "left in /dev/shm: {left:?}");
 }

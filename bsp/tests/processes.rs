@@ -57,6 +57,15 @@ fn child_process_entry() {
             common::checks::groups(&mut bsp).expect("groups");
             println!("\nprogram-ok {}", bsp.pid());
         }
+        // Supersteps and small collectives of processes of one host over shared memory: on
+        // the host board, which every process says it used.
+        "board" => {
+            common::program::program(&mut bsp).expect("the program");
+            common::checks::collectives(&mut bsp, 3).expect("small collectives");
+            let used = bsp.stats().board_operations;
+            assert!(used > 0, "pid {}: no operation on the board", bsp.pid());
+            println!("\nprogram-ok {}", bsp.pid());
+        }
         "gets" => {
             common::program::gets_every_superstep(&mut bsp, 2000).expect("the gets");
             println!("\nprogram-ok {}", bsp.pid());
@@ -73,9 +82,11 @@ fn child_process_entry() {
     }
 }
 
-/// Starts rank `rank` of a pool of `size` with role `role`; its stdout lines go to `lines`.
+/// Starts rank `rank` of a pool of `size` with role `role` (over ipl's `driver`, or the
+/// default); its stdout lines go to `lines`.
 fn child(
     role: &str,
+    driver: Option<&str>,
     registry: &RegistryServer,
     pool: &str,
     size: u32,
@@ -97,6 +108,9 @@ fn child(
     .env("IPL_SECRET", "bsp-processes")
     .stdout(Stdio::piped())
     .stderr(Stdio::inherit());
+    if let Some(d) = driver {
+        c.env("IPL_DRIVER", d);
+    }
     let mut child = c.spawn().unwrap();
     let out = child.stdout.take().unwrap();
     std::thread::spawn(move || {
@@ -128,11 +142,15 @@ fn wait_exit(child: &mut Reaped, limit: Duration) -> i32 {
 }
 
 fn run_program(role: &str, size: u32) {
+    run_program_on(role, size, None)
+}
+
+fn run_program_on(role: &str, size: u32, driver: Option<&str>) {
     let registry = RegistryServer::start("127.0.0.1:0", "bsp-processes").unwrap();
     let pool = format!("bsp-proc-{}-{size}", std::process::id());
     let (tx, rx) = mpsc::channel();
     let mut children: Vec<Reaped> = (0..size)
-        .map(|rank| child(role, &registry, &pool, size, rank, tx.clone()))
+        .map(|rank| child(role, driver, &registry, &pool, size, rank, tx.clone()))
         .collect();
     drop(tx);
     let mut ok = vec![false; size as usize];
@@ -166,6 +184,16 @@ fn four_processes_run_the_checking_program() {
     run_program("program", 4);
 }
 
+/// Separate processes of one host find pid 0's board through its descriptor (the threads of
+/// the other tests share a process) and use it.
+#[test]
+fn three_processes_of_one_host_share_the_board() {
+    if role().is_some() {
+        return;
+    }
+    run_program_on("board", 3, Some("shm"));
+}
+
 #[test]
 fn four_processes_serve_gets_of_peers_still_in_the_sync() {
     if role().is_some() {
@@ -191,7 +219,7 @@ fn a_killed_process_ends_sync_on_the_others_within_15s() {
     let pool = format!("bsp-kill-{}", std::process::id());
     let (tx, rx) = mpsc::channel();
     let mut children: Vec<Reaped> = (1..4)
-        .map(|rank| child("sync-loop", &registry, &pool, 4, rank, tx.clone()))
+        .map(|rank| child("sync-loop", None, &registry, &pool, 4, rank, tx.clone()))
         .collect();
     drop(tx);
     let mut cfg = Config::tcp(&pool, 4, registry.address().to_string(), "bsp-processes");

@@ -36,6 +36,7 @@ mod words;
 pub use words::WordChannel;
 
 use self::conn::{Backoff, MpiSink, MpiStream, Outbox, SinkShared, Taken};
+use self::raw::Live;
 use super::{Acceptor, Dialed, Driver, Waker};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -43,6 +44,7 @@ use crate::node::NodeId;
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::HashMap;
+use std::io;
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
@@ -121,13 +123,13 @@ impl Watch {
         }
     }
 
-    /// Whether the stream has something to read (the caller holds MPI's `live` lock).
-    fn ready(&self, bulk: bool) -> bool {
+    /// Whether the stream has something to read.
+    fn ready(&self, live: &Live<'_>, bulk: bool) -> bool {
         if bulk {
-            self.taken.any() || matches!(raw::iprobe(self.source, self.bulk_tag), Ok(true))
+            self.taken.any() || matches!(raw::iprobe(live, self.source, self.bulk_tag), Ok(true))
         } else {
             match self.posted.lock().as_ref() {
-                Some(r) => matches!(raw::peek_recv(r), Ok(true)),
+                Some(r) => matches!(raw::peek_recv(live, r), Ok(true)),
                 None => true,
             }
         }
@@ -153,8 +155,8 @@ struct State {
 
 /// MPI in this process.
 pub(crate) struct World {
-    /// True while MPI is initialised: every MPI call holds it for reading, finalising for
-    /// writing, so that no call runs into a finalised library.
+    /// True while MPI is initialised: every MPI call holds it for reading (the [`Live`] it
+    /// takes), finalising for writing, so that no call runs into a finalised library.
     live: RwLock<bool>,
     size: c_int,
     /// Largest connection number the tags can carry.
@@ -182,6 +184,13 @@ pub(crate) struct World {
 }
 
 impl World {
+    /// The proof that MPI runs, which every MPI call takes (held for as long as it lives, and
+    /// no longer than it must: finalising waits for it), or the error of a finalised MPI.
+    #[inline]
+    fn mpi(&self) -> io::Result<Live<'_>> {
+        Live::check(&self.live)
+    }
+
     /// Has the progress thread watch `w` for a parked receiver.
     fn arm(&self, w: &Arc<Watch>) {
         w.armed.store(true, Ordering::Release);
@@ -219,14 +228,14 @@ impl World {
     }
 
     /// What a thread that waits for its own sends from its caller's memory does meanwhile:
-    /// takes the pieces that other ranks asked this process to take (the caller holds MPI's
-    /// `live` lock). Where two ranks send to each other before either reads, each then takes
-    /// the other's pieces at once, without waiting for its progress thread, which may sleep.
-    pub(super) fn take_for_others(&self) {
+    /// takes the pieces that other ranks asked this process to take. Where two ranks send to
+    /// each other before either reads, each then takes the other's pieces at once, without
+    /// waiting for its progress thread, which may sleep.
+    fn take_for_others(&self, live: &Live<'_>) {
         let mut wake = Vec::new();
         {
             let mut st = self.state.lock();
-            take_notices(&mut st, &mut wake);
+            take_notices(live, &mut st, &mut wake);
         }
         for w in wake {
             w.notify();
@@ -256,36 +265,35 @@ pub mod raw_peer {
     /// Sends `bytes` to `rank` with `tag`; returns once MPI has taken them (at once within the
     /// transport's eager limit, else once the receiver has matched the message).
     pub fn send(rank: c_int, tag: c_int, bytes: &[u8]) -> crate::Result<()> {
-        send_with(rank, |_| super::raw::send(rank, tag, bytes))
+        send_with(rank, |_, live| super::raw::send(live, rank, tag, bytes))
     }
 
     /// [`send`] on the word channel's communicator: `tag` [`WORDS`] for a message of words,
     /// from 1 on for one word (tag - 1) with no payload.
     pub fn send_words(rank: c_int, tag: c_int, bytes: &[u8]) -> crate::Result<()> {
-        send_with(rank, |world| {
-            super::raw::send_on(&world.words, rank, tag, bytes)
+        send_with(rank, |world, live| {
+            super::raw::send_on(live, &world.words, rank, tag, bytes)
         })
     }
 
-    /// Runs `send` under MPI's `live` lock, once `rank` is known to be one of the job's.
+    /// Runs `send` while MPI runs, once `rank` is known to be one of the job's.
     fn send_with(
         rank: c_int,
-        send: impl FnOnce(&super::World) -> std::io::Result<()>,
+        send: impl FnOnce(&super::World, &super::Live<'_>) -> std::io::Result<()>,
     ) -> crate::Result<()> {
         let Some(world) = super::world() else {
             return Err(crate::Error::config("IPL_DRIVER", "MPI is not running"));
         };
-        let live = world.live.read_recursive();
-        if !*live {
-            return Err(crate::Error::io("raw MPI send", super::conn::closed()));
-        }
+        let live = world
+            .mpi()
+            .map_err(|e| crate::Error::io("raw MPI send", e))?;
         if !(0..world.size).contains(&rank) {
             return Err(crate::Error::config(
                 "rank",
                 format!("{rank} is not one of the {} MPI ranks", world.size),
             ));
         }
-        send(&world).map_err(|e| crate::Error::io(format!("raw MPI send to rank {rank}"), e))
+        send(&world, &live).map_err(|e| crate::Error::io(format!("raw MPI send to rank {rank}"), e))
     }
 }
 
@@ -443,11 +451,10 @@ pub(crate) fn finish() {
 /// Waits until every rank is leaving too (see [`finish`]).
 fn wait_for_every_rank(world: &World) {
     let started = {
-        let live = world.live.read_recursive();
-        if !*live {
+        let Ok(live) = world.mpi() else {
             return;
-        }
-        raw::ibarrier_on(&world.words)
+        };
+        raw::ibarrier_on(&live, &world.words)
     };
     let mut req = match started {
         Ok(r) => r,
@@ -460,11 +467,10 @@ fn wait_for_every_rank(world: &World) {
     let mut backoff = Backoff::default();
     loop {
         let done = {
-            let live = world.live.read_recursive();
-            if !*live {
+            let Ok(live) = world.mpi() else {
                 return;
-            }
-            raw::test(&mut req)
+            };
+            raw::test(&live, &mut req)
         };
         match done {
             Ok(true) => return,
@@ -487,12 +493,11 @@ fn progress(world: &Arc<World>, acceptor: &dyn Acceptor) {
     let mut wake: Vec<Arc<Waker>> = Vec::new();
     while !world.stop.load(Ordering::SeqCst) {
         let armed = {
-            let live = world.live.read_recursive();
-            if !*live {
+            let Ok(live) = world.mpi() else {
                 break;
-            }
+            };
             let _ = replies.reap(world);
-            while let Ok(Some(m)) = raw::improbe(raw::any_source(), TAG_CONNECT) {
+            while let Ok(Some(m)) = raw::improbe(&live, raw::any_source(), TAG_CONNECT) {
                 let source = m.source;
                 if m.len > MAX_CONNECT_REQUEST {
                     tracing::warn!(
@@ -501,22 +506,22 @@ fn progress(world: &Arc<World>, acceptor: &dyn Acceptor) {
                         "mpi: a connect request of more than {MAX_CONNECT_REQUEST} bytes, \
                          discarded"
                     );
-                    m.discard();
+                    m.discard(&live);
                     continue;
                 }
-                match m.receive_vec() {
+                match m.receive_vec(&live) {
                     Ok(v) => requests.push((source, v)),
                     Err(e) => tracing::warn!("mpi: receiving a connect request: {e}"),
                 }
             }
             let mut st = world.state.lock();
-            take_notices(&mut st, &mut wake);
+            take_notices(&live, &mut st, &mut wake);
             st.watches.retain(|w| Arc::strong_count(w) > 1);
             // Pieces still to take are looked for again soon.
             let mut armed = !st.takes.is_empty();
             for w in &st.watches {
                 if w.armed.load(Ordering::Acquire) {
-                    if w.ready(w.bulk.load(Ordering::Acquire)) {
+                    if w.ready(&live, w.bulk.load(Ordering::Acquire)) {
                         w.armed.store(false, Ordering::Release);
                         wake.push(w.waker.clone());
                     } else {
@@ -524,7 +529,7 @@ fn progress(world: &Arc<World>, acceptor: &dyn Acceptor) {
                     }
                 }
             }
-            discard_drained(&mut st);
+            discard_drained(&live, &mut st);
             armed
         };
         let busy = !requests.is_empty() || !wake.is_empty();
@@ -551,28 +556,24 @@ fn progress(world: &Arc<World>, acceptor: &dyn Acceptor) {
     }
     // What reached connections nobody reads by now is discarded once more: a sender's send
     // from its caller's memory completes only once this process has taken it.
-    {
-        let live = world.live.read_recursive();
-        if *live {
-            discard_drained(&mut world.state.lock());
-        }
+    if let Ok(live) = world.mpi() {
+        discard_drained(&live, &mut world.state.lock());
     }
     replies.finish(world, Instant::now() + Duration::from_secs(1));
 }
 
-/// Acts on the notices that came ([`TAG_NOTICE`]; the caller holds MPI's `live` lock): tells
-/// sinks whose receiver stopped reading, and takes the pieces that senders asked this process
-/// to take for its streams, those asked now and those whose pieces had not all come before.
-/// Streams that got pieces go to `wake`.
-fn take_notices(st: &mut State, wake: &mut Vec<Arc<Waker>>) {
-    while let Ok(Some(m)) = raw::improbe(raw::any_source(), TAG_NOTICE) {
+/// Acts on the notices that came ([`TAG_NOTICE`]): tells sinks whose receiver stopped reading,
+/// and takes the pieces that senders asked this process to take for its streams, those asked
+/// now and those whose pieces had not all come before. Streams that got pieces go to `wake`.
+fn take_notices(live: &Live<'_>, st: &mut State, wake: &mut Vec<Arc<Waker>>) {
+    while let Ok(Some(m)) = raw::improbe(live, raw::any_source(), TAG_NOTICE) {
         let (source, len) = (m.source, m.len);
         let mut b = [0u8; 12];
         if len != 4 && len != 12 {
-            m.discard();
+            m.discard(live);
             continue;
         }
-        if m.receive(&mut b[..len]).is_err() {
+        if m.receive(live, &mut b[..len]).is_err() {
             continue;
         }
         let id = u32::from_le_bytes(b[..4].try_into().expect("4 bytes"));
@@ -592,7 +593,7 @@ fn take_notices(st: &mut State, wake: &mut Vec<Arc<Waker>>) {
         let Some(t) = streams.get(&(source, id)).and_then(Weak::upgrade) else {
             return false;
         };
-        let (done, took) = t.take_until(source, tags(id).2, until);
+        let (done, took) = t.take_until(live, source, tags(id).2, until);
         if took {
             wake.push(t.waker.clone());
         }
@@ -600,22 +601,22 @@ fn take_notices(st: &mut State, wake: &mut Vec<Arc<Waker>>) {
     });
 }
 
-/// Discards what reached connections whose receiver stopped reading (the caller holds MPI's
-/// `live` lock), and forgets those whose end has come.
-fn discard_drained(st: &mut State) {
+/// Discards what reached connections whose receiver stopped reading, and forgets those whose
+/// end has come.
+fn discard_drained(live: &Live<'_>, st: &mut State) {
     st.drains.retain(|&(source, tag, bulk_tag)| {
         let mut end = false;
-        while let Ok(Some(m)) = raw::improbe(source, tag) {
+        while let Ok(Some(m)) = raw::improbe(live, source, tag) {
             end |= m.len == 0;
-            m.discard();
+            m.discard(live);
             if end {
                 break;
             }
         }
         // Pieces sent before the end have arrived by the time it has (MPI keeps one sender's
         // messages in order on a communicator).
-        while let Ok(Some(m)) = raw::improbe(source, bulk_tag) {
-            m.discard();
+        while let Ok(Some(m)) = raw::improbe(live, source, bulk_tag) {
+            m.discard(live);
         }
         !end
     });
@@ -693,12 +694,9 @@ impl Driver for MpiDriver {
         let mut backoff = Backoff::default();
         let reply = loop {
             let found = {
-                let live = world.live.read_recursive();
-                if !*live {
-                    return Err(lost("MPI has been finalised".into()));
-                }
-                raw::improbe(rank, tags(id).1)
-                    .and_then(|m| m.map(|m| m.receive_vec()).transpose())
+                let live = world.mpi().map_err(|e| lost(e.to_string()))?;
+                raw::improbe(&live, rank, tags(id).1)
+                    .and_then(|m| m.map(|m| m.receive_vec(&live)).transpose())
                     .map_err(|e| lost(format!("waiting for rank {rank}'s answer: {e}")))?
             };
             if let Some(r) = found {

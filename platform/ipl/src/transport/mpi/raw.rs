@@ -4,6 +4,9 @@
 //! reports an error (the driver sets `MPI_ERRORS_RETURN` on the world communicator, and on the
 //! word channel's duplicate of it, so that errors come back instead of aborting the job).
 //! Calls without a communicator use the world's; the `_on` forms take one.
+//!
+//! Every call after the start takes a [`Live`], the proof that MPI still runs in this process:
+//! a call that could come after `MPI_Finalize` does not compile.
 
 use mpi::ffi;
 use std::io;
@@ -41,6 +44,34 @@ fn failed(call: &str, rc: c_int) -> io::Error {
     } else {
         io::Error::other(format!("{call} failed with MPI error {rc}"))
     }
+}
+
+/// Proof that MPI runs in this process, which every call of this module after the start takes.
+/// Only [`Live::check`] makes one, under the world's liveness lock, which it holds for as long
+/// as it lives: `MPI_Finalize` is called under that lock taken to write, so it waits until no
+/// call is in flight, and no call can follow it.
+pub(super) struct Live<'a> {
+    _held: parking_lot::RwLockReadGuard<'a, bool>,
+}
+
+impl<'a> Live<'a> {
+    /// A proof that MPI runs, as `lock` (the world's liveness: true until MPI is finalised)
+    /// says, or the error of a finalised MPI. A thread that holds one may take another.
+    #[inline]
+    pub(super) fn check(lock: &'a parking_lot::RwLock<bool>) -> io::Result<Live<'a>> {
+        let guard = lock.read_recursive();
+        if *guard {
+            Ok(Live { _held: guard })
+        } else {
+            Err(finalised())
+        }
+    }
+}
+
+/// The error of a call after MPI was finalised.
+#[cold]
+pub(super) fn finalised() -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, "MPI has been finalised")
 }
 
 fn world() -> ffi::MPI_Comm {
@@ -152,7 +183,12 @@ unsafe impl Send for Request {}
 ///
 /// `buf` must stay valid and unchanged until [`test()`] reports the request complete, or for
 /// ever after [`release`].
-pub(super) unsafe fn isend(dest: c_int, tag: c_int, buf: &[u8]) -> io::Result<Request> {
+pub(super) unsafe fn isend(
+    _: &Live<'_>,
+    dest: c_int,
+    tag: c_int,
+    buf: &[u8],
+) -> io::Result<Request> {
     let len = c_int::try_from(buf.len())
         .map_err(|_| io::Error::other("a piece longer than MPI can count"))?;
     // SAFETY: a null request handle is a valid initial value for an out-parameter.
@@ -176,13 +212,19 @@ pub(super) unsafe fn isend(dest: c_int, tag: c_int, buf: &[u8]) -> io::Result<Re
 
 /// Sends `buf` to `dest` with `tag`, returning once MPI has taken it (for messages within the
 /// transport's eager limit: at once, without waiting for the receiver).
-pub(super) fn send(dest: c_int, tag: c_int, buf: &[u8]) -> io::Result<()> {
-    send_on(&Comm::world(), dest, tag, buf)
+pub(super) fn send(live: &Live<'_>, dest: c_int, tag: c_int, buf: &[u8]) -> io::Result<()> {
+    send_on(live, &Comm::world(), dest, tag, buf)
 }
 
 /// [`send`] on `comm`.
 #[inline]
-pub(super) fn send_on(comm: &Comm, dest: c_int, tag: c_int, buf: &[u8]) -> io::Result<()> {
+pub(super) fn send_on(
+    _: &Live<'_>,
+    comm: &Comm,
+    dest: c_int,
+    tag: c_int,
+    buf: &[u8],
+) -> io::Result<()> {
     let len = c_int::try_from(buf.len())
         .map_err(|_| io::Error::other("a piece longer than MPI can count"))?;
     // SAFETY: `buf` is valid for `len` bytes for the duration of the call.
@@ -192,7 +234,7 @@ pub(super) fn send_on(comm: &Comm, dest: c_int, tag: c_int, buf: &[u8]) -> io::R
 
 /// Starts a barrier of every rank on `comm`, which [`test()`] then completes. A collective
 /// matches no point-to-point message on the communicator.
-pub(super) fn ibarrier_on(comm: &Comm) -> io::Result<Request> {
+pub(super) fn ibarrier_on(_: &Live<'_>, comm: &Comm) -> io::Result<Request> {
     // SAFETY: a null request handle is a valid initial value for an out-parameter.
     let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
     // SAFETY: `comm` is a live communicator of this process; `req` is a valid out-pointer.
@@ -202,7 +244,7 @@ pub(super) fn ibarrier_on(comm: &Comm) -> io::Result<Request> {
 }
 
 /// Whether the request has completed (a send's buffer is then free again).
-pub(super) fn test(req: &mut Request) -> io::Result<bool> {
+pub(super) fn test(_: &Live<'_>, req: &mut Request) -> io::Result<bool> {
     let mut flag: c_int = 0;
     // SAFETY: `req` holds a request from MPI_Isend or MPI_Ibarrier (or the null request after
     // completion, which MPI_Test accepts); the status is ignored.
@@ -212,7 +254,7 @@ pub(super) fn test(req: &mut Request) -> io::Result<bool> {
 }
 
 /// Lets the send complete on its own; its buffer must then stay valid for ever.
-pub(super) fn release(mut req: Request) {
+pub(super) fn release(_: &Live<'_>, mut req: Request) {
     // SAFETY: `req` holds an active or completed send request; freeing one lets MPI complete
     // it in the background (the caller keeps the buffer alive).
     unsafe {
@@ -233,9 +275,14 @@ unsafe impl Send for Recv {}
 ///
 /// `buf` must stay valid, and nothing else may use it, until [`test_recv`] reports the
 /// receive complete, or [`cancel_recv`] returned.
-pub(super) unsafe fn irecv(source: c_int, tag: c_int, buf: &mut [u8]) -> io::Result<Recv> {
+pub(super) unsafe fn irecv(
+    live: &Live<'_>,
+    source: c_int,
+    tag: c_int,
+    buf: &mut [u8],
+) -> io::Result<Recv> {
     // SAFETY: as the caller promises.
-    unsafe { irecv_on(&Comm::world(), source, tag, buf) }
+    unsafe { irecv_on(live, &Comm::world(), source, tag, buf) }
 }
 
 /// [`irecv`] on `comm`.
@@ -245,6 +292,7 @@ pub(super) unsafe fn irecv(source: c_int, tag: c_int, buf: &mut [u8]) -> io::Res
 /// As for [`irecv`].
 #[inline]
 pub(super) unsafe fn irecv_on(
+    _: &Live<'_>,
     comm: &Comm,
     source: c_int,
     tag: c_int,
@@ -280,7 +328,7 @@ pub(super) struct Received {
 }
 
 /// What the receive took, once it has completed (the request is then used up).
-pub(super) fn test_recv(req: &mut Recv) -> io::Result<Option<Received>> {
+pub(super) fn test_recv(_: &Live<'_>, req: &mut Recv) -> io::Result<Option<Received>> {
     let mut flag: c_int = 0;
     let mut status = empty_status();
     // SAFETY: `req` holds a receive from MPI_Irecv; the out-pointers are valid.
@@ -300,7 +348,7 @@ pub(super) fn test_recv(req: &mut Recv) -> io::Result<Option<Received>> {
 }
 
 /// Whether the receive has completed, without using the request up.
-pub(super) fn peek_recv(req: &Recv) -> io::Result<bool> {
+pub(super) fn peek_recv(_: &Live<'_>, req: &Recv) -> io::Result<bool> {
     let mut flag: c_int = 0;
     // SAFETY: `req` holds a receive from MPI_Irecv; the status is ignored.
     let rc = unsafe { ffi::MPI_Request_get_status(req.0, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
@@ -310,7 +358,7 @@ pub(super) fn peek_recv(req: &Recv) -> io::Result<bool> {
 
 /// Cancels the receive and waits until MPI is done with its buffer; the message's length if it
 /// had completed before it could be cancelled.
-pub(super) fn cancel_recv(mut req: Recv) -> io::Result<Option<usize>> {
+pub(super) fn cancel_recv(_: &Live<'_>, mut req: Recv) -> io::Result<Option<usize>> {
     let mut status = empty_status();
     let mut cancelled: c_int = 0;
     let mut count: c_int = 0;
@@ -346,12 +394,17 @@ pub(super) struct Matched {
 }
 
 /// Takes the next message from `source` with `tag`, if one is there.
-pub(super) fn improbe(source: c_int, tag: c_int) -> io::Result<Option<Matched>> {
-    improbe_on(&Comm::world(), source, tag)
+pub(super) fn improbe(live: &Live<'_>, source: c_int, tag: c_int) -> io::Result<Option<Matched>> {
+    improbe_on(live, &Comm::world(), source, tag)
 }
 
 /// [`improbe`] on `comm`.
-pub(super) fn improbe_on(comm: &Comm, source: c_int, tag: c_int) -> io::Result<Option<Matched>> {
+pub(super) fn improbe_on(
+    _: &Live<'_>,
+    comm: &Comm,
+    source: c_int,
+    tag: c_int,
+) -> io::Result<Option<Matched>> {
     let mut flag: c_int = 0;
     // SAFETY: a null message handle is a valid initial value for an out-parameter.
     let mut msg: ffi::MPI_Message = unsafe { ffi::RSMPI_MESSAGE_NULL };
@@ -376,7 +429,7 @@ pub(super) fn improbe_on(comm: &Comm, source: c_int, tag: c_int) -> io::Result<O
 
 impl Matched {
     /// Receives the message into `dst`, which must hold at least its length.
-    pub(super) fn receive(mut self, dst: &mut [u8]) -> io::Result<()> {
+    pub(super) fn receive(mut self, _: &Live<'_>, dst: &mut [u8]) -> io::Result<()> {
         assert!(dst.len() >= self.len, "receive buffer too short");
         // The length came from MPI_Get_count, so it fits a c_int.
         let len = self.len as c_int;
@@ -397,7 +450,7 @@ impl Matched {
 
     /// Receives the message into nothing (MPI reports it truncated): it is gone, whatever its
     /// length, without memory for it.
-    pub(super) fn discard(mut self) {
+    pub(super) fn discard(mut self, _: &Live<'_>) {
         let mut status = empty_status();
         // SAFETY: a receive of 0 bytes writes nothing through the (dangling, never
         // dereferenced) buffer pointer; `msg` came from MPI_Improbe and is received exactly
@@ -414,15 +467,15 @@ impl Matched {
     }
 
     /// Receives the message into a new buffer.
-    pub(super) fn receive_vec(self) -> io::Result<Vec<u8>> {
+    pub(super) fn receive_vec(self, live: &Live<'_>) -> io::Result<Vec<u8>> {
         let mut v = vec![0u8; self.len];
-        self.receive(&mut v)?;
+        self.receive(live, &mut v)?;
         Ok(v)
     }
 }
 
 /// Whether a message from `source` with `tag` is there (without taking it).
-pub(super) fn iprobe(source: c_int, tag: c_int) -> io::Result<bool> {
+pub(super) fn iprobe(_: &Live<'_>, source: c_int, tag: c_int) -> io::Result<bool> {
     let mut flag: c_int = 0;
     // SAFETY: the out-pointer is valid; the status is ignored.
     let rc = unsafe { ffi::MPI_Iprobe(source, tag, world(), &mut flag, ffi::RSMPI_STATUS_IGNORE) };

@@ -20,7 +20,8 @@
 //! calls). The superstep of a bsp machine of two processes that sent nothing exchanges such a
 //! word.
 
-use super::{raw, World};
+use super::raw::{self, Live};
+use super::World;
 use crate::error::{Error, Result};
 use crate::node::NodeId;
 use std::collections::VecDeque;
@@ -135,19 +136,17 @@ impl WordChannel {
             })
     }
 
-    fn finalised() -> Error {
-        Error::io("mpi word channel", super::conn::closed())
+    /// The proof that MPI runs, or the error of a finalised MPI.
+    fn mpi(world: &World) -> Result<Live<'_>> {
+        world.mpi().map_err(|e| Error::io("mpi word channel", e))
     }
 
     /// Sends `words` to `rank`; returns once MPI has taken them.
     pub fn send(&self, rank: usize, words: &[u64]) -> Result<()> {
         let dest = self.rank(rank)?;
         fits(words)?;
-        let live = self.world.live.read_recursive();
-        if !*live {
-            return Err(Self::finalised());
-        }
-        send(&self.world, dest, words)
+        let live = Self::mpi(&self.world)?;
+        send(&live, &self.world, dest, words)
             .map_err(|e| Error::io(format!("mpi word channel: sending to rank {rank}"), e))
     }
 
@@ -165,16 +164,14 @@ impl WordChannel {
             self.early_posted = true;
             return Ok(());
         }
-        let live = self.world.live.read_recursive();
-        if !*live {
-            return Err(Self::finalised());
-        }
+        let live = Self::mpi(&self.world)?;
         // SAFETY: `buf` is a heap block of this channel that nothing else uses while the
         // receive is pending; the receive completes (`test`) or is cancelled and waited for
         // (`cancel`) before the channel lets go of the block, which is leaked should MPI be
         // finalised with the receive pending.
         let r = unsafe {
             raw::irecv_on(
+                &live,
                 &self.world.words,
                 source,
                 raw::any_tag(),
@@ -206,15 +203,13 @@ impl WordChannel {
         let WordChannel {
             world, buf, posted, ..
         } = self;
-        let live = world.live.read_recursive();
-        if !*live {
-            return Err(Self::finalised());
-        }
+        let live = Self::mpi(world)?;
         let failed = |what: &str, e| Error::io(format!("mpi word channel: {what} rank {rank}"), e);
         // SAFETY: as in `post`: `buf` is this channel's own heap block, which nothing else uses
         // while the receive is pending, and which outlives it.
         let r = unsafe {
             raw::irecv_on(
+                &live,
                 &world.words,
                 source,
                 raw::any_tag(),
@@ -223,12 +218,12 @@ impl WordChannel {
         }
         .map_err(|e| failed("receiving from", e))?;
         *posted = Some((r, source));
-        if let Err(e) = send(world, source, words) {
-            cancel_posted(posted, buf);
+        if let Err(e) = send(&live, world, source, words) {
+            cancel_posted(&live, posted, buf);
             return Err(failed("sending to", e));
         }
         for _ in 0..looks {
-            if let Some(n) = completed(posted, buf)? {
+            if let Some(n) = completed(&live, posted, buf)? {
                 return Ok(Some(&buf[..n]));
             }
             std::hint::spin_loop();
@@ -245,11 +240,8 @@ impl WordChannel {
         if self.posted.is_none() {
             return Err(misuse("no receive is posted".into()));
         }
-        let live = self.world.live.read_recursive();
-        if !*live {
-            return Err(Self::finalised());
-        }
-        let n = completed(&mut self.posted, &mut self.buf)?;
+        let live = Self::mpi(&self.world)?;
+        let n = completed(&live, &mut self.posted, &mut self.buf)?;
         Ok(n.map(|n| &self.buf[..n]))
     }
 
@@ -265,12 +257,9 @@ impl WordChannel {
         if self.posted.as_ref().is_some_and(|(_, s)| *s == source) {
             return Ok(None);
         }
-        let live = self.world.live.read_recursive();
-        if !*live {
-            return Err(Self::finalised());
-        }
+        let live = Self::mpi(&self.world)?;
         let ctx = || format!("mpi word channel: looking for a message from rank {rank}");
-        let found = raw::improbe_on(&self.world.words, source, raw::any_tag())
+        let found = raw::improbe_on(&live, &self.world.words, source, raw::any_tag())
             .map_err(|e| Error::io(ctx(), e))?;
         let Some(m) = found else {
             return Ok(None);
@@ -280,7 +269,7 @@ impl WordChannel {
             tag: m.tag,
         };
         if m.len > Self::MAX_WORDS * 8 {
-            m.discard();
+            m.discard(&live);
             return Err(Error::Decode {
                 origin: format!("mpi:{source}"),
                 reason: format!("a word message of {} bytes", got.len),
@@ -289,7 +278,7 @@ impl WordChannel {
         // Room for a length that is not whole words, which `decode` refuses, and for the word
         // that a tag carries.
         let mut words = vec![0u64; m.len.div_ceil(8).max(1)];
-        m.receive(&mut bytemuck::cast_slice_mut(&mut words)[..got.len])
+        m.receive(&live, &mut bytemuck::cast_slice_mut(&mut words)[..got.len])
             .map_err(|e| Error::io(ctx(), e))?;
         let n = decode(source, got, &mut words)?;
         words.truncate(n);
@@ -304,29 +293,27 @@ impl WordChannel {
         if self.posted.is_none() {
             return;
         }
-        let live = self.world.live.read_recursive();
-        if !*live {
+        let Ok(live) = self.world.mpi() else {
             // MPI may still own the block: it is never freed.
             self.posted = None;
             std::mem::forget(std::mem::take(&mut self.buf));
             return;
-        }
-        cancel_posted(&mut self.posted, &mut self.buf);
+        };
+        cancel_posted(&live, &mut self.posted, &mut self.buf);
     }
 }
 
-/// A channel's posted receive and the rank it takes from. The functions below that take one
-/// are called under MPI's `live` lock, which the caller holds.
+/// A channel's posted receive and the rank it takes from.
 type Posted = Option<(raw::Recv, c_int)>;
 
 /// The number of words of the message the posted receive put in `buf`, once it has come;
 /// `None` while it has not. The receive is used up once it has come or its test failed.
-fn completed(posted: &mut Posted, buf: &mut [u64]) -> Result<Option<usize>> {
+fn completed(live: &Live<'_>, posted: &mut Posted, buf: &mut [u64]) -> Result<Option<usize>> {
     let Some((req, source)) = posted.as_mut() else {
         return Err(misuse("no receive is posted".into()));
     };
     let source = *source;
-    match raw::test_recv(req) {
+    match raw::test_recv(live, req) {
         Ok(None) => Ok(None),
         Ok(Some(got)) => {
             *posted = None;
@@ -344,11 +331,11 @@ fn completed(posted: &mut Posted, buf: &mut [u64]) -> Result<Option<usize>> {
 
 /// Cancels the posted receive, if any: MPI no longer writes `buf`, or, where it could not be
 /// cancelled, `buf` is let go of for ever (a fresh empty block takes its place).
-fn cancel_posted(posted: &mut Posted, buf: &mut Box<[u64]>) {
+fn cancel_posted(live: &Live<'_>, posted: &mut Posted, buf: &mut Box<[u64]>) {
     let Some((req, source)) = posted.take() else {
         return;
     };
-    if let Err(e) = raw::cancel_recv(req) {
+    if let Err(e) = raw::cancel_recv(live, req) {
         tracing::warn!(source, "mpi word channel: cancelling a receive: {e}");
         // MPI may still own the block: it is never freed.
         std::mem::forget(std::mem::take(buf));
@@ -356,12 +343,17 @@ fn cancel_posted(posted: &mut Posted, buf: &mut Box<[u64]>) {
 }
 
 /// Sends `words` to `dest` on the channel's communicator: in the tag if they can go there.
-/// Called under MPI's `live` lock.
 #[inline]
-fn send(world: &World, dest: c_int, words: &[u64]) -> std::io::Result<()> {
+fn send(live: &Live<'_>, world: &World, dest: c_int, words: &[u64]) -> std::io::Result<()> {
     match tag_of(words, world.tag_ub) {
-        Some(tag) => raw::send_on(&world.words, dest, tag, &[]),
-        None => raw::send_on(&world.words, dest, TAG_BODY, bytemuck::cast_slice(words)),
+        Some(tag) => raw::send_on(live, &world.words, dest, tag, &[]),
+        None => raw::send_on(
+            live,
+            &world.words,
+            dest,
+            TAG_BODY,
+            bytemuck::cast_slice(words),
+        ),
     }
 }
 

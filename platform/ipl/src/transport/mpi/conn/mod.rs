@@ -111,10 +111,6 @@ const CLOSE_WAIT: Duration = Duration::from_secs(10);
 /// reads).
 const MAX_IN_FLIGHT: usize = 1024;
 
-pub(super) fn closed() -> io::Error {
-    io::Error::new(io::ErrorKind::BrokenPipe, "MPI has been finalised")
-}
-
 /// The memory a send in flight reads.
 enum Buf {
     /// Shared with other connections or made for this send.
@@ -156,14 +152,11 @@ impl Outbox {
     }
 
     fn start(&mut self, world: &World, dest: c_int, tag: c_int, data: Buf) -> io::Result<()> {
-        let live = world.live.read_recursive();
-        if !*live {
-            return Err(closed());
-        }
+        let live = world.mpi()?;
         // SAFETY: `data` is kept in `sends` until the request completes, and leaked if it
         // never does (see `abandon`); neither a Bytes nor a Vec's heap block moves or changes
         // while it is kept there.
-        let req = unsafe { raw::isend(dest, tag, data.bytes())? };
+        let req = unsafe { raw::isend(&live, dest, tag, data.bytes())? };
         self.sends.push_back((req, data));
         Ok(())
     }
@@ -178,12 +171,9 @@ impl Outbox {
         if self.sends.is_empty() {
             return Ok(());
         }
-        let live = world.live.read_recursive();
-        if !*live {
-            return Err(closed());
-        }
+        let live = world.mpi()?;
         while let Some((req, _)) = self.sends.front_mut() {
-            if !raw::test(req)? {
+            if !raw::test(&live, req)? {
                 break;
             }
             if let Some((_, Buf::Pooled(mut v))) = self.sends.pop_front() {
@@ -223,10 +213,10 @@ impl Outbox {
         if self.sends.is_empty() {
             return;
         }
-        let live = world.live.read_recursive();
+        let live = world.mpi().ok();
         for (req, data) in self.sends.drain(..) {
-            if *live {
-                raw::release(req);
+            if let Some(live) = &live {
+                raw::release(live, req);
             }
             // MPI may still read the buffer (or, once finalised, nothing reads it): it must
             // never be freed.

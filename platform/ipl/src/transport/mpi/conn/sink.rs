@@ -2,11 +2,11 @@
 //! the protocol.
 
 use super::{
-    closed, Backoff, Buf, Outbox, CATCH_UP_BYTES_PER_NS, CATCH_UP_WAIT, CLOSE_WAIT, DIRECT_PIECE,
+    Backoff, Buf, Outbox, CATCH_UP_BYTES_PER_NS, CATCH_UP_WAIT, CLOSE_WAIT, DIRECT_PIECE,
     EAGER_FRAME, LARGE_PART, LOOKS_ONLY, MISSED_IN_A_ROW, PIECE, READY_WAIT, SMALL_FRAME,
     TAKEN_IN_A_ROW, TAKEN_WAIT, TAKE_WAIT, WINDOW,
 };
-use crate::transport::mpi::raw::{self, Request};
+use crate::transport::mpi::raw::{self, Live, Request};
 use crate::transport::mpi::{tags, World, TAG_NOTICE};
 use crate::transport::shm::memory::copy_streaming;
 use crate::transport::{Frame, Sink};
@@ -132,16 +132,13 @@ impl MpiSink {
 
     /// Reads the receiver's confirmations; true when some arrived.
     fn read_confirmations(&mut self) -> io::Result<bool> {
-        let live = self.world.live.read_recursive();
-        if !*live {
-            return Err(closed());
-        }
+        let live = self.world.mpi()?;
         let mut got = false;
-        while let Some(m) = raw::improbe(self.dest, self.back_tag)? {
+        while let Some(m) = raw::improbe(&live, self.dest, self.back_tag)? {
             let len = m.len;
             let mut b = [0u8; 16];
             if len != 8 && len != 16 {
-                m.discard();
+                m.discard(&live);
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
                     format!(
@@ -150,7 +147,7 @@ impl MpiSink {
                     ),
                 ));
             }
-            m.receive(&mut b[..len])?;
+            m.receive(&live, &mut b[..len])?;
             let n = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
             // A confirmation counts every byte sent, a wait for a piece the bulk bytes.
             let (what, sent) = if len == 8 {
@@ -221,11 +218,8 @@ impl MpiSink {
         for p in parts {
             self.eager.extend_from_slice(p);
         }
-        let live = self.world.live.read_recursive();
-        if !*live {
-            return Err(closed());
-        }
-        raw::send(self.dest, self.tag, &self.eager)?;
+        let live = self.world.mpi()?;
+        raw::send(&live, self.dest, self.tag, &self.eager)?;
         self.sent += self.eager.len() as u64;
         Ok(())
     }
@@ -423,10 +417,7 @@ impl MpiSink {
         };
         // Held until every send has completed: MPI is not finalised under them.
         let world = self.world.clone();
-        let live = world.live.read_recursive();
-        if !*live {
-            return Err(closed());
-        }
+        let live = world.mpi()?;
         let mut reqs = std::mem::take(&mut self.direct);
         let mut taken = 0u64;
         let mut failed = None;
@@ -457,7 +448,7 @@ impl MpiSink {
             // SAFETY: `piece` is borrowed from the caller for this call, and this function
             // returns only once every send it started has completed (`complete_direct`), so
             // MPI reads it only while the borrow lasts.
-            match unsafe { raw::isend(self.dest, self.bulk_tag, piece) } {
+            match unsafe { raw::isend(&live, self.dest, self.bulk_tag, piece) } {
                 Ok(r) => reqs.push(r),
                 Err(e) => {
                     failed = Some(e);
@@ -471,6 +462,7 @@ impl MpiSink {
         }
         let take = Take {
             world: &world,
+            live: &live,
             dest: self.dest,
             id: self.id,
             until: self.bulk_sent,
@@ -567,6 +559,8 @@ impl PieceCopy {
 /// Sends from the caller's memory on one connection, for the receiving process to take.
 pub(super) struct Take<'a> {
     world: &'a World,
+    /// Held until every send has completed: MPI is not finalised under them.
+    live: &'a Live<'a>,
     dest: c_int,
     /// The connection's number.
     id: u32,
@@ -598,7 +592,7 @@ pub(super) fn complete_direct(reqs: &mut Vec<Request>, take: &Take<'_>) -> bool 
     let mut asked: Option<Instant> = None;
     while !reqs.is_empty() {
         let mut error = None;
-        reqs.retain_mut(|r| match raw::test(r) {
+        reqs.retain_mut(|r| match raw::test(take.live, r) {
             Ok(done) => !done,
             Err(e) => {
                 error = Some(e);
@@ -614,7 +608,7 @@ pub(super) fn complete_direct(reqs: &mut Vec<Request>, take: &Take<'_>) -> bool 
         // Meanwhile this process takes what others asked it to: the receiver may be waiting
         // for its own sends to this one.
         if looks.now_and_then() {
-            take.world.take_for_others();
+            take.world.take_for_others(take.live);
         }
         match asked {
             None if looks.waited() < patience => looks.pause(),
@@ -622,7 +616,7 @@ pub(super) fn complete_direct(reqs: &mut Vec<Request>, take: &Take<'_>) -> bool 
                 let mut word = [0u8; 12];
                 word[..4].copy_from_slice(&take.id.to_le_bytes());
                 word[4..].copy_from_slice(&take.until.to_le_bytes());
-                if let Err(e) = raw::send(take.dest, TAG_NOTICE, &word) {
+                if let Err(e) = raw::send(take.live, take.dest, TAG_NOTICE, &word) {
                     give_up(
                         take.dest,
                         &format!("asking its process to take it failed ({e})"),
@@ -640,7 +634,7 @@ pub(super) fn complete_direct(reqs: &mut Vec<Request>, take: &Take<'_>) -> bool 
                 &format!("its process did not take it within {TAKEN_WAIT:?} of being asked"),
             ),
             Some(_) => {
-                take.world.take_for_others();
+                take.world.take_for_others(take.live);
                 backoff.pause();
             }
         }

@@ -1,10 +1,8 @@
 //! The receiving side of a connection over MPI ([`MpiStream`]); [the parent module](super)
 //! describes the protocol.
 
-use super::{
-    closed, Backoff, Outbox, ACK_EVERY, ASK_AFTER, DIRECT_PIECE, MAX_PIECE, SMALL_FRAME, WINDOW,
-};
-use crate::transport::mpi::raw;
+use super::{Backoff, Outbox, ACK_EVERY, ASK_AFTER, DIRECT_PIECE, MAX_PIECE, SMALL_FRAME, WINDOW};
+use crate::transport::mpi::raw::{self, Live};
 use crate::transport::mpi::{tags, Watch, World, TAG_NOTICE};
 use crate::transport::Stream;
 use crate::wire::HEADER_LEN;
@@ -59,10 +57,11 @@ impl Taken {
     }
 
     /// Takes the stream's pieces from `source` on `bulk_tag` into memory of its own, up to bulk
-    /// byte `until` (the caller holds MPI's `live` lock); returns whether it got that far (or
-    /// gave up), and whether it took something.
+    /// byte `until`; returns whether it got that far (or gave up), and whether it took
+    /// something.
     pub(in crate::transport::mpi) fn take_until(
         &self,
+        live: &Live<'_>,
         source: c_int,
         bulk_tag: c_int,
         until: u64,
@@ -79,7 +78,7 @@ impl Taken {
                 );
                 return (true, took);
             }
-            let m = match raw::improbe(source, bulk_tag) {
+            let m = match raw::improbe(live, source, bulk_tag) {
                 Ok(Some(m)) => m,
                 Ok(None) => return (false, took),
                 Err(e) => {
@@ -90,11 +89,11 @@ impl Taken {
             let len = m.len;
             took = true;
             if len == 0 || len > MAX_PIECE {
-                m.discard();
+                m.discard(live);
                 t.bad = Some(len);
                 continue;
             }
-            match m.receive_vec() {
+            match m.receive_vec(live) {
                 Ok(v) => {
                     t.received += len as u64;
                     t.held += len;
@@ -200,15 +199,12 @@ impl MpiStream {
 
     /// Posts the receive of the next message of the data tag.
     fn post(&mut self) -> io::Result<()> {
-        let live = self.world.live.read_recursive();
-        if !*live {
-            return Err(closed());
-        }
+        let live = self.world.mpi()?;
         // SAFETY: `small` is a heap block owned by this stream, used by nothing else while the
         // receive is pending; the receive completes (it is tested before `small` is read) or is
         // cancelled and waited for (`stop_receiving`) before the stream lets go of the block,
         // and the block is leaked if MPI is finalised with the receive pending.
-        let r = unsafe { raw::irecv(self.source, self.tag, &mut self.small)? };
+        let r = unsafe { raw::irecv(&live, self.source, self.tag, &mut self.small)? };
         *self.posted.lock() = Some(r);
         Ok(())
     }
@@ -244,17 +240,16 @@ impl MpiStream {
 
     /// Whether a read would find something.
     fn ready(&self) -> bool {
-        let live = self.world.live.read_recursive();
-        *live && self.watch.ready(self.bulk_left > 0)
+        self.world
+            .mpi()
+            .is_ok_and(|live| self.watch.ready(&live, self.bulk_left > 0))
     }
 
     /// A piece of a large frame's body: one the progress thread took for the stream, or the
     /// next one on the bulk tag.
     fn read_bulk(&mut self, dst: &mut [u8]) -> io::Result<usize> {
-        let live = self.world.live.read_recursive();
-        if !*live {
-            return Err(closed());
-        }
+        let world = &self.world;
+        let live = world.mpi()?;
         // Held while MPI is asked, so that the progress thread takes no piece meanwhile.
         let mut taken = self.taken.inner.lock();
         let piece = if let Some(v) = taken.pieces.pop_front() {
@@ -263,6 +258,7 @@ impl MpiStream {
         } else if let Some(len) = taken.bad.take() {
             return Err(bad_piece(len, self.bulk_left));
         } else if let Some(m) = look_for_piece(
+            &live,
             self.source,
             self.bulk_tag,
             dst.len().min(self.bulk_left as usize) >= DIRECT_PIECE,
@@ -281,7 +277,7 @@ impl MpiStream {
         };
         if len > MAX_PIECE || len as u64 > self.bulk_left || len == 0 {
             if let NextPiece::Matched(m) = piece {
-                m.discard();
+                m.discard(&live);
             }
             return Err(bad_piece(len, self.bulk_left));
         }
@@ -290,11 +286,11 @@ impl MpiStream {
             NextPiece::Matched(m) => {
                 taken.received += len as u64;
                 if len <= dst.len() {
-                    m.receive(&mut dst[..len])?;
+                    m.receive(&live, &mut dst[..len])?;
                     return Ok(len);
                 }
                 self.held.resize(len, 0);
-                m.receive(&mut self.held)?;
+                m.receive(&live, &mut self.held)?;
             }
             NextPiece::Taken(v) => {
                 if len <= dst.len() {
@@ -338,35 +334,30 @@ impl MpiStream {
                 return Ok(());
             }
         }
-        let live = self.world.live.read_recursive();
-        if !*live {
-            return Err(closed());
-        }
+        let live = self.world.mpi()?;
         self.asked = Some(at);
         let mut word = [0u8; 16];
         word[..8].copy_from_slice(&at.to_le_bytes());
         word[8..].copy_from_slice(&(want as u64).min(self.bulk_left).to_le_bytes());
-        raw::send(self.source, self.back_tag, &word)
+        raw::send(&live, self.source, self.back_tag, &word)
     }
 
     /// The next message of the data tag: a small frame, a large frame's header, or the end.
     fn read_small(&mut self, dst: &mut [u8]) -> io::Result<usize> {
         let len = {
-            let live = self.world.live.read_recursive();
-            if !*live {
-                return Err(closed());
-            }
+            let live = self.world.mpi()?;
             let mut posted = self.posted.lock();
             if self.repost && posted.is_none() {
                 // SAFETY: as in `post`: `small` is this stream's own block, which nothing reads
                 // until the receive completes, and which outlives the receive.
-                *posted = Some(unsafe { raw::irecv(self.source, self.tag, &mut self.small)? });
+                *posted =
+                    Some(unsafe { raw::irecv(&live, self.source, self.tag, &mut self.small)? });
                 self.repost = false;
             }
             let Some(req) = posted.as_mut() else {
                 return Err(io::Error::other("no receive posted"));
             };
-            match raw::test_recv(req)? {
+            match raw::test_recv(&live, req)? {
                 None => return Err(io::ErrorKind::WouldBlock.into()),
                 Some(got) => {
                     *posted = None;
@@ -399,12 +390,11 @@ impl MpiStream {
         let Some(req) = self.posted.lock().take() else {
             return;
         };
-        let live = self.world.live.read_recursive();
-        if !*live {
+        let Ok(live) = self.world.mpi() else {
             std::mem::forget(std::mem::take(&mut self.small));
             return;
-        }
-        match raw::cancel_recv(req) {
+        };
+        match raw::cancel_recv(&live, req) {
             Ok(Some(0)) => self.eof = true,
             Ok(Some(len)) => {
                 // A message came before the receive could be cancelled: a large frame's
@@ -427,14 +417,19 @@ const PIECE_LOOKS: u32 = 16;
 
 /// The next piece from `source` on `bulk_tag`, if one is there, or, for a `large` read, comes
 /// within [`PIECE_LOOKS`] more looks.
-fn look_for_piece(source: c_int, bulk_tag: c_int, large: bool) -> io::Result<Option<raw::Matched>> {
-    let found = raw::improbe(source, bulk_tag)?;
+fn look_for_piece(
+    live: &Live<'_>,
+    source: c_int,
+    bulk_tag: c_int,
+    large: bool,
+) -> io::Result<Option<raw::Matched>> {
+    let found = raw::improbe(live, source, bulk_tag)?;
     if found.is_some() || !large {
         return Ok(found);
     }
     for _ in 0..PIECE_LOOKS {
         std::hint::spin_loop();
-        if let Some(m) = raw::improbe(source, bulk_tag)? {
+        if let Some(m) = raw::improbe(live, source, bulk_tag)? {
             return Ok(Some(m));
         }
     }

@@ -1,7 +1,7 @@
 //! Configuration of a node, from `IPL_*` environment variables or built in code.
 
 use crate::error::{Error, Result};
-use crate::launcher::{self, Launcher};
+use crate::from_launcher::{self, Launcher};
 use std::time::Duration;
 
 /// Which driver carries port connections.
@@ -405,7 +405,7 @@ impl Config {
             }
             Some(l) => {
                 let key = l.job_key(server.as_deref())?;
-                let port = launcher::job_port(&key);
+                let port = from_launcher::job_port(&key);
                 let addr = match server.take() {
                     Some(s) => s,
                     None if l.registry_hosts.is_empty() => {
@@ -437,7 +437,7 @@ impl Config {
                         c.registry_bind = Some(format!("0.0.0.0:{}", server_port(&addr)?));
                     }
                 }
-                c.secret = get("IPL_SECRET").unwrap_or_else(|| launcher::job_secret(&key));
+                c.secret = get("IPL_SECRET").unwrap_or_else(|| from_launcher::job_secret(&key));
                 server = Some(addr);
                 c
             }
@@ -1112,7 +1112,7 @@ mod tests {
         assert_eq!(zero.driver, Driver::Shm);
         assert_eq!(zero.secret, two.secret);
         assert!(!zero.secret.is_empty());
-        let port = crate::launcher::job_port("slurm-4711.2");
+        let port = crate::from_launcher::job_port("slurm-4711.2");
         assert_eq!(two.server, Some(format!("node07:{port}")));
         assert_eq!(zero.server, two.server);
         assert_eq!(zero.registry_bind, Some(format!("0.0.0.0:{port}")));

@@ -58,9 +58,8 @@ pub mod cli;
 pub mod config;
 mod connect;
 pub mod error;
+pub mod from_launcher;
 mod ibis;
-pub mod launch;
-pub mod launcher;
 mod lifeline;
 mod mesh;
 mod message;
@@ -73,6 +72,7 @@ mod processors;
 pub mod quick_lock;
 mod receive_port;
 pub mod registry;
+pub mod run_pool;
 mod send_port;
 pub mod serial;
 pub mod shared_memory;
@@ -87,8 +87,8 @@ mod wire;
 pub use bytes::Bytes;
 pub use config::{ByteOrder, Config, Driver, MpiSends, WanLink};
 pub use error::{Error, Result};
+pub use from_launcher::{Launcher, LauncherKind};
 pub use ibis::Ibis;
-pub use launcher::{Launcher, LauncherKind};
 pub use mesh::{Departure, Lane, Link, Mesh, MeshBuilder, MeshError};
 pub use message::{ReadMessage, WriteMessage};
 pub use node::NodeId;
@@ -102,3 +102,10 @@ pub use registry::{PoolEvent, RegistryServer};
 pub use send_port::SendPort;
 #[cfg(feature = "mpi")]
 pub use transport::mpi::WordChannel;
+
+// The modules' names before they were named for their roles, kept so that programs written
+// against them still build.
+#[doc(hidden)]
+pub use from_launcher as launcher;
+#[doc(hidden)]
+pub use run_pool as launch;

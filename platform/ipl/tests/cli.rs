@@ -205,7 +205,7 @@ fn host_and_secret_files_are_read_only_when_regular_and_small() {
             why,
         );
     }
-    let e = ipl::launch::read_hostfile(std::path::Path::new("/dev/zero")).unwrap_err();
+    let e = ipl::run_pool::read_hostfile(std::path::Path::new("/dev/zero")).unwrap_err();
     assert!(e.to_string().contains("host file /dev/zero"), "{e}");
 }
 

@@ -133,7 +133,7 @@ fn child(
     .env("IPL_SECRET", "satin-processes")
     .env(
         "IPL_LOCATION",
-        ipl::launch::location_of(rank, size, clusters),
+        ipl::run_pool::location_of(rank, size, clusters),
     )
     .stdout(Stdio::piped())
     .stderr(Stdio::inherit());

@@ -251,7 +251,7 @@ fn run_bsp_with<F: for<'de> Deserialize<'de>>(
         .map_err(|e| format!("cannot find this program: {e}"))?
         .to_string_lossy()
         .into_owned();
-    let launch = ipl::launch::Launch {
+    let launch = ipl::run_pool::Launch {
         nodes: p,
         clusters: 1,
         wan_latency: None,
@@ -267,7 +267,7 @@ fn run_bsp_with<F: for<'de> Deserialize<'de>>(
         .collect(),
         prefix_output: true,
     };
-    let code = ipl::launch::run(&launch).map_err(|e| format!("starting {p} processes: {e}"))?;
+    let code = ipl::run_pool::run(&launch).map_err(|e| format!("starting {p} processes: {e}"))?;
     if code != 0 {
         return Err(format!("the bsp run at P = {p} exited with status {code}"));
     }

@@ -319,7 +319,7 @@ fn ipl_processes(
         out: out.clone(),
     };
     let exe = std::env::current_exe().ctx("find this program")?;
-    let launch = ipl::launch::Launch {
+    let launch = ipl::run_pool::Launch {
         nodes: procs,
         clusters: 1,
         wan_latency: None,
@@ -335,7 +335,7 @@ fn ipl_processes(
         ],
         prefix_output: true,
     };
-    let code = ipl::launch::run(&launch).ctx("start the processes")?;
+    let code = ipl::run_pool::run(&launch).ctx("start the processes")?;
     if code != 0 {
         return Err(format!("{procs} processes exited with status {code}"));
     }

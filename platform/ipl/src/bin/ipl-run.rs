@@ -131,8 +131,8 @@ fn launch(a: Args) -> ipl::Result<i32> {
         .collect::<ipl::Result<Vec<_>>>()?;
     let remote = match &a.hostfile {
         None => None,
-        Some(path) => Some(ipl::launch::Remote {
-            hosts: ipl::launch::read_hostfile(path)?,
+        Some(path) => Some(ipl::run_pool::Remote {
+            hosts: ipl::run_pool::read_hostfile(path)?,
             rsh: a.rsh.split_whitespace().map(str::to_string).collect(),
             registry_addr: a.registry_addr.clone(),
         }),
@@ -155,16 +155,16 @@ fn launch(a: Args) -> ipl::Result<i32> {
                     "a launch with --join uses the running pool's registry",
                 ));
             }
-            Some(ipl::launch::Join {
+            Some(ipl::run_pool::Join {
                 registry: addr.clone(),
-                pool: ipl::launch::Named { pool, secret },
+                pool: ipl::run_pool::Named { pool, secret },
                 location: a.location.clone(),
             })
         }
     };
     let named = match (pool, secret) {
         (None, None) => None,
-        (pool, secret) => Some(ipl::launch::Named {
+        (pool, secret) => Some(ipl::run_pool::Named {
             pool: pool.unwrap_or_else(|| format!("run-{}", std::process::id())),
             secret: secret.unwrap_or_else(|| {
                 (0..16)
@@ -183,7 +183,7 @@ fn launch(a: Args) -> ipl::Result<i32> {
     };
     let nodes = match (a.nodes, &remote) {
         (Some(n), _) => n,
-        (None, Some(r)) => ipl::launch::total_slots(&r.hosts),
+        (None, Some(r)) => ipl::run_pool::total_slots(&r.hosts),
         (None, None) => {
             return Err(ipl::Error::config(
                 "-n",
@@ -191,7 +191,7 @@ fn launch(a: Args) -> ipl::Result<i32> {
             ))
         }
     };
-    let launch = ipl::launch::Launch {
+    let launch = ipl::run_pool::Launch {
         nodes,
         clusters: a.clusters,
         wan_latency: a.wan_latency,
@@ -200,7 +200,7 @@ fn launch(a: Args) -> ipl::Result<i32> {
         env,
         prefix_output: !a.no_prefix,
     };
-    let options = ipl::launch::RunOptions {
+    let options = ipl::run_pool::RunOptions {
         remote,
         grace: a.grace,
         tolerate_failures: a.tolerate_failures,
@@ -208,7 +208,7 @@ fn launch(a: Args) -> ipl::Result<i32> {
         registry_bind,
         join,
     };
-    ipl::launch::run_with(&launch, &options)
+    ipl::run_pool::run_with(&launch, &options)
 }
 
 fn main() {

@@ -432,7 +432,7 @@ fn launch(c: &Config, m: &mut Measured) -> Result<(), Failure> {
         ("SATIN_BENCH_MODE".into(), c.mode.into()),
     ];
     env.extend(c.env.iter().cloned());
-    let launch = ipl::launch::Launch {
+    let launch = ipl::run_pool::Launch {
         nodes: c.nodes,
         clusters: c.clusters,
         wan_latency: c.latency,
@@ -441,11 +441,11 @@ fn launch(c: &Config, m: &mut Measured) -> Result<(), Failure> {
         env,
         prefix_output: true,
     };
-    let options = ipl::launch::RunOptions {
+    let options = ipl::run_pool::RunOptions {
         tolerate_failures: c.crashes,
         ..Default::default()
     };
-    let code = ipl::launch::run_with(&launch, &options)?;
+    let code = ipl::run_pool::run_with(&launch, &options)?;
     if code != 0 {
         return Err(format!("{}: a process exited with status {code}", c.name).into());
     }

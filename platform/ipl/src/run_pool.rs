@@ -145,11 +145,11 @@ pub struct Host {
 /// comment; blank lines are skipped. `origin` names the file in errors, which name the line.
 ///
 /// ```
-/// let hosts = ipl::launch::parse_hostfile("# two nodes\nnode1 slots=2\nnode2  # spare\n", "h").unwrap();
+/// let hosts = ipl::run_pool::parse_hostfile("# two nodes\nnode1 slots=2\nnode2  # spare\n", "h").unwrap();
 /// assert_eq!(hosts.len(), 2);
 /// assert_eq!((hosts[0].name.as_str(), hosts[0].slots), ("node1", 2));
 /// assert_eq!((hosts[1].name.as_str(), hosts[1].slots), ("node2", 1));
-/// let e = ipl::launch::parse_hostfile("node1\nnode2 slots=x\n", "h").unwrap_err();
+/// let e = ipl::run_pool::parse_hostfile("node1\nnode2 slots=x\n", "h").unwrap_err();
 /// assert!(e.to_string().contains("h line 2"), "{e}");
 /// ```
 pub fn parse_hostfile(text: &str, origin: &str) -> Result<Vec<Host>> {

@@ -342,3 +342,267 @@ pub(crate) fn leaving(l: &Link, epoch: u64) -> ipl::Result<u64> {
 pub(crate) fn left(l: &Link, epoch: u64) -> ipl::Result<u64> {
     bare(l, LEFT, epoch)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipl::WriteMessage;
+    use proptest::prelude::*;
+
+    /// One message of every kind, written field by field as the table at the top of this
+    /// module lays them out, with the fields a decode must give back.
+    fn every_kind() -> Vec<(Vec<u8>, &'static str)> {
+        let msg = |kind: u8, fill: &dyn Fn(&mut WriteMessage<'_>), expect: &'static str| {
+            let mut w = WriteMessage::detached();
+            w.write_u8(kind);
+            w.write_u64(7);
+            fill(&mut w);
+            (w.into_bytes().expect("a detached message"), expect)
+        };
+        vec![
+            msg(
+                STEAL,
+                &|w| {
+                    w.write_u64(3);
+                    w.write_bool(true);
+                },
+                "steal 3 true",
+            ),
+            msg(
+                REPLY,
+                &|w| {
+                    w.write_u64(3);
+                    w.write_bool(false);
+                    w.write_bool(true);
+                    w.write_u64(9);
+                    w.write_bytes(b"Fib");
+                    w.write_bytes(&[1, 2, 3]);
+                },
+                "reply 3 false 9 Fib [1, 2, 3]",
+            ),
+            msg(
+                REPLY,
+                &|w| {
+                    w.write_u64(4);
+                    w.write_bool(true);
+                    w.write_bool(false);
+                },
+                "reply 4 true none",
+            ),
+            msg(
+                RESULT,
+                &|w| {
+                    w.write_u64(9);
+                    w.write_bool(true);
+                    w.write_bytes(&[5, 6]);
+                },
+                "result 9 [5, 6]",
+            ),
+            msg(
+                RESULT,
+                &|w| {
+                    w.write_u64(9);
+                    w.write_bool(false);
+                    w.write_bytes(b"it broke");
+                },
+                "result 9 error it broke",
+            ),
+            msg(CANCEL, &|w| w.write_u64(9), "cancel 9"),
+            msg(DONE, &|w| w.write_bool(true), "done ok"),
+            msg(
+                DONE,
+                &|w| {
+                    w.write_bool(false);
+                    w.write_bytes(b"why");
+                },
+                "done why",
+            ),
+            msg(DONE_ACK, &|_| {}, "done-ack"),
+            msg(FAILED, &|w| w.write_bytes(b"why"), "failed why"),
+            msg(HELLO, &|_| {}, "hello"),
+            msg(WELCOME, &|w| w.write_bool(true), "welcome true"),
+            msg(
+                ORPHANS,
+                &|w| {
+                    w.write_u32(2);
+                    w.write_u32(2);
+                    for t in [&b"a"[..], b"bc"] {
+                        w.write_bytes(b"Fib");
+                        w.write_bytes(t);
+                    }
+                },
+                "orphans of 2: Fib [97] Fib [98, 99]",
+            ),
+            msg(
+                ORPHAN_RESULT,
+                &|w| {
+                    w.write_bytes(b"Fib");
+                    w.write_bytes(&[1]);
+                    w.write_bytes(&[2]);
+                },
+                "orphan-result Fib [1] [2]",
+            ),
+            msg(RETURNED, &|w| w.write_u64(9), "returned 9"),
+            msg(LEAVING, &|_| {}, "leaving"),
+            msg(ALL_DONE, &|_| {}, "all-done"),
+            msg(LEFT, &|_| {}, "left"),
+        ]
+    }
+
+    /// A decoded message in words, to compare with what was written.
+    fn words(m: &Msg) -> String {
+        match m {
+            Msg::Steal { req, wide } => format!("steal {req} {wide}"),
+            Msg::Reply { req, wide, job } => match job {
+                Some(j) => format!("reply {req} {wide} {} {} {:?}", j.id, j.type_name, j.task),
+                None => format!("reply {req} {wide} none"),
+            },
+            Msg::Result { job, output } => match output {
+                Ok(o) => format!("result {job} {o:?}"),
+                Err(e) => format!("result {job} error {e}"),
+            },
+            Msg::Cancel { job } => format!("cancel {job}"),
+            Msg::Done { failure } => match failure {
+                None => "done ok".into(),
+                Some(f) => format!("done {f}"),
+            },
+            Msg::DoneAck => "done-ack".into(),
+            Msg::Failed { reason } => format!("failed {reason}"),
+            Msg::Hello => "hello".into(),
+            Msg::Welcome { active } => format!("welcome {active}"),
+            Msg::Orphans { dead, jobs } => {
+                let jobs: Vec<String> = jobs
+                    .iter()
+                    .map(|j| format!("{} {:?}", j.type_name, j.task))
+                    .collect();
+                format!("orphans of {dead}: {}", jobs.join(" "))
+            }
+            Msg::OrphanResult { job, output } => {
+                format!("orphan-result {} {:?} {output:?}", job.type_name, job.task)
+            }
+            Msg::Returned { job } => format!("returned {job}"),
+            Msg::Leaving => "leaving".into(),
+            Msg::AllDone => "all-done".into(),
+            Msg::Left => "left".into(),
+        }
+    }
+
+    /// Every kind decodes to what was written; every message cut short anywhere is an error
+    /// (never a panic, nor a message read from what is not there).
+    #[test]
+    fn every_kind_decodes_whole_and_refuses_every_cut() {
+        for (bytes, expect) in every_kind() {
+            let mut m = ReadMessage::from_bytes(bytes.clone(), false);
+            let (epoch, msg) = decode(&mut m).unwrap_or_else(|e| panic!("{expect}: {e}"));
+            assert_eq!((epoch, words(&msg).as_str()), (7, expect));
+            for cut in 0..bytes.len() {
+                let mut m = ReadMessage::from_bytes(bytes[..cut].to_vec(), false);
+                assert!(
+                    decode(&mut m).is_err(),
+                    "{expect}: {cut} of {} bytes decoded",
+                    bytes.len()
+                );
+            }
+        }
+    }
+
+    /// Lengths that claim more than a message can hold are errors that say so, before any
+    /// memory is set aside for them.
+    #[test]
+    fn absurd_counts_and_lengths_are_errors() {
+        let mut w = WriteMessage::detached();
+        w.write_u8(ORPHANS);
+        w.write_u64(1);
+        w.write_u32(2);
+        w.write_u32(u32::MAX);
+        let mut m = ReadMessage::from_bytes(w.into_bytes().expect("bytes"), false);
+        let e = decode(&mut m)
+            .err()
+            .expect("u32::MAX orphans decoded")
+            .to_string();
+        assert!(e.contains("orphan jobs listed"), "{e}");
+        // A task whose length field claims a terabyte, in a message of a few bytes.
+        let mut bytes = every_kind()[1].0.clone();
+        let at = bytes.len() - 3 - 8;
+        bytes[at..at + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        let mut m = ReadMessage::from_bytes(bytes, false);
+        let e = decode(&mut m)
+            .err()
+            .expect("a terabyte task decoded")
+            .to_string();
+        assert!(e.contains("1099511627776 bytes announced"), "{e}");
+        let mut w = WriteMessage::detached();
+        w.write_u8(99);
+        w.write_u64(1);
+        let mut m = ReadMessage::from_bytes(w.into_bytes().expect("bytes"), false);
+        let e = decode(&mut m).err().expect("kind 99 decoded").to_string();
+        assert!(e.contains("unknown satin message kind 99"), "{e}");
+    }
+
+    /// A value of one of the types the messages carry.
+    #[derive(Debug, Clone)]
+    enum Value {
+        U8(u8),
+        U32(u32),
+        U64(u64),
+        Bool(bool),
+        Bytes(Vec<u8>),
+    }
+
+    /// Small numbers and lengths more often than not, where the decoder's choices lie.
+    fn value() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            (0u8..20).prop_map(Value::U8),
+            prop_oneof![0u32..5, any::<u32>()].prop_map(Value::U32),
+            prop_oneof![0u64..5, any::<u64>()].prop_map(Value::U64),
+            any::<bool>().prop_map(Value::Bool),
+            proptest::collection::vec(any::<u8>(), 0..16).prop_map(Value::Bytes),
+        ]
+    }
+
+    proptest! {
+        /// Any bytes at all decode to a message or an error.
+        #[test]
+        fn any_bytes_decode_or_fail(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let mut m = ReadMessage::from_bytes(bytes, false);
+            let _ = decode(&mut m);
+        }
+
+        /// Any well-formed values, of any types in any order, after a known kind and an
+        /// epoch (the branches past the first check): a message or an error.
+        #[test]
+        fn any_values_after_a_known_kind_decode_or_fail(
+            kind in 1u8..=15,
+            values in proptest::collection::vec(value(), 0..12),
+        ) {
+            let mut w = WriteMessage::detached();
+            w.write_u8(kind);
+            w.write_u64(7);
+            for v in &values {
+                match v {
+                    Value::U8(x) => w.write_u8(*x),
+                    Value::U32(x) => w.write_u32(*x),
+                    Value::U64(x) => w.write_u64(*x),
+                    Value::Bool(x) => w.write_bool(*x),
+                    Value::Bytes(x) => w.write_bytes(x),
+                }
+            }
+            let mut m = ReadMessage::from_bytes(w.into_bytes().expect("bytes"), false);
+            let _ = decode(&mut m);
+        }
+
+        /// Every message with one byte changed: a message or an error.
+        #[test]
+        fn every_kind_with_a_byte_changed_decodes_or_fails(
+            which in 0usize..18,
+            at in any::<prop::sample::Index>(),
+            to in any::<u8>(),
+        ) {
+            let mut bytes = every_kind()[which].0.clone();
+            let i = at.index(bytes.len());
+            bytes[i] = to;
+            let mut m = ReadMessage::from_bytes(bytes, false);
+            let _ = decode(&mut m);
+        }
+    }
+}

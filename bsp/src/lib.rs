@@ -238,6 +238,8 @@ mod inbox;
 mod local;
 #[cfg(feature = "mpi")]
 mod mpi_sync;
+#[cfg(feature = "mpi")]
+mod mpi_words;
 mod net;
 mod number;
 mod op;

@@ -25,72 +25,13 @@
 
 use crate::collective::{Call, Folded};
 use crate::error::{Error, Result};
+use crate::mpi_words::{pair_word, stamp, MpiSync, Words, HEAD, STAMP_BITS, STAMP_MASK};
 use crate::op;
 use crate::superstep::Bsp;
-use smallvec::SmallVec;
 
-/// A message as received, inline up to a machine of 13 processes.
-type Words = SmallVec<[u64; 16]>;
-
-/// Words in front of the counts in a message.
-const HEAD: usize = 3;
 /// Looks at the channel that an exchange of two processes makes before its wait, which polls
 /// the control port between looks, takes over.
 const EXCHANGE_LOOKS: u32 = 256;
-
-/// A one-word message between two processes keeps the low 16 bits of its operation's number
-/// in its low bits (see [`Bsp::pair_over_channel`]), and the count in the bits above.
-const STAMP_BITS: u32 = 16;
-const STAMP_MASK: u64 = (1 << STAMP_BITS) - 1;
-
-/// The stamp of operation `seq` in a one-word message.
-fn stamp(seq: u64) -> u64 {
-    seq & STAMP_MASK
-}
-
-/// The one-word message of operation `seq` with `count`, if the count fits it.
-fn pair_word(seq: u64, count: u64) -> Option<u64> {
-    (count >> (64 - STAMP_BITS) == 0).then(|| count << STAMP_BITS | stamp(seq))
-}
-
-/// What a message on the channel says its sender called, if that is operation `seq`: for a
-/// process that waits for messages of operation `seq` and finds a peer in a sync over MPI
-/// instead. A whole message names its operation; a word alone is a sync of two processes.
-pub(crate) fn called_at(msg: &[u64], seq: u64) -> Option<String> {
-    match *msg {
-        [s, op_round, sig, ..] if s == seq => Some(op::describe_call(op_round as u8, sig)),
-        [word] if word & STAMP_MASK == stamp(seq) => Some(op::name(op::SYNC).to_string()),
-        _ => None,
-    }
-}
-
-/// The process's word channel and the MPI rank of each pid of the whole machine.
-pub(crate) struct MpiSync {
-    pub(crate) chan: ipl::WordChannel,
-    pub(crate) ranks: Vec<usize>,
-    /// The message being sent, reused.
-    out: Vec<u64>,
-}
-
-impl MpiSync {
-    /// The channel for a machine of `nodes` (by pid), if this process can take it: every node
-    /// has an MPI rank, and the messages fit it.
-    pub(crate) fn new(ibis: &ipl::Ibis, nodes: &[ipl::NodeId]) -> Option<MpiSync> {
-        if nodes.len() + HEAD > ipl::WordChannel::MAX_WORDS {
-            return None;
-        }
-        let chan = ibis.word_channel()?;
-        let ranks = nodes
-            .iter()
-            .map(|n| chan.rank_of(n))
-            .collect::<Option<Vec<_>>>()?;
-        Some(MpiSync {
-            chan,
-            ranks,
-            out: Vec::new(),
-        })
-    }
-}
 
 /// The error of a sync over MPI without the channel, which the machine's setup gave every
 /// process or none.
@@ -221,10 +162,7 @@ impl Bsp {
         counts: &[u64],
     ) -> Result<()> {
         self.on_channel(call, pid, "sending counts to", |m, rank| {
-            m.out.clear();
-            m.out.extend_from_slice(head);
-            m.out.extend_from_slice(counts);
-            m.chan.send(rank, &m.out)
+            m.send(rank, head, counts)
         })
     }
 
@@ -281,10 +219,7 @@ impl Bsp {
             EXCHANGE_LOOKS
         };
         let got = self.on_channel(call, pid, "exchanging counts with", |m, rank| {
-            m.out.clear();
-            m.out.extend_from_slice(head);
-            m.out.extend_from_slice(counts);
-            Ok(m.chan.exchange(rank, &m.out, looks)?.map(Words::from_slice))
+            m.exchange(rank, head, counts, looks)
         });
         match got {
             Ok(Some(msg)) => Ok(msg),

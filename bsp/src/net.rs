@@ -600,7 +600,7 @@ pub(crate) struct Net {
     /// The whole machine's sync over MPI, when it runs on ipl's mpi driver (see
     /// [`mpi_sync`](crate::mpi_sync)).
     #[cfg(feature = "mpi")]
-    pub words: Option<crate::mpi_sync::MpiSync>,
+    pub words: Option<crate::mpi_words::MpiSync>,
     /// What the environment asks of the host board and of the sync over MPI.
     pub switches: Switches,
 }
@@ -1073,7 +1073,7 @@ impl Net {
             let Ok(Some(msg)) = m.chan.peek(m.ranks[j]) else {
                 continue;
             };
-            let Some(theirs) = crate::mpi_sync::called_at(msg, ctx.seq) else {
+            let Some(theirs) = crate::mpi_words::called_at(msg, ctx.seq) else {
                 continue;
             };
             return Some(Error::CollectiveMismatch {

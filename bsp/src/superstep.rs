@@ -201,7 +201,7 @@ impl Bsp {
         #[cfg(feature = "mpi")]
         let words = if self.ibis.config().driver == ipl::Driver::Mpi && switches.mpi_sync {
             let nodes = self.net().nodes.clone();
-            crate::mpi_sync::MpiSync::new(&self.ibis, &nodes)
+            crate::mpi_words::MpiSync::new(&self.ibis, &nodes)
         } else {
             None
         };

@@ -19,6 +19,8 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct Ibis {
     pub(crate) inner: Arc<IbisInner>,
+    /// The node's receive ports by name, which the drivers' acceptor finds them in.
+    pub(crate) ports: Arc<PortTable>,
 }
 
 impl Ibis {
@@ -69,7 +71,8 @@ impl Ibis {
         endpoint.joined(&id);
         tracing::debug!(node = %id, "joined pool '{}'", cfg.pool);
         Ok(Ibis {
-            inner: Arc::new(IbisInner::new(id, cfg, pool, ports, endpoint, registry)),
+            inner: Arc::new(IbisInner::new(id, cfg, pool, endpoint, registry)),
+            ports,
         })
     }
 

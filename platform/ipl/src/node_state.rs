@@ -1,14 +1,12 @@
 //! What a node's handle ([`Ibis`](crate::Ibis)) and its ports share: the node's identity,
-//! configuration, pool, port table and drivers, and its leaving of the pool.
+//! configuration, pool and drivers, and its leaving of the pool.
 
 use crate::config::Config;
 use crate::node::NodeId;
 use crate::pool::Pool;
-use crate::receive_port::PortTable;
 use crate::registry::RegistryServer;
 use crate::transport::select::Endpoint;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 
 /// A node, shared by its [`Ibis`](crate::Ibis) handles and its ports: the node leaves its pool
 /// when the last of them is dropped (or at [`Ibis::end`](crate::Ibis::end)).
@@ -16,7 +14,6 @@ pub(crate) struct IbisInner {
     pub(crate) id: NodeId,
     pub(crate) cfg: Config,
     pub(crate) pool: Pool,
-    pub(crate) ports: Arc<PortTable>,
     /// The node's drivers and listeners.
     pub(crate) endpoint: Endpoint,
     next_send_port: AtomicU64,
@@ -32,7 +29,6 @@ impl IbisInner {
         id: NodeId,
         cfg: Config,
         pool: Pool,
-        ports: Arc<PortTable>,
         endpoint: Endpoint,
         registry: Option<RegistryServer>,
     ) -> IbisInner {
@@ -40,7 +36,6 @@ impl IbisInner {
             id,
             cfg,
             pool,
-            ports,
             endpoint,
             next_send_port: AtomicU64::new(0),
             registry,

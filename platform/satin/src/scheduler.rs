@@ -2,6 +2,7 @@
 //! the sleep bookkeeping, the signal words (publish requests and abort generations) and the
 //! counters.
 
+
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -26,6 +27,12 @@ const PARK_ACTIVE: Duration = Duration::from_millis(1);
 const PARK_IDLE: Duration = Duration::from_millis(100);
 
 /// What other threads may see of one worker.
+///
+/// `repr(C)` keeps the fields in the order written: the checks of every spawn and sync find
+/// the signal word (`publish_request`) at a fixed distance *before* the worker in `slot` (see
+/// [`signal_changed`](crate::worker::signal_changed)), which the default representation,
+/// free to reorder fields, would not promise.
+#[repr(C)]
 pub(crate) struct WorkerShared {
     pub(crate) stealer: Stealer<JobRef>,
     /// The worker's signal word: the publish request, which thieves that found the public
@@ -39,6 +46,11 @@ pub(crate) struct WorkerShared {
     /// The worker itself, while its thread runs (see [`WorkerSlot`]).
     pub(crate) slot: WorkerSlot,
 }
+
+// The distance `signal_changed` steps back from the worker to its signal word is positive.
+const _: () = assert!(
+    std::mem::offset_of!(WorkerShared, publish_request) < std::mem::offset_of!(WorkerShared, slot)
+);
 
 /// Where a worker's thread keeps its [`Worker`]: next to the worker's signal word, so that
 /// the checks of every spawn and sync find the word at a fixed distance from the worker, with

@@ -147,8 +147,8 @@ impl Frame {
 /// The type-independent part of every record. `#[repr(C)]` keeps it at offset 0 so a pointer
 /// to the header is a pointer to the record.
 ///
-/// A spawn writes the first four fields only; `owner` is written by whoever takes the job
-/// from another worker, before anything reads it.
+/// A spawn writes the first five fields only (`spawn_epoch` and `state` in one store); `owner`
+/// is written by whoever takes the job from another worker, before anything reads it.
 #[repr(C)]
 pub(crate) struct JobHeader {
     pub(crate) vtable: &'static JobVTable,
@@ -161,8 +161,10 @@ pub(crate) struct JobHeader {
     /// The parent's `abort_epoch` when this job was spawned; the job is aborted once they differ.
     pub(crate) spawn_epoch: u32,
     pub(crate) state: AtomicU8,
-    /// Worker the job was taken from, written by whoever takes it from another worker (or the
-    /// injector) before running it: that worker waits for the job, so it is the one to wake.
+    /// Worker the job was taken from, written by whoever takes it from another worker's deque
+    /// before running it (a thief, or `Remote::steal_oldest` before the job leaves or comes back
+    /// through the injector): that worker waits for the job, so it is the one to wake. Roots
+    /// never read it.
     pub(crate) owner: Owner,
 }
 

@@ -82,8 +82,8 @@
 //! (the task, later its output) at the top of the worker's record stack and links it on top of
 //! the private deque; sync pops the frame's children off that deque and runs them; a frame
 //! counts only the children that left the private deque (published for thieves), so a child
-//! that is never stolen costs no counting. An idle worker tries the other workers in random
-//! order and takes the oldest published job; if a victim has published nothing, the thief
+//! that is never stolen costs no counting. An idle worker tries the other workers in turn from
+//! a random one and takes the oldest published job; if a victim has published nothing, the thief
 //! raises a flag and the victim publishes its private jobs at its next spawn or sync. A job
 //! therefore becomes stealable no later than its parent's next spawn or sync. The flag shares
 //! one word per worker with the abort generation, so that a spawn or sync checks both with one

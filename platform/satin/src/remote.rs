@@ -229,8 +229,8 @@ impl Remote {
     }
 
     /// Installs `hook`, called by a worker (with its index) when it has found no job in this
-    /// process for a while: once when it starts to back off and again before each time it
-    /// parks, so the layer can send a steal request elsewhere. While a hook is installed,
+    /// process for a while: once when it starts to back off, every 10 rounds of yielding after
+    /// that, and before each time it parks, so the layer can send a steal request elsewhere. While a hook is installed,
     /// sleeping workers wake at least every millisecond to call it. Work obtained that way is
     /// run with [`submit`](Remote::submit). The hook runs on the idle worker, which may block
     /// in it (a synchronous steal), but is then unavailable for local work. Replaces any

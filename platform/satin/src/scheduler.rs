@@ -1,7 +1,4 @@
-//! State shared by the workers of one runtime: their stealers, the injector for new roots,
-//! the sleep bookkeeping, the signal words (publish requests and abort generations) and the
-//! counters.
-
+#![doc = include_str!("scheduler.md")]
 
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
@@ -159,7 +156,8 @@ pub(crate) struct Scheduler {
     pub(crate) inlining: Inlining,
     /// Roots, and jobs put back by the remote hooks, that any worker may take.
     pub(crate) injector: Injector<JobRef>,
-    /// Number of workers marked sleeping; spawns look at it to decide whether to wake one.
+    /// Number of workers marked sleeping: a worker that publishes jobs (`Worker::publish`)
+    /// looks at it to decide whether to wake one, and the distributed layer to count idle ones.
     pub(crate) sleepers: CachePadded<AtomicUsize>,
     pub(crate) active_roots: AtomicUsize,
     pub(crate) shutdown: AtomicBool,

@@ -1,5 +1,7 @@
-//! A worker thread: runs its own jobs depth-first, steals the oldest jobs of others when it
-//! has none, and never blocks while work exists anywhere.
+//! A worker thread: runs its own jobs depth-first, and steals the oldest jobs of others when
+//! it has none. It parks only when no job is visible to it (the injector and the public
+//! deques; jobs other workers keep private are published when it asks), and then for at most
+//! a millisecond while a run is active.
 
 use std::cell::{Cell, UnsafeCell};
 use std::hint;

@@ -15,6 +15,7 @@
 //! work: `setup`, `messages` (and their encoding, `proto`), `stealing`, `lifecycle`, `failures`
 //! and `results`; `node` holds what they share. They reach the local runtime only through
 //! [`remote`](crate::remote).
+#![doc = include_str!("README.md")]
 
 mod failures;
 mod lifecycle;

@@ -2,7 +2,8 @@
 //!
 //! Every node is a member of the mesh [`MESH`] (see `ipl::Mesh`): its control port carries
 //! small messages and its data port, which is always drained, carries jobs and results (the
-//! `REPLY`s that carry a job, `RESULT`s and `ORPHAN_RESULT`s). A message starts with its kind
+//! `REPLY`s that carry a job, `RESULT`s and `ORPHAN_RESULT`s), and the `RETURNED` and `LEFT`
+//! that must come after a leaver's last results. A message starts with its kind
 //! (a `u8`) and the run it belongs to (the epoch, a `u64`: runs of one pool are numbered from 1
 //! on every node, and a node that joins a running pool takes the master's numbering); the rest
 //! depends on the kind:

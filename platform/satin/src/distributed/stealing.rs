@@ -3,8 +3,9 @@
 //! Random stealing sends one synchronous request at a time to a random other member and waits
 //! for the answer. Cluster-aware stealing keeps at most one asynchronous request in flight to
 //! a random member of another location and meanwhile steals synchronously inside its own.
-//! Failed steals back off exponentially (100 µs doubling to 20 ms, jittered), per kind of
-//! steal, so an idle node sends a few dozen requests per second rather than one per wake-up.
+//! Failed steals back off exponentially (100 µs doubling to 20 ms, each wait drawn between
+//! half and all of it), per kind of steal, so that once backed off an idle node sends 50 to 100
+//! requests per second of each kind rather than one per wake-up.
 //! A node that is leaving the pool asks nobody.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

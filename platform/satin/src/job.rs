@@ -341,7 +341,7 @@ pub(crate) struct Job<T: Task> {
     /// The output, once the job has finished with one.
     pub(crate) output: UnsafeCell<MaybeUninit<T::Output>>,
     /// The task, until it runs (or is dropped unrun, or given away).
-    pub(crate) task: UnsafeCell<MaybeUninit<T>>,
+    task: UnsafeCell<MaybeUninit<T>>,
 }
 
 /// Where the output of type `O` lies in a record (see [`Job`]).

@@ -38,7 +38,7 @@ pub(crate) struct WorkerShared {
     pub(crate) publish_request: Signal,
     /// True while the worker is parked (or about to park).
     pub(crate) sleeping: CachePadded<AtomicBool>,
-    pub(crate) thread: OnceLock<Thread>,
+    thread: OnceLock<Thread>,
     pub(crate) counters: CachePadded<WorkerCounters>,
     /// The worker itself, while its thread runs (see [`WorkerSlot`]).
     pub(crate) slot: WorkerSlot,

@@ -179,14 +179,14 @@ impl fmt::Display for Stats {
 /// and no read-modify-write instruction sits on the spawn path; readers see a recent value.
 #[derive(Default)]
 pub(crate) struct WorkerCounters {
-    pub(crate) spawns: AtomicU64,
-    pub(crate) inlined: AtomicU64,
-    pub(crate) syncs: AtomicU64,
-    pub(crate) steal_attempts: AtomicU64,
-    pub(crate) steals: AtomicU64,
-    pub(crate) aborts: AtomicU64,
-    pub(crate) executed: AtomicU64,
-    pub(crate) discarded: AtomicU64,
+    spawns: AtomicU64,
+    inlined: AtomicU64,
+    syncs: AtomicU64,
+    steal_attempts: AtomicU64,
+    steals: AtomicU64,
+    aborts: AtomicU64,
+    executed: AtomicU64,
+    discarded: AtomicU64,
     pub(crate) idle_ns: AtomicU64,
 }
 

@@ -84,7 +84,7 @@
 //! `/dev/shm` (a container's 64 MiB, say), only by the memory the processes may use.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -109,8 +109,6 @@ const LAYOUT_VERSION: u64 = 2;
 const VERSION_WORD: usize = 5;
 /// The two words of the first line that hold the board's token (see [`BoardName`]).
 const TOKEN_WORDS: usize = 6;
-/// Seals that fix the size of the board's memory file for good.
-const SIZE_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
 /// The start of every board's name.
 const PREFIX: &str = "bsp-board:";
 
@@ -239,14 +237,10 @@ impl Board {
             return Err(io::Error::other(format!("no board for {p} processes")));
         }
         let len = board_bytes(p);
-        let file = std::fs::File::from(memory_file()?);
+        // Sealed at its full length, which its reservation keeps to.
+        let file = std::fs::File::from(ipl::shared_memory::sealed_memory_file(c"bsp-board", len)?);
         file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-        file.set_len(len as u64)?;
         reserve(&file, len)?;
-        // SAFETY: fcntl on a descriptor this function owns, with plain integer arguments.
-        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, SIZE_SEALS) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
         let board = Board::map(&file, len, p, 0)?;
         let name = BoardName::here(file.as_raw_fd())?;
         board.word(1).store(p as u64, Ordering::Relaxed);
@@ -298,10 +292,7 @@ impl Board {
             .read(true)
             .write(true)
             .open(format!("/proc/{}/fd/{}", named.pid, named.fd))?;
-        // SAFETY: fcntl(F_GET_SEALS) on a descriptor this function owns; returns the seals or
-        // -1 (for a file that is not a memory file, say).
-        let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
-        if seals < 0 || seals & SIZE_SEALS != SIZE_SEALS {
+        if !ipl::shared_memory::size_sealed(file.as_fd()) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("'{name}' is not a board: its size is not sealed"),
@@ -769,22 +760,6 @@ impl Board {
     }
 }
 
-/// A new memory file of this process, which may be sealed; closed on exec.
-fn memory_file() -> io::Result<OwnedFd> {
-    // SAFETY: memfd_create reads the NUL-terminated name and returns a new descriptor or -1.
-    let fd = unsafe {
-        libc::memfd_create(
-            c"bsp-board".as_ptr(),
-            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
 /// Takes every page of `file`'s `len` bytes: a file's pages are otherwise taken at the first
 /// store, and a store that finds no memory kills the process with SIGBUS rather than failing.
 fn reserve(file: &std::fs::File, len: usize) -> io::Result<()> {
@@ -970,6 +945,7 @@ fn futex_wake(w: &AtomicU32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::FromRawFd;
 
     #[test]
     fn two_processes_of_one_board_see_each_other() {
@@ -1065,17 +1041,22 @@ mod tests {
     fn made_board(p: usize, reserved: bool, sealed: bool) -> (std::fs::File, String) {
         use std::os::unix::fs::FileExt;
         let len = board_bytes(p);
-        let file = std::fs::File::from(memory_file().expect("a memory file"));
+        let fd = if sealed {
+            ipl::shared_memory::sealed_memory_file(c"bsp-board", len).expect("a memory file")
+        } else {
+            // SAFETY: memfd_create reads the NUL-terminated name and returns a new descriptor
+            // or -1.
+            let fd = unsafe { libc::memfd_create(c"bsp-board".as_ptr(), libc::MFD_CLOEXEC) };
+            assert!(fd >= 0, "a memory file: {}", io::Error::last_os_error());
+            // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+            unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+        };
+        let file = std::fs::File::from(fd);
         file.set_permissions(std::fs::Permissions::from_mode(0o600))
             .expect("its mode");
         file.set_len(len as u64).expect("its length");
         if reserved {
             reserve(&file, len).expect("its pages");
-        }
-        if sealed {
-            // SAFETY: fcntl on a descriptor the test owns, with plain integer arguments.
-            let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, SIZE_SEALS) };
-            assert_eq!(rc, 0, "sealing: {}", io::Error::last_os_error());
         }
         let name = BoardName::here(file.as_raw_fd()).expect("a name");
         let layout = [

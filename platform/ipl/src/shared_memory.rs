@@ -18,6 +18,25 @@
 //! assert_eq!(&out, b"hello");
 //! ```
 
+/// A new anonymous memory file (`memfd_create`, listed under `name`) of `len` zero bytes, its
+/// size sealed for good (`F_SEAL_SHRINK`, `F_SEAL_GROW`, `F_SEAL_SEAL`) and closed on exec:
+/// memory to share whose size no process can change under another's mapping (a store to a
+/// page past the end of a shrunk file kills the process with SIGBUS). The memory the shared
+/// memory driver's rings live in.
+pub fn sealed_memory_file(
+    name: &std::ffi::CStr,
+    len: usize,
+) -> std::io::Result<std::os::fd::OwnedFd> {
+    crate::transport::shm::memory::sealed_memfd(name, len)
+}
+
+/// Whether `fd` is a memory file whose size is sealed for good, as [`sealed_memory_file`]
+/// makes them: what a process that maps memory another one made checks first (false for any
+/// other file).
+pub fn size_sealed(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    crate::transport::shm::memory::size_sealed(fd)
+}
+
 /// Copies `dst.len()` bytes from shared memory at `src` into `dst`.
 ///
 /// # Safety

@@ -5,11 +5,44 @@
 //! of a shrunk file would kill the process with SIGBUS); the sender checks the seals before it
 //! maps anything.
 
+use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 /// Seals that fix the size of a memfd for good.
 const SIZE_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+
+/// A new memfd named `name` of `len` zero bytes, its size sealed for good, closed on exec.
+pub(crate) fn sealed_memfd(name: &CStr, len: usize) -> io::Result<OwnedFd> {
+    let len = libc::off_t::try_from(len)
+        .map_err(|_| io::Error::other(format!("no memory file of {len} bytes")))?;
+    // SAFETY: memfd_create reads the NUL-terminated name and returns a new descriptor or -1.
+    let fd =
+        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: ftruncate and fcntl on a descriptor we own, with plain integer arguments.
+    unsafe {
+        if libc::ftruncate(fd.as_raw_fd(), len) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SIZE_SEALS) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(fd)
+}
+
+/// Whether `fd` is a memfd whose size is sealed for good (false for any other file).
+pub(crate) fn size_sealed(fd: BorrowedFd<'_>) -> bool {
+    // SAFETY: fcntl(F_GET_SEALS) on a descriptor borrowed for the call; returns the seals or
+    // -1 (for a file that takes no seals).
+    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+    seals >= 0 && seals & SIZE_SEALS == SIZE_SEALS
+}
 
 /// A shared mapping of a sealed memfd; unmapped when dropped.
 pub(crate) struct Mapping {
@@ -54,25 +87,7 @@ impl Mapping {
     /// Creates `len` bytes of zeroed shared memory with its size sealed; returns the mapping
     /// and the descriptor to hand to the other side.
     pub(crate) fn create(len: usize) -> io::Result<(Mapping, OwnedFd)> {
-        let name = c"ipl-shm";
-        // SAFETY: memfd_create reads the NUL-terminated name and returns a new descriptor or -1.
-        let fd = unsafe {
-            libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: ftruncate and fcntl on a descriptor we own, with plain integer arguments.
-        unsafe {
-            if libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SIZE_SEALS) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-        }
+        let fd = sealed_memfd(c"ipl-shm", len)?;
         let m = Mapping::map(&fd, len)?;
         Ok((m, fd))
     }
@@ -81,9 +96,7 @@ impl Mapping {
     /// bytes whose size is sealed.
     pub(crate) fn open(fd: &OwnedFd, len: usize) -> io::Result<Mapping> {
         let bad = |why: String| io::Error::new(io::ErrorKind::InvalidData, why);
-        // SAFETY: fcntl(F_GET_SEALS) on a descriptor we own; returns the seals or -1.
-        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
-        if seals < 0 || seals & SIZE_SEALS != SIZE_SEALS {
+        if !size_sealed(fd.as_fd()) {
             return Err(bad("the shared memory's size is not sealed".into()));
         }
         // SAFETY: fstat fills the zeroed stat we pass.

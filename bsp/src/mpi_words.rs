@@ -64,17 +64,16 @@ impl MpiSync {
         })
     }
 
-    /// The message of `head` (empty, or a header) and then `counts`, in the reused buffer.
-    fn message(&mut self, head: &[u64], counts: &[u64]) -> &[u64] {
+    /// Puts the message of `head` (empty, or a header) and then `counts` in the reused buffer.
+    fn write_out(&mut self, head: &[u64], counts: &[u64]) {
         self.out.clear();
         self.out.extend_from_slice(head);
         self.out.extend_from_slice(counts);
-        &self.out
     }
 
     /// Sends `head` and then `counts` to MPI rank `rank`.
     pub(crate) fn send(&mut self, rank: usize, head: &[u64], counts: &[u64]) -> ipl::Result<()> {
-        self.message(head, counts);
+        self.write_out(head, counts);
         self.chan.send(rank, &self.out)
     }
 
@@ -88,7 +87,7 @@ impl MpiSync {
         counts: &[u64],
         looks: u32,
     ) -> ipl::Result<Option<Words>> {
-        self.message(head, counts);
+        self.write_out(head, counts);
         Ok(self
             .chan
             .exchange(rank, &self.out, looks)?

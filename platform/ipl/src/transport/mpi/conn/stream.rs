@@ -248,8 +248,7 @@ impl MpiStream {
     /// A piece of a large frame's body: one the progress thread took for the stream, or the
     /// next one on the bulk tag.
     fn read_bulk(&mut self, dst: &mut [u8]) -> io::Result<usize> {
-        let world = &self.world;
-        let live = world.mpi()?;
+        let live = self.world.mpi()?;
         // Held while MPI is asked, so that the progress thread takes no piece meanwhile.
         let mut taken = self.taken.inner.lock();
         let piece = if let Some(v) = taken.pieces.pop_front() {

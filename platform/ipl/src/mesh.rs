@@ -109,6 +109,9 @@ const EVENT_SLICE: Duration = Duration::from_millis(10);
 
 /// A message handler of an upcall port.
 type Handler = Box<dyn FnMut(ReadMessage) -> crate::Result<()> + Send + 'static>;
+/// What a mesh calls when a member's connection to this node ends (see
+/// [`MeshBuilder::on_disconnect`]).
+type Disconnected = Arc<dyn Fn(&NodeId, Option<&Error>) + Send + Sync + 'static>;
 
 /// Which of a member's two receive ports a message goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -207,6 +210,7 @@ pub struct MeshBuilder<'a> {
     members: Option<Vec<NodeId>>,
     control: Option<Handler>,
     data: Option<Handler>,
+    disconnected: Option<Disconnected>,
     serialization: Serialization,
     patience: Duration,
 }
@@ -217,6 +221,7 @@ impl fmt::Debug for MeshBuilder<'_> {
             .field("name", &self.name)
             .field("members", &self.members)
             .field("control_upcall", &self.control.is_some())
+            .field("on_disconnect", &self.disconnected.is_some())
             .field("serialization", &self.serialization)
             .field("patience", &self.patience)
             .finish_non_exhaustive()
@@ -247,6 +252,25 @@ impl<'a> MeshBuilder<'a> {
         handler: impl FnMut(ReadMessage) -> crate::Result<()> + Send + 'static,
     ) -> Self {
         self.data = Some(Box::new(handler));
+        self
+    }
+
+    /// Calls `f` when a member's connection to one of this node's two ports ends: with `None`
+    /// when the member closed it (it removed this node, or closed its side of the mesh), with
+    /// the error when the connection broke. A member that takes this node for gone after a
+    /// failed send closes its connections, so this is how a node learns that another no longer
+    /// counts on it. `f` runs on the port's upcall thread, between two messages of that
+    /// connection, so it comes after every message the member sent on it; it must not block.
+    /// A control port that the owner's thread reads (no [`control_upcall`](Self::control_upcall))
+    /// reports its disconnections inside that thread's receives.
+    ///
+    /// Every member of a mesh must set it or none: the ports' type then asks for connection
+    /// upcalls, and ports of different types do not connect.
+    pub fn on_disconnect(
+        mut self,
+        f: impl Fn(&NodeId, Option<&Error>) + Send + Sync + 'static,
+    ) -> Self {
+        self.disconnected = Some(Arc::new(f));
         self
     }
 
@@ -304,11 +328,13 @@ impl<'a> MeshBuilder<'a> {
         if !members.contains(&me) {
             members.push(me.clone());
         }
+        let disconnected = self.disconnected;
         let ty = |receive| {
             PortType::builder()
                 .connection(Connection::ManyToOne)
                 .receive(receive)
                 .serialization(self.serialization)
+                .connection_upcalls(disconnected.is_some())
                 .build()
         };
         let data_ty = ty(Receive::Upcall);
@@ -318,11 +344,23 @@ impl<'a> MeshBuilder<'a> {
             Receive::Explicit
         });
         let names = [format!("{name}/control"), format!("{name}/data")];
+        // A port builder that passes disconnections on, when asked to.
+        let port = |ty: &PortType, name: &str| {
+            let b = ibis.receive_port_builder(ty, name);
+            match &disconnected {
+                Some(f) => {
+                    let f = f.clone();
+                    b.on_disconnect(move |n, e| f(n, e))
+                }
+                None => b,
+            }
+        };
         let mut upcall_ports = Vec::new();
         let control_rx = match self.control {
             Some(h) => {
-                let p = ibis
-                    .receive_port_with_upcall(&control_ty, &names[0], h)
+                let p = port(&control_ty, &names[0])
+                    .upcall(h)
+                    .create()
                     .map_err(|e| err("creating the control port", e))?;
                 upcall_ports.push(p);
                 None
@@ -331,14 +369,16 @@ impl<'a> MeshBuilder<'a> {
             // sending to the very node that sends to it: large parts come through the ring,
             // so that neither send waits for the other side to take an offer.
             None => Some(
-                ibis.receive_port_builder(&control_ty, &names[0])
+                port(&control_ty, &names[0])
                     .single_copy(false)
                     .create()
                     .map_err(|e| err("creating the control port", e))?,
             ),
         };
         upcall_ports.push(
-            ibis.receive_port_with_upcall(&data_ty, &names[1], data_handler)
+            port(&data_ty, &names[1])
+                .upcall(data_handler)
+                .create()
                 .map_err(|e| err("creating the data port", e))?,
         );
         let peers = members
@@ -473,6 +513,7 @@ impl Mesh {
             members: None,
             control: None,
             data: None,
+            disconnected: None,
             serialization: Serialization::Object,
             patience: DEFAULT_PATIENCE,
         }

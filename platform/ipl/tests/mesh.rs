@@ -386,3 +386,78 @@ fn a_mesh_can_be_shared_between_threads() {
     shared::<Mesh>();
     shared::<ipl::Link>();
 }
+
+/// A member that removes another closes its connections to it, and the other's
+/// `on_disconnect` hears of it on both lanes, naming the member, after the messages that member
+/// sent before; a member that stays is not reported.
+#[test]
+fn a_member_that_removes_another_is_reported_to_it_on_both_lanes() {
+    for driver in DRIVERS {
+        run(driver, 3, move |ibis, done| {
+            let me = ibis.id().rank();
+            let (data_tx, data_rx) = crossbeam_channel::unbounded();
+            let (gone_tx, gone_rx) = crossbeam_channel::unbounded();
+            let gone_data = data_tx.clone();
+            // An explicit port hears of a disconnection only inside a receive: both lanes are
+            // read by handlers here, as satin reads them.
+            let mesh = Mesh::builder(&ibis, "d")
+                .control_upcall(|mut m| m.read_u32().map(drop))
+                .data_upcall(move |mut m| {
+                    let _ = data_tx.send((m.origin().rank(), m.read_u32()?));
+                    Ok(())
+                })
+                .on_disconnect(move |from, why| {
+                    // In the order of the data handler's arrivals: a marker on its channel.
+                    let _ = gone_data.send((from.rank(), u32::MAX));
+                    let _ = gone_tx.send((from.rank(), why.map(ToString::to_string)));
+                })
+                .build()
+                .map_err(s)?;
+            mesh.connect_all().map_err(s)?;
+            let members = mesh.members();
+            for to in members.iter().filter(|n| **n != ibis.id()) {
+                for lane in [Lane::Control, Lane::Data] {
+                    let link = mesh.link(to, lane).map_err(s)?;
+                    let mut w = link.message();
+                    w.write_u32(me);
+                    w.finish().map_err(s)?;
+                }
+            }
+            if me == 2 {
+                // Rank 2 gives up on rank 1, after one more data message to it.
+                let link = mesh.link(&members[1], Lane::Data).map_err(s)?;
+                let mut w = link.message();
+                w.write_u32(7);
+                w.finish().map_err(s)?;
+                drop(link);
+                assert!(mesh.remove(&members[1]));
+            }
+            let mut seen = Vec::new();
+            if me == 1 {
+                // Both lanes of rank 2 end, and nothing of rank 0.
+                for _ in 0..2 {
+                    let (from, why) = gone_rx.recv_timeout(LIMIT).map_err(s)?;
+                    assert_eq!((from, why), (2, None), "{driver:?}");
+                }
+                // Rank 2's data messages came before its data lane ended (one of the two
+                // markers; the other lane's may come first).
+                let mut markers = 0;
+                while markers < 2 {
+                    let (from, v) = data_rx.recv_timeout(LIMIT).map_err(s)?;
+                    seen.push((from, v));
+                    markers += usize::from((from, v) == (2, u32::MAX));
+                }
+                assert!(
+                    seen.contains(&(2, 2)) && seen.contains(&(2, 7)),
+                    "{driver:?}: {seen:?}"
+                );
+            }
+            done.wait();
+            assert!(
+                gone_rx.try_iter().all(|(from, _)| from == 2 && me == 1),
+                "rank {me} heard of a disconnection that did not happen"
+            );
+            Ok(())
+        });
+    }
+}

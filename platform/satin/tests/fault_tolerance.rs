@@ -1,8 +1,8 @@
 //! Crashes and changing pools on real processes over tcp: processes killed with SIGKILL at
 //! random moments (the master's result stays exact and nothing hangs), orphans of a killed
 //! process reused, a killed master ending the run everywhere, a process leaving on SIGTERM
-//! with nothing run again, processes joining a running pool and taking work, and all of
-//! these in one run.
+//! with nothing run again, processes joining a running pool and taking work, all of these in
+//! one run, and a member wrongly taken for dead (a link broken one way, by a failpoint).
 //!
 //! The children are this test binary re-run with `SATIN_TEST_ROLE=member`; what they run is
 //! in `SATIN_TEST_TASK`. Kill moments are random: each test prints its seed, and
@@ -192,6 +192,8 @@ fn member() {
     // The test harness has printed `test member ... ` without a line end.
     println!();
     common::log_from_env();
+    // Fault injection points that `FAILPOINTS` names, for this process only.
+    let _failpoints = fail::FailScenario::setup();
     let ibis = ipl::Ibis::join(ipl::Config::from_env().expect("IPL_* environment")).expect("join");
     let rank = ibis.id().rank();
     RANK.store(rank, Ordering::Relaxed);
@@ -567,6 +569,73 @@ fn a_process_leaving_on_sigterm_mid_run_costs_no_recomputation() {
         assert_eq!(p.children[slot].wait_exit(deadline), 0, "slot {slot}");
     }
     eprintln!("leave of rank {leaver}: {:?}", out.stats);
+}
+
+/// A member that takes another for dead while that one lives (a send to it failed: the link
+/// broke one way, or the receiver stalled past the send's patience) closes its connections to
+/// it and sends the results of the other's jobs to the rest as orphans. The other must learn
+/// it, or it waits for those results for ever: it takes the first for dead in turn when their
+/// connection ends, runs its jobs again, and the run ends exact.
+///
+/// Rank 2's sends to rank 1 fail while a job of rank 1 runs on rank 2 (the failpoint
+/// `satin::link-to-owner-broken`, armed on rank 2 only); ranks 0 and 1 are left alone. Whether
+/// rank 2 ever holds a job of rank 1 depends on the steals, so pools run until one did (at
+/// most 40; about one in three does).
+#[test]
+fn a_member_wrongly_taken_for_dead_learns_it_and_the_run_stays_exact() {
+    if role().is_some() {
+        return;
+    }
+    let task = "sleepy 6 40";
+    for pool in 1..=40 {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut p = Processes::new("one-way break");
+        for rank in 0..3u32 {
+            let mut e = env(task);
+            if rank == 2 {
+                e.push((
+                    "FAILPOINTS",
+                    "satin::link-to-owner-broken=return(1)".to_string(),
+                ));
+            }
+            p.start("member", Some(3), Some(rank), &e);
+        }
+        let out = collect(&mut p, 3, deadline);
+        assert_eq!(out.result, Some(1 << 6), "{:#?}", p.seen);
+        // Nobody waits out a patience for the other (the end of a run once waited 10 s for
+        // rank 1, which rank 2 no longer answered).
+        let prompt = Instant::now() + Duration::from_secs(8);
+        for slot in 0..3 {
+            assert_eq!(
+                p.children[slot].wait_exit(prompt.min(deadline)),
+                0,
+                "slot {slot}"
+            );
+        }
+        let died = |rank: u32| {
+            out.stats
+                .iter()
+                .find(|s| s.0 == rank)
+                .map_or(0, |s| s.1.died)
+        };
+        if died(2) == 0 {
+            eprintln!("pool {pool}: rank 2 ran no job of rank 1 while sending to it; again");
+            continue;
+        }
+        assert!(
+            died(1) >= 1,
+            "rank 2 took rank 1 for dead, but rank 1 never learnt it: {:?}",
+            out.stats
+        );
+        assert_eq!(died(0), 0, "the master lost nobody: {:?}", out.stats);
+        eprintln!(
+            "pool {pool}: rank 2 took rank 1 for dead, rank 1 took rank 2 for dead in turn; \
+             exact in {:.3} s: {:?}",
+            out.seconds, out.stats
+        );
+        return;
+    }
+    panic!("in 40 pools rank 2 never sent to rank 1 while running a job of rank 1");
 }
 
 #[test]

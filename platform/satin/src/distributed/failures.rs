@@ -172,6 +172,38 @@ impl Node {
         }
     }
 
+    /// A member's connection to this node ended (see `Mesh::on_disconnect`). During a run a
+    /// live member closes it only when it takes this node for gone, after a send to it failed,
+    /// or breaks it by dying. Either way, what it was to send here will not come: the results
+    /// of jobs this node gave it go to the others as orphans, and this node would wait for
+    /// them for ever. So the member is a suspect, as a failed send makes it, and the watcher
+    /// takes it for dead (or, if it announced its leave, for gone once its `LEFT` came).
+    pub(crate) fn connection_ended(&self, from: &NodeId, why: Option<&ipl::Error>) {
+        if !self.active.load(Ordering::Acquire) {
+            return;
+        }
+        let rank = from.rank();
+        let live = {
+            let members = self.members.read();
+            members.live.get(&rank) == Some(from) && !members.departing.contains_key(&rank)
+        };
+        if !live {
+            return;
+        }
+        match why {
+            Some(e) => {
+                tracing::warn!(node = %self.me, member = %from, "the connection from a member broke: {e}")
+            }
+            None => {
+                tracing::debug!(node = %self.me, member = %from, "a member closed its connection")
+            }
+        }
+        let mut suspects = self.suspects.lock();
+        if !suspects.ranks.contains(&rank) {
+            suspects.ranks.push(rank);
+        }
+    }
+
     /// Members this node could not reach although the pool says they are there: the
     /// connection broke, so their work is as lost as if they had died. A member that
     /// announced its leave may simply have gone: it counts as having left.

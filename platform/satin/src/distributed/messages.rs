@@ -131,14 +131,17 @@ impl Node {
                 let g = given.remove(&id).expect("recorded above");
                 drop(given);
                 self.given_count.fetch_sub(1, Ordering::AcqRel);
-                if e.gone {
-                    // The thief is gone before it could have the job: it never ran.
-                    self.run_here(g.job, "kept: its thief is gone");
+                // The thief is gone before it could have the job, or the link to it broke:
+                // then `send` made it a suspect, which the watcher takes for dead (closing
+                // the connections, so that the thief learns it too), and whatever it sends
+                // from now on is ignored. Either way the job runs here, and only here.
+                let why = if e.gone {
+                    "kept: its thief is gone"
                 } else {
-                    let error = e.into_error(&self.me, "sending a job to a thief");
-                    tracing::debug!(node = %self.me, %error, "job lost on its way");
-                    g.job.fail(error);
-                }
+                    tracing::debug!(node = %self.me, thief, id, error = %e.error, "a job could not be sent to its thief");
+                    "kept: the link to its thief broke"
+                };
+                self.run_here(g.job, why);
             }
         }
     }
@@ -333,20 +336,15 @@ impl Node {
             });
             match sent {
                 Ok(()) => return,
-                Err(e) if !e.gone => {
-                    // The owner waits for this result, and the pool says it is there: fail
-                    // the run rather than hang.
-                    let reason = format!(
-                        "the result of job {id} could not be sent to {}: {}",
-                        self.name_of(owner),
-                        e.error
-                    );
-                    tracing::error!(node = %self.me, "{reason}");
-                    self.report_failure(epoch, &reason);
-                    return;
+                // The owner is gone, or the link to it broke: then `send` made it a suspect,
+                // which the watcher takes for dead, closing the connections to it; the owner
+                // learns it from their end (`connection_ended`) and runs the job again. The
+                // result is an orphan's after all, kept for whoever runs the job again.
+                Err(e) => {
+                    if !e.gone {
+                        tracing::warn!(node = %self.me, id, owner, "the result of a job could not be sent to its owner: {}", e.error);
+                    }
                 }
-                // The owner is gone: the result is an orphan's after all.
-                Err(_) => {}
             }
         }
         match result {

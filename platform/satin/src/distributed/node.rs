@@ -194,6 +194,9 @@ pub(crate) struct Node {
     pub(super) given: Mutex<HashMap<u64, Given>>,
     pub(super) given_count: Arc<AtomicUsize>,
     pub(super) running: Mutex<HashMap<(u32, u64), Running>>,
+    /// The ranks whose links the failpoint broke (see `link_broken`).
+    #[cfg(feature = "failpoints")]
+    broken_links: Mutex<Vec<u32>>,
     /// Cancellations that arrived before their job (they travel on different connections).
     pub(super) early_cancels: Mutex<HashSet<(u32, u64)>>,
     pub(super) stealing: Stealing,
@@ -272,6 +275,8 @@ impl Node {
             given: Mutex::new(HashMap::new()),
             given_count: Arc::new(AtomicUsize::new(0)),
             running: Mutex::new(HashMap::new()),
+            #[cfg(feature = "failpoints")]
+            broken_links: Mutex::new(Vec::new()),
             early_cancels: Mutex::new(HashSet::new()),
             stealing: Stealing::default(),
             recovery: Mutex::new(Recovery::default()),
@@ -375,9 +380,19 @@ impl Node {
                 },
             });
         };
-        let sent = mesh
-            .link(&node, lane)
-            .and_then(|l| write(&l).map_err(|e| mesh.send_error(&node, what, e)));
+        let sent = if self.link_broken(to) {
+            Err(MeshError::Ipl {
+                mesh: super::proto::MESH.into(),
+                what: what.into(),
+                source: Box::new(ipl::Error::ConnectionLost {
+                    peer: node.to_string(),
+                    reason: "the failpoint satin::link-to-owner-broken".into(),
+                }),
+            })
+        } else {
+            mesh.link(&node, lane)
+                .and_then(|l| write(&l).map_err(|e| mesh.send_error(&node, what, e)))
+        };
         let Err(error) = sent else {
             return Ok(());
         };
@@ -400,6 +415,41 @@ impl Node {
             gone: departed,
             error,
         })
+    }
+
+    /// Whether sends to member `to` fail as if the link to it had broken, for tests: with the
+    /// `failpoints` feature, the failpoint `satin::link-to-owner-broken` breaks it while a job
+    /// of `to` runs here (this node took it from `to`, which waits for its result); its
+    /// argument, if any, is the one rank whose link breaks (`return(1)`). Never otherwise.
+    /// A link it broke stays broken.
+    #[cfg(feature = "failpoints")]
+    fn link_broken(&self, to: u32) -> bool {
+        if self.broken_links.lock().contains(&to) {
+            return true;
+        }
+        // `try_lock`: a send made under the lock finds the link whole.
+        let holds = self
+            .running
+            .try_lock()
+            .is_some_and(|r| r.keys().any(|&(owner, _)| owner == to));
+        let breaks = || -> bool {
+            fail::fail_point!("satin::link-to-owner-broken", holds, |rank| {
+                rank.map_or(true, |r| r.trim().parse() == Ok(to))
+            });
+            false
+        };
+        if !breaks() {
+            return false;
+        }
+        tracing::warn!(node = %self.me, to, "the failpoint satin::link-to-owner-broken breaks the link");
+        self.broken_links.lock().push(to);
+        true
+    }
+
+    #[cfg(not(feature = "failpoints"))]
+    #[inline(always)]
+    fn link_broken(&self, _to: u32) -> bool {
+        false
     }
 
     /// Sends to every other live member; failures are handled as by [`send`](Node::send).

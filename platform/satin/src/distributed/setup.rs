@@ -190,6 +190,14 @@ fn build_mesh(ibis: &Ibis, node: &Arc<Node>) -> Result<Mesh, Error> {
         .serialization(Serialization::Data)
         .control_upcall(handler(Arc::downgrade(node)))
         .data_upcall(handler(Arc::downgrade(node)))
+        .on_disconnect({
+            let weak = Arc::downgrade(node);
+            move |from: &NodeId, why: Option<&ipl::Error>| {
+                if let Some(node) = weak.upgrade() {
+                    node.connection_ended(from, why);
+                }
+            }
+        })
         .build()
         .map_err(|e| mesh_error(&node.me, "opening the mesh's ports", e))
 }

@@ -282,6 +282,12 @@ impl Worker {
             self.shared()
                 .publish_request
                 .store(false, Ordering::Relaxed);
+            // Pairs with the fence in `sleep`: either that sleeper's count is seen here, or
+            // its look for visible work sees these jobs. Without it the deque's store could
+            // wait in this processor's store buffer while the count is read (x86 allows that
+            // reordering), and a worker that had just asked for work would sleep out its park
+            // timeout beside it.
+            std::sync::atomic::fence(Ordering::SeqCst);
             if self.sched.sleepers.load(Ordering::Relaxed) != 0 {
                 self.sched.wake_one();
             }
@@ -577,6 +583,10 @@ impl Worker {
         shared.sleeping.store(true, Ordering::SeqCst);
         sched.sleepers.fetch_add(1, Ordering::SeqCst);
         sched.request_publish_all(self.index);
+        // Pairs with the fences of `publish` and `finish_elsewhere`: whoever publishes work or
+        // finishes what `ready` waits for either sees this sleeper (and wakes it) or made its
+        // stores visible to the looks below.
+        std::sync::atomic::fence(Ordering::SeqCst);
         if !ready() && !sched.has_visible_work() && self.deque.is_empty() {
             thread::park_timeout(sched.park_timeout());
         }
@@ -621,6 +631,10 @@ pub(crate) unsafe fn finish_elsewhere(job: JobRef, state: u8, sched: &Scheduler)
     // From here on the parent's sync may return and its task end, releasing the record and
     // the frame: neither is touched again.
     parent.stolen_done.fetch_add(1, Ordering::SeqCst);
+    // Pairs with the fence in `Worker::sleep`: a sleeping owner that waits for this job's
+    // state (`wait_for`, an acquire load, outside the order of the sequentially consistent
+    // operations) is then either seen here or sees the state.
+    std::sync::atomic::fence(Ordering::SeqCst);
     sched.wake_worker(owner);
 }
 

@@ -2,7 +2,8 @@
 //! random moments (the master's result stays exact and nothing hangs), orphans of a killed
 //! process reused, a killed master ending the run everywhere, a process leaving on SIGTERM
 //! with nothing run again, processes joining a running pool and taking work, all of these in
-//! one run, and a member wrongly taken for dead (a link broken one way, by a failpoint).
+//! one run, a member wrongly taken for dead (a link broken one way, by a failpoint), and a
+//! job run again for a killed thief that its parent then aborts.
 //!
 //! The children are this test binary re-run with `SATIN_TEST_ROLE=member`; what they run is
 //! in `SATIN_TEST_TASK`. Kill moments are random: each test prints its seed, and
@@ -179,6 +180,32 @@ impl Task for Part {
 }
 satin::register!(Part);
 
+/// Spawns two trees of `2^depth` leaves of `ms` milliseconds, works `abort_ms` itself, then
+/// aborts them: the run's time is `abort_ms` and however long the aborted trees take to stop.
+#[derive(Serialize, Deserialize)]
+struct Speculate {
+    depth: u32,
+    ms: u64,
+    abort_ms: u64,
+}
+
+impl Task for Speculate {
+    type Output = u64;
+    fn run(self, cx: &mut Context) -> u64 {
+        let tree = || Sleepy {
+            depth: self.depth,
+            ms: self.ms,
+        };
+        let _a = cx.spawn(tree());
+        let _b = cx.spawn(tree());
+        cx.call(Hold(self.abort_ms));
+        cx.abort();
+        cx.sync();
+        0
+    }
+}
+satin::register!(Speculate);
+
 fn orphan_answer(leaves: u32) -> u64 {
     (0..leaves).map(|i| u64::from(i) * u64::from(i) + 1).sum()
 }
@@ -216,6 +243,11 @@ fn member() {
         "sleepy" => rt.run(Sleepy {
             depth: num(1),
             ms: u64::from(num(2)),
+        }),
+        "speculate" => rt.run(Speculate {
+            depth: num(1),
+            ms: u64::from(num(2)),
+            abort_ms: u64::from(num(3)),
         }),
         "orphans" => rt.run(OrphanRoot {
             leaves: num(1),
@@ -636,6 +668,57 @@ fn a_member_wrongly_taken_for_dead_learns_it_and_the_run_stays_exact() {
         return;
     }
     panic!("in 40 pools rank 2 never sent to rank 1 while running a job of rank 1");
+}
+
+/// A job that a node runs again for a thief that died is aborted when its parent aborts it,
+/// as a job on its way or running elsewhere is: the parent does not wait for it to run to its
+/// end.
+///
+/// Three processes of one worker each; the master spawns two trees of 4 leaves of 3 s, which
+/// the two others steal, works 1.5 s itself and aborts both. Rank 2 is killed after 0.5 s, so
+/// the master runs its tree again. The run then ends within 4 s, where the tree run again
+/// would have kept it up to 12 s longer. Pools run until rank 2 took its tree from the master
+/// (at most ten; it takes it from rank 1 otherwise, which then runs it again instead).
+#[test]
+fn an_aborted_job_that_runs_again_for_a_dead_thief_stops() {
+    if role().is_some() {
+        return;
+    }
+    for pool in 1..=10 {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut p = start_pool("speculate", 3, "speculate 2 3000 1500", deadline);
+        std::thread::sleep(Duration::from_millis(500));
+        p.children[2].signal(libc::SIGKILL);
+        let out = collect(&mut p, 2, deadline);
+        assert_eq!(out.result, Some(0), "{:#?}", p.seen);
+        for slot in 0..2 {
+            assert_eq!(p.children[slot].wait_exit(deadline), 0, "slot {slot}");
+        }
+        let again = out
+            .stats
+            .iter()
+            .find(|s| s.0 == 0)
+            .map_or(0, |s| s.1.reexecuted);
+        if again == 0 {
+            eprintln!(
+                "pool {pool}: the master ran nothing again ({:?}); again",
+                out.stats
+            );
+            continue;
+        }
+        assert!(
+            out.seconds < 4.0,
+            "the run took {:.3} s: the aborted job run again went on; {:#?}",
+            out.seconds,
+            p.seen
+        );
+        eprintln!(
+            "pool {pool}: the master ran {again} job(s) again and aborted them; the run took {:.3} s",
+            out.seconds
+        );
+        return;
+    }
+    panic!("in ten pools rank 2 never took its tree from the master");
 }
 
 #[test]

@@ -43,6 +43,7 @@ impl Node {
             self.check_pool();
             self.check_departing();
             self.cancel_unwanted();
+            self.abort_unwanted_here(true);
             self.recovery_tick();
         }
     }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use ipl::{Lane, ReadMessage};
 use parking_lot::Mutex;
 
-use super::node::{Given, Node, Running};
+use super::node::{Given, Node, RunHere, Running};
 use super::proto::{self, JobKey, Msg, Shipped};
 use crate::remote::{Event, RemoteJob};
 use crate::Error;
@@ -173,11 +173,18 @@ impl Node {
                         );
                     }
                 }
+                // Aborted because nobody wants it (`abort_unwanted_here`): finished as such.
+                Err(_) if job.is_aborted() => {
+                    let _ = job.complete(&[]);
+                }
                 Err(e) => job.fail(e),
             }
         });
         match submitted {
-            Ok(_root) => tracing::debug!(node = %self.me, type_name, "job {why}; it runs here"),
+            Ok(root) => {
+                tracing::debug!(node = %self.me, type_name, "job {why}; it runs here");
+                self.here.lock().push(RunHere { job: slot, root });
+            }
             Err(e) => {
                 if let Some(job) = slot.lock().take() {
                     job.fail(e);
@@ -503,6 +510,35 @@ impl Node {
             // The job is aborted, so this finishes it as such whatever the bytes.
             let _ = g.job.complete(&[]);
         }
+    }
+}
+
+impl Node {
+    /// Aborts the roots of jobs run here (`run_here`) that nobody wants any more (an ancestor
+    /// aborted them, or the run failed), whose parents would otherwise wait for them to run to
+    /// their end, and forgets the finished ones. The watcher calls it at every scan (`wait`);
+    /// the abort hook, which must not block, only when no other thread holds the list.
+    pub(crate) fn abort_unwanted_here(&self, wait: bool) {
+        let mut here = if wait {
+            self.here.lock()
+        } else {
+            match self.here.try_lock() {
+                Some(here) => here,
+                None => return,
+            }
+        };
+        here.retain(|h| {
+            let aborted = match h.job.lock().as_ref() {
+                Some(job) => job.is_aborted(),
+                None => return false,
+            };
+            if aborted {
+                // Its callback completes the job as aborted; the root is not needed after.
+                h.root.abort();
+                tracing::debug!(node = %self.me, "a job run here is aborted");
+            }
+            !aborted
+        });
     }
 }
 

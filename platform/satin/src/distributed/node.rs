@@ -155,6 +155,13 @@ pub(crate) struct Running {
     pub(super) orphan: bool,
 }
 
+/// A job this node runs after all (`Node::run_here`): the job, until its root's callback
+/// completes it, and the root, which the watcher aborts once nobody wants the job.
+pub(crate) struct RunHere {
+    pub(super) job: Arc<Mutex<Option<RemoteJob>>>,
+    pub(super) root: RemoteRoot,
+}
+
 /// A message that could not be sent.
 #[derive(Debug)]
 pub(crate) struct Unsent {
@@ -194,6 +201,9 @@ pub(crate) struct Node {
     pub(super) given: Mutex<HashMap<u64, Given>>,
     pub(super) given_count: Arc<AtomicUsize>,
     pub(super) running: Mutex<HashMap<(u32, u64), Running>>,
+    /// Jobs of this node's own runs that it runs after all (taken back, handed back, or run
+    /// again for a thief that is gone or unreachable), until they finish or are aborted.
+    pub(super) here: Mutex<Vec<RunHere>>,
     /// The ranks whose links the failpoint broke (see `link_broken`).
     #[cfg(feature = "failpoints")]
     broken_links: Mutex<Vec<u32>>,
@@ -275,6 +285,7 @@ impl Node {
             given: Mutex::new(HashMap::new()),
             given_count: Arc::new(AtomicUsize::new(0)),
             running: Mutex::new(HashMap::new()),
+            here: Mutex::new(Vec::new()),
             #[cfg(feature = "failpoints")]
             broken_links: Mutex::new(Vec::new()),
             early_cancels: Mutex::new(HashSet::new()),

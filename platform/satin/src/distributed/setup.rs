@@ -84,12 +84,16 @@ impl Node {
         // cores, during which the thief goes on working for nothing.
         let count = Arc::clone(&node.given_count);
         let weak = Arc::downgrade(&node);
+        // Jobs that this node runs after all (`run_here`) are aborted there too, unless the
+        // watcher holds their list, and then at its next scan.
         node.remote.set_abort_hook(move || {
+            let Some(node) = weak.upgrade() else {
+                return;
+            };
             if count.load(std::sync::atomic::Ordering::Acquire) > 0 {
-                if let Some(node) = weak.upgrade() {
-                    node.cancel_unwanted();
-                }
+                node.cancel_unwanted();
             }
+            node.abort_unwanted_here(false);
         });
         let (stop, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let watched = Arc::clone(&node);

@@ -452,11 +452,12 @@ fn a_member_that_removes_another_is_reported_to_it_on_both_lanes() {
                     "{driver:?}: {seen:?}"
                 );
             }
-            done.wait();
+            // Before the barrier: past it, the others leave, and their connections end.
             assert!(
                 gone_rx.try_iter().all(|(from, _)| from == 2 && me == 1),
                 "rank {me} heard of a disconnection that did not happen"
             );
+            done.wait();
             Ok(())
         });
     }

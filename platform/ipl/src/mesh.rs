@@ -27,6 +27,11 @@
 //! [`MeshBuilder::patience`] for that report, so the error names the departure rather than
 //! the broken connection.
 //!
+//! A member that gives up on another ([`Mesh::remove`]) closes only its own send ports to it.
+//! The other learns of it through [`MeshBuilder::on_disconnect`], which reports every end of a
+//! member's connection to this node: a layer that keeps state for a member (satin waits for
+//! results of jobs it gave away) uses it to stop waiting for one that no longer counts on it.
+//!
 //! ```
 //! use ipl::{Config, Ibis, Lane, Mesh};
 //! use std::sync::{mpsc, Arc, Barrier};

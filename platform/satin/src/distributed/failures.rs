@@ -199,10 +199,7 @@ impl Node {
                 tracing::debug!(node = %self.me, member = %from, "a member closed its connection")
             }
         }
-        let mut suspects = self.suspects.lock();
-        if !suspects.ranks.contains(&rank) {
-            suspects.ranks.push(rank);
-        }
+        self.suspects.lock().note(rank);
     }
 
     /// Members this node could not reach although the pool says they are there: the

@@ -183,6 +183,16 @@ pub(crate) struct Suspects {
     pub(super) ranks: Vec<u32>,
 }
 
+impl Suspects {
+    /// Notes `rank` once until the watcher takes the list, however many sends to it fail (a
+    /// broadcast may fail at every message meanwhile).
+    pub(crate) fn note(&mut self, rank: u32) {
+        if !self.ranks.contains(&rank) {
+            self.ranks.push(rank);
+        }
+    }
+}
+
 pub(crate) struct Node {
     pub(super) ibis: Ibis,
     pub(super) me: NodeId,
@@ -420,7 +430,7 @@ impl Node {
             tracing::debug!(node = %self.me, to = %node, "{what} failed: {error}");
         } else {
             tracing::warn!(node = %self.me, to = %node, "{what} failed: {error}");
-            self.suspects.lock().ranks.push(to);
+            self.suspects.lock().note(to);
         }
         Err(Unsent {
             gone: departed,

@@ -358,7 +358,7 @@ impl Node {
             Ok(bytes) => self.orphan_finished(epoch, owner, entry.key, bytes),
             Err(e) => {
                 let reason = format!(
-                    "job {id} of {} (which is gone) failed: {e}",
+                    "job {id} of {} (which is gone, or out of reach) failed: {e}",
                     self.name_of(owner)
                 );
                 self.report_failure(epoch, &reason);
@@ -511,9 +511,7 @@ impl Node {
             let _ = g.job.complete(&[]);
         }
     }
-}
 
-impl Node {
     /// Aborts the roots of jobs run here (`run_here`) that nobody wants any more (an ancestor
     /// aborted them, or the run failed), whose parents would otherwise wait for them to run to
     /// their end, and forgets the finished ones. The watcher calls it at every scan (`wait`);

@@ -267,10 +267,8 @@ impl<'a> MeshBuilder<'a> {
     /// counts on it. `f` runs on the port's upcall thread, between two messages of that
     /// connection, so it comes after every message the member sent on it; it must not block.
     /// A control port that the owner's thread reads (no [`control_upcall`](Self::control_upcall))
-    /// reports its disconnections inside that thread's receives.
-    ///
-    /// Every member of a mesh must set it or none: the ports' type then asks for connection
-    /// upcalls, and ports of different types do not connect.
+    /// reports its disconnections inside that thread's receives. A member that sets it and
+    /// one that does not connect to each other as any two members do.
     pub fn on_disconnect(
         mut self,
         f: impl Fn(&NodeId, Option<&Error>) + Send + Sync + 'static,
@@ -339,7 +337,9 @@ impl<'a> MeshBuilder<'a> {
                 .connection(Connection::ManyToOne)
                 .receive(receive)
                 .serialization(self.serialization)
-                .connection_upcalls(disconnected.is_some())
+                // Always, whether this member asks for disconnections or not: the type is
+                // part of what two ports agree on, so members that differ here still connect.
+                .connection_upcalls(true)
                 .build()
         };
         let data_ty = ty(Receive::Upcall);

@@ -67,8 +67,6 @@ fn satin_mesh(ibis: &ipl::Ibis) -> (Vec<ipl::NodeId>, Mesh) {
         .serialization(Serialization::Data)
         .control_upcall(|_m: ipl::ReadMessage| -> ipl::Result<()> { Ok(()) })
         .data_upcall(|_m: ipl::ReadMessage| -> ipl::Result<()> { Ok(()) })
-        // Satin's mesh hears of disconnections, so its ports' type asks for them.
-        .on_disconnect(|_, _| {})
         .build()
         .expect("a mesh under satin's name");
     (members, mesh)

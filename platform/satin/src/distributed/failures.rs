@@ -184,11 +184,7 @@ impl Node {
             return;
         }
         let rank = from.rank();
-        let live = {
-            let members = self.members.read();
-            members.live.get(&rank) == Some(from) && !members.departing.contains_key(&rank)
-        };
-        if !live {
+        if self.members.read().present(rank) != Some(from) {
             return;
         }
         match why {
@@ -211,7 +207,7 @@ impl Node {
             let (live, leaving) = {
                 let members = self.members.read();
                 (
-                    members.live.contains_key(&rank) && !members.departing.contains_key(&rank),
+                    members.present(rank).is_some(),
                     members.leaving.contains(&rank),
                 )
             };

@@ -105,6 +105,14 @@ impl Members {
         true
     }
 
+    /// Member `rank`, if it is live and not departing: one this node still counts on (a
+    /// departing member is read from, but nobody waits on it any more).
+    pub(crate) fn present(&self, rank: u32) -> Option<&NodeId> {
+        self.live
+            .get(&rank)
+            .filter(|_| !self.departing.contains_key(&rank))
+    }
+
     /// Marks member `rank` gone; returns it if it was live.
     pub(crate) fn remove(&mut self, rank: u32, died: bool, me: &NodeId) -> Option<NodeId> {
         let n = self.live.remove(&rank)?;

@@ -162,10 +162,7 @@ impl Node {
                     break got;
                 }
             }
-            let gone = {
-                let members = self.members.read();
-                !members.live.contains_key(&victim) || members.departing.contains_key(&victim)
-            };
+            let gone = self.members.read().present(victim).is_none();
             if !self.serving(epoch) || Instant::now() >= deadline || gone {
                 break false;
             }

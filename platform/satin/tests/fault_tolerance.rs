@@ -331,6 +331,13 @@ struct Outcome {
     stats: Vec<(u32, Counts)>,
 }
 
+impl Outcome {
+    /// What rank `rank` counted, if it printed its statistics.
+    fn counts(&self, rank: u32) -> Option<Counts> {
+        self.stats.iter().find(|s| s.0 == rank).map(|s| s.1)
+    }
+}
+
 /// Reads lines until the master has printed its result and at least `expect` processes
 /// (the master among them) their statistics; fails the test on an `error` line.
 fn collect(p: &mut Processes, expect: usize, deadline: Instant) -> Outcome {
@@ -644,12 +651,7 @@ fn a_member_wrongly_taken_for_dead_learns_it_and_the_run_stays_exact() {
                 "slot {slot}"
             );
         }
-        let died = |rank: u32| {
-            out.stats
-                .iter()
-                .find(|s| s.0 == rank)
-                .map_or(0, |s| s.1.died)
-        };
+        let died = |rank: u32| out.counts(rank).map_or(0, |c| c.died);
         if died(2) == 0 {
             eprintln!("pool {pool}: rank 2 ran no job of rank 1 while sending to it; again");
             continue;
@@ -694,11 +696,7 @@ fn an_aborted_job_that_runs_again_for_a_dead_thief_stops() {
         for slot in 0..2 {
             assert_eq!(p.children[slot].wait_exit(deadline), 0, "slot {slot}");
         }
-        let again = out
-            .stats
-            .iter()
-            .find(|s| s.0 == 0)
-            .map_or(0, |s| s.1.reexecuted);
+        let again = out.counts(0).map_or(0, |c| c.reexecuted);
         if again == 0 {
             eprintln!(
                 "pool {pool}: the master ran nothing again ({:?}); again",
@@ -903,7 +901,7 @@ fn a_run_through_joins_a_leave_a_kill_and_a_late_join_stays_exact() {
         "{:#?}",
         p.seen
     );
-    let master = out.stats.iter().find(|s| s.0 == 0).unwrap().1;
+    let master = out.counts(0).unwrap();
     assert_eq!(
         (master.joined, master.left, master.died),
         (3, 1, 1),
@@ -912,7 +910,7 @@ fn a_run_through_joins_a_leave_a_kill_and_a_late_join_stays_exact() {
     );
     // A joiner that left says what it received too; the killed one said it by its parts.
     for rank in joined.iter().chain([&late_rank]).filter(|&&r| r != victim) {
-        let c = out.stats.iter().find(|s| s.0 == *rank).unwrap().1;
+        let c = out.counts(*rank).unwrap();
         assert!(
             c.received >= 1,
             "joiner {rank} ran no stolen job: {:?}",

@@ -625,6 +625,17 @@ impl Mesh {
         Ok(Link { peer, lane })
     }
 
+    /// Whether this node's send port to `lane` of member `to` is connected (by an earlier
+    /// [`link`](Mesh::link) or [`connect_all`](Mesh::connect_all)), without connecting it:
+    /// false for a lane never used, and for a node that is not a member. A layer that orders
+    /// a last message behind what it sent on a lane needs no such message where it sent
+    /// nothing, and the first connect to a member that has closed its mesh but is still in
+    /// the pool waits out the connect timeout.
+    pub fn linked(&self, to: &NodeId, lane: Lane) -> bool {
+        self.peer(to)
+            .is_ok_and(|p| p.lanes[lane.index()].get().is_some())
+    }
+
     /// Connects both lanes to every member but this node now, instead of on first use.
     pub fn connect_all(&self) -> Result<(), MeshError> {
         for n in self.members() {

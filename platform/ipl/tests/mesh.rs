@@ -79,6 +79,7 @@ fn run<T: Send + 'static>(
 
 #[test]
 fn every_member_reaches_every_other_on_both_lanes_and_large_data_crosses() {
+    // Also: `Mesh::linked` tells connected lanes from those not used yet.
     for driver in DRIVERS {
         let sums = run(driver, 3, move |ibis, done| {
             let me = ibis.id().rank();
@@ -88,7 +89,22 @@ fn every_member_reaches_every_other_on_both_lanes_and_large_data_crosses() {
                 members.iter().map(NodeId::rank).collect::<Vec<_>>(),
                 [0, 1, 2]
             );
+            let others: Vec<NodeId> = members
+                .iter()
+                .filter(|n| **n != ibis.id())
+                .cloned()
+                .collect();
+            // Nothing is connected before first use; a connected lane is seen as such.
+            for to in &others {
+                assert!(!mesh.linked(to, Lane::Data) && !mesh.linked(to, Lane::Control));
+            }
+            mesh.link(&others[0], Lane::Control).map_err(s)?;
+            assert!(mesh.linked(&others[0], Lane::Control));
+            assert!(!mesh.linked(&others[0], Lane::Data));
             mesh.connect_all().map_err(s)?;
+            for to in &others {
+                assert!(mesh.linked(to, Lane::Data) && mesh.linked(to, Lane::Control));
+            }
             // 1 MiB to each other member on the data lane at the same time as they send theirs:
             // nobody reads in between, so only the drained data port lets this finish.
             let big: Vec<u64> = (0..(1 << 17)).map(|i| i * u64::from(me + 1)).collect();

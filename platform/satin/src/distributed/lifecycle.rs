@@ -521,6 +521,34 @@ impl Node {
         false
     }
 
+    /// Sends `LEFT` to every member: on the data lane, behind this node's last results and
+    /// hand-backs, where it sent any; otherwise on the control lane, as nothing on the data
+    /// lane is to come before it. Never on a lane not yet connected: the first connect to a
+    /// member that has closed its runtime but is still in the pool (the master, once its last
+    /// run is over) waits out the whole connect timeout (30 s by default), as its ports are
+    /// gone. A member this node never sent anything learns of the leave from the pool.
+    fn announce_last_message(&self, epoch: u64) {
+        let Some(mesh) = self.mesh() else {
+            return;
+        };
+        let others = self.members.read().others.clone();
+        for rank in others {
+            let Some(node) = self.node_of(rank) else {
+                continue;
+            };
+            let lane = if mesh.linked(&node, Lane::Data) {
+                Lane::Data
+            } else if mesh.linked(&node, Lane::Control) {
+                Lane::Control
+            } else {
+                continue;
+            };
+            let _ = self.send(rank, lane, "announcing the last message", |l| {
+                proto::left(l, epoch)
+            });
+        }
+    }
+
     /// Leaves the pool: from now on this node takes part in no run.
     fn complete_leave(&self) {
         if self.left.swap(true, Ordering::AcqRel) {
@@ -532,9 +560,7 @@ impl Node {
         // hand-backs took, so it takes this node for gone only once it has them all.
         self.wait_for_steals(Instant::now() + REPLY_PATIENCE);
         let epoch = self.epoch.load(Ordering::Acquire);
-        self.broadcast(Lane::Data, "announcing the last message", |l| {
-            proto::left(l, epoch)
-        });
+        self.announce_last_message(epoch);
         self.wait_before_closing(false);
         self.close_mesh();
         if let Err(e) = self.ibis.clone().end() {

@@ -78,6 +78,10 @@ impl Node {
 
     /// A thief asks for work: give it the oldest local job, or nothing.
     fn on_steal(&self, thief: u32, epoch: u64, req: u64, wide: bool) {
+        if wide && wide_steal_unanswered() {
+            tracing::warn!(node = %self.me, thief, req, "the failpoint satin::wide-steal-unanswered drops a wide-area steal request");
+            return;
+        }
         let job = if self.serving(epoch) {
             self.take_job()
         } else {
@@ -547,4 +551,19 @@ impl Drop for Sending<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// Whether a wide-area steal request goes unanswered, for tests: with the `failpoints` feature,
+/// the failpoint `satin::wide-steal-unanswered` makes a victim drop it as it drops a request of
+/// a run it has seen end (see `on_steal`). Never otherwise.
+#[cfg(feature = "failpoints")]
+fn wide_steal_unanswered() -> bool {
+    fail::fail_point!("satin::wide-steal-unanswered", |_| true);
+    false
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+fn wide_steal_unanswered() -> bool {
+    false
 }

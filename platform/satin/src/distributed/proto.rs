@@ -24,7 +24,7 @@
 //! | `RETURNED`      | leaver to owner    | job id (on the data lane, like results)              |
 //! | `LEAVING`       | leaver to all      | (nothing)                                            |
 //! | `ALL_DONE`      | master to all      | (nothing): every node confirmed the end of the run   |
-//! | `LEFT`          | leaver to all      | (nothing), on the data lane after its last result: nothing more comes from it |
+//! | `LEFT`          | leaver to all      | (nothing), on the data lane after its last result (where it sent none, on the control lane): nothing more comes from it |
 
 use ipl::{Link, ReadMessage};
 

@@ -70,8 +70,8 @@ pub(crate) struct SyncSteal {
 /// The asynchronous wide-area steal of cluster-aware stealing: at most one in flight.
 #[derive(Default)]
 pub(crate) struct WideSteal {
-    /// The request, its victim and when it was sent.
-    in_flight: Option<(u64, u32, Instant)>,
+    /// The request, its victim, when it was sent, and the run it asked for work of.
+    in_flight: Option<(u64, u32, Instant, u64)>,
     backoff: Backoff,
 }
 
@@ -191,7 +191,7 @@ impl Node {
             if self.leaving.load(Ordering::SeqCst) {
                 return;
             }
-            if let Some((_, _, sent)) = w.in_flight {
+            if let Some((_, _, sent, _)) = w.in_flight {
                 if now.duration_since(sent) < REPLY_PATIENCE {
                     return;
                 }
@@ -203,7 +203,7 @@ impl Node {
                 return;
             }
             let req = s.next_req.fetch_add(1, Ordering::Relaxed) + 1;
-            w.in_flight = Some((req, victim, now));
+            w.in_flight = Some((req, victim, now, epoch));
             req
         };
         self.remote.note(Event::StealSent { wide: true });
@@ -230,7 +230,7 @@ impl Node {
         let s = &self.stealing;
         if wide {
             let mut w = s.wide.lock();
-            if w.in_flight.is_some_and(|(r, _, _)| r == req) {
+            if w.in_flight.is_some_and(|(r, ..)| r == req) {
                 w.in_flight = None;
                 if got {
                     w.backoff.succeeded();
@@ -250,10 +250,18 @@ impl Node {
     /// On a leaving node: waits until no steal request of this node awaits its answer (which
     /// hands back any job it brings, see `on_reply`), or until `deadline`. `leaving` is set,
     /// so no new request starts.
+    ///
+    /// A wide-area request of a run that this node has seen end is not waited for: its victim
+    /// answers no request of a run it has seen end (`on_steal`), and across a wide-area link
+    /// the victim often learns of the end before the request reaches it. Nor can the answer
+    /// bring a job: a run ends only once every job it gave away has come back (aborted jobs
+    /// aside, whose late answer the victim handles as a send to a node that left).
     pub(crate) fn wait_for_steals(&self, deadline: Instant) {
         let s = &self.stealing;
         loop {
-            let wide = s.wide.lock().in_flight.is_some();
+            // The run's lock is not taken under the steal's.
+            let wide = s.wide.lock().in_flight.map(|(.., epoch)| epoch);
+            let wide = wide.is_some_and(|epoch| !self.has_ended(epoch));
             let mut st = s.sync.lock();
             let sync = st.req != 0 && st.outcome.is_none();
             if !(wide || sync) || Instant::now() >= deadline {
@@ -268,7 +276,7 @@ impl Node {
         let s = &self.stealing;
         {
             let mut w = s.wide.lock();
-            if w.in_flight.is_some_and(|(_, v, _)| v == rank) {
+            if w.in_flight.is_some_and(|(_, v, ..)| v == rank) {
                 w.in_flight = None;
                 w.backoff.failed(Instant::now());
             }

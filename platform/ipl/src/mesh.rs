@@ -738,7 +738,21 @@ impl Mesh {
     /// pool reports it within the patience), [`MeshError::Departed`]; otherwise the port
     /// library's error.
     pub fn send_error(&self, to: &NodeId, what: impl Into<String>, e: Error) -> MeshError {
-        let deadline = Instant::now() + self.patience;
+        self.send_error_within(to, what, e, self.patience)
+    }
+
+    /// [`send_error`](Mesh::send_error) with a patience of its own: `Duration::ZERO` names a
+    /// departure only if the pool has reported it already, for a caller that does not care
+    /// why the send failed (a node's goodbye to members that may be leaving too) and would
+    /// otherwise wait the mesh's patience for each of them.
+    pub fn send_error_within(
+        &self,
+        to: &NodeId,
+        what: impl Into<String>,
+        e: Error,
+        patience: Duration,
+    ) -> MeshError {
+        let deadline = Instant::now() + patience;
         let mut t = self.note();
         match &e {
             Error::NodeDied(n) => self.record(&mut t, PoolEvent::Died(n.clone())),

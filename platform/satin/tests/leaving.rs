@@ -1,8 +1,9 @@
 //! A node that leaves the pool between runs does not wait for what will not come: the answer to
 //! a wide-area steal request of the run that ended (the victim answers no request of a run it
 //! has seen end, and across a wide-area link it often learns of the end before the request
-//! reaches it), nor a connection to a member that has closed its runtime but is still in the
-//! pool, just to tell it that nothing more comes.
+//! reaches it), a connection to a member that has closed its runtime but is still in the pool,
+//! just to tell it that nothing more comes, nor, when many leave at once, the pool's report of
+//! each other leaver that it can no longer reach.
 //!
 //! A test binary of its own: the failpoint it sets is the whole process's (each test holds
 //! the `fail` crate's scenario lock, so they run one at a time).
@@ -12,7 +13,7 @@ mod common;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use common::tasks::Sleepy;
+use common::tasks::{Fib, Sleepy};
 use common::{on_nodes_until, Layout, LIMIT};
 use ipl::Driver;
 use satin::{Runtime, Steal};
@@ -99,4 +100,38 @@ fn a_node_leaving_after_the_master_closed_its_runtime_does_not_wait_to_connect_t
             "a node's leave took {took:?}: it waited to connect to a member that closed its runtime"
         );
     }
+}
+
+#[test]
+fn nodes_leaving_at_once_do_not_wait_for_each_other() {
+    let _scenario = fail::FailScenario::setup();
+    let layout = Layout::new(Driver::Inproc, 24, 1);
+    let go = Arc::new(Barrier::new(layout.nodes as usize));
+    let seen = on_nodes_until(layout, Instant::now() + LIMIT, move |ibis| {
+        let rt = Runtime::in_pool(ibis);
+        rt.run(Fib(20)).expect("fib");
+        let master = rt.master().expect("elected").name() == rt.node().name();
+        go.wait();
+        if master {
+            return None;
+        }
+        let t = Instant::now();
+        rt.leave().expect("leave");
+        Some(t.elapsed())
+    });
+    let mut leaves: Vec<Duration> = seen.into_iter().flatten().collect();
+    leaves.sort();
+    assert_eq!(leaves.len(), 23);
+    // A leaver that waited the mesh's patience (200 ms) for the pool to report another leaver
+    // it could not reach took that long, or a multiple of it: most did, before. A few slow
+    // ones are left to the machine's load.
+    let slow = leaves
+        .iter()
+        .filter(|d| **d >= Duration::from_millis(150))
+        .count();
+    assert!(
+        slow < leaves.len() / 4,
+        "{slow} of {} leaves took 150 ms or more: {leaves:?}",
+        leaves.len()
+    );
 }

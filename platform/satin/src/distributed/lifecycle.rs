@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use ipl::Lane;
 
-use super::node::{died, left, Node};
+use super::node::{died, left, Node, OnFailure};
 use super::proto;
 use super::stealing::{REPLY_PATIENCE, WAIT_SLICE};
 use crate::remote::{Event, LocalRoot};
@@ -491,9 +491,30 @@ impl Node {
         *self.leave_requested_at.lock() = Some(Instant::now());
         tracing::info!(node = %self.me, "leaving the pool");
         let epoch = self.epoch.load(Ordering::Acquire);
-        self.broadcast(Lane::Control, "announcing the leave", |l| {
-            proto::leaving(l, epoch)
-        });
+        // Between runs this node counts on nobody and nobody on it, so the leave goes only to
+        // the members it has talked to (a first connect to one that is leaving or closing too
+        // waits until the pool reports it gone, or out the connect timeout), and one it cannot
+        // reach is let go at once, not after the mesh's patience. The others learn of it from
+        // the pool, as nothing of theirs is here.
+        let between_runs = !self.run.lock().active;
+        let on_failure = if between_runs {
+            OnFailure::LetGo
+        } else {
+            OnFailure::Judge
+        };
+        let others = self.members.read().others.clone();
+        for rank in others {
+            if between_runs && !self.linked(rank, Lane::Control) {
+                continue;
+            }
+            let _ = self.send_as(
+                rank,
+                Lane::Control,
+                "announcing the leave",
+                on_failure,
+                |l| proto::leaving(l, epoch),
+            );
+        }
         let idle = !self.run.lock().active;
         if idle {
             self.complete_leave();
@@ -528,24 +549,22 @@ impl Node {
     /// run is over) waits out the whole connect timeout (30 s by default), as its ports are
     /// gone. A member this node never sent anything learns of the leave from the pool.
     fn announce_last_message(&self, epoch: u64) {
-        let Some(mesh) = self.mesh() else {
-            return;
-        };
         let others = self.members.read().others.clone();
         for rank in others {
-            let Some(node) = self.node_of(rank) else {
-                continue;
-            };
-            let lane = if mesh.linked(&node, Lane::Data) {
+            let lane = if self.linked(rank, Lane::Data) {
                 Lane::Data
-            } else if mesh.linked(&node, Lane::Control) {
+            } else if self.linked(rank, Lane::Control) {
                 Lane::Control
             } else {
                 continue;
             };
-            let _ = self.send(rank, lane, "announcing the last message", |l| {
-                proto::left(l, epoch)
-            });
+            let _ = self.send_as(
+                rank,
+                lane,
+                "announcing the last message",
+                OnFailure::LetGo,
+                |l| proto::left(l, epoch),
+            );
         }
     }
 

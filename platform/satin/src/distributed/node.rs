@@ -277,6 +277,18 @@ fn duration_from_env(key: &str) -> Result<Option<Duration>, Error> {
     }
 }
 
+/// What a failed send makes of a member that the pool has not reported gone.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum OnFailure {
+    /// Waits the mesh's patience for the pool to report the member gone, and takes one it
+    /// does not report for a suspect: what a node that counts on the member does.
+    Judge,
+    /// Neither waits nor judges: the goodbyes of a leaving node, which counts on nobody any
+    /// more, to members that may be leaving or closing at the same time (the patience, 200 ms
+    /// by default, for each of them would add up).
+    LetGo,
+}
+
 impl Node {
     pub(crate) fn new(
         ibis: &Ibis,
@@ -370,6 +382,14 @@ impl Node {
             .map_or_else(|| format!("rank {rank}"), |n| n.to_string())
     }
 
+    /// Whether this node's `lane` to member `rank` is connected (it sent something there).
+    pub(crate) fn linked(&self, rank: u32, lane: Lane) -> bool {
+        let Some(node) = self.node_of(rank) else {
+            return false;
+        };
+        self.mesh.get().is_some_and(|m| m.linked(&node, lane))
+    }
+
     /// Whether member `rank` is of another location than this node.
     pub(crate) fn is_far(&self, rank: u32) -> bool {
         self.members.read().far.contains(&rank)
@@ -381,12 +401,25 @@ impl Node {
     }
 
     /// Sends on `lane` to live member `to` with `write`. A failure is logged; one that the
-    /// pool does not explain by a departure makes the watcher treat `to` as gone.
+    /// pool does not explain by a departure (within the mesh's patience) makes the watcher
+    /// treat `to` as gone.
     pub(crate) fn send(
         &self,
         to: u32,
         lane: Lane,
         what: &str,
+        write: impl FnOnce(&Link) -> ipl::Result<u64>,
+    ) -> Result<(), Unsent> {
+        self.send_as(to, lane, what, OnFailure::Judge, write)
+    }
+
+    /// [`send`](Node::send), with a failure handled as `on_failure` says.
+    pub(crate) fn send_as(
+        &self,
+        to: u32,
+        lane: Lane,
+        what: &str,
+        on_failure: OnFailure,
         write: impl FnOnce(&Link) -> ipl::Result<u64>,
     ) -> Result<(), Unsent> {
         let gone = |error: MeshError| Unsent { gone: true, error };
@@ -419,8 +452,12 @@ impl Node {
                 }),
             })
         } else {
-            mesh.link(&node, lane)
-                .and_then(|l| write(&l).map_err(|e| mesh.send_error(&node, what, e)))
+            mesh.link(&node, lane).and_then(|l| {
+                write(&l).map_err(|e| match on_failure {
+                    OnFailure::Judge => mesh.send_error(&node, what, e),
+                    OnFailure::LetGo => mesh.send_error_within(&node, what, e, Duration::ZERO),
+                })
+            })
         };
         let Err(error) = sent else {
             return Ok(());
@@ -434,7 +471,7 @@ impl Node {
         // Between runs (and once this node knows a run is over) a broken connection is most
         // likely a node that closed its runtime after the end, not a death; the pool's own
         // failure detection still catches a real one.
-        if departed || !self.active.load(Ordering::Acquire) {
+        if departed || !self.active.load(Ordering::Acquire) || on_failure == OnFailure::LetGo {
             tracing::debug!(node = %self.me, to = %node, "{what} failed: {error}");
         } else {
             tracing::warn!(node = %self.me, to = %node, "{what} failed: {error}");

@@ -247,9 +247,12 @@ impl PoolRuntime {
     /// reach it from now on, finishes the jobs it runs for others (which other nodes may
     /// steal parts of meanwhile) and sends their results home, so that nothing is computed
     /// again; then the run in progress returns `Ok(None)` on this node and the node leaves the
-    /// pool. Its last message tells every member that its results are all sent: a member
-    /// takes it for gone only once that has come (or 2 s after the pool reported the leave),
-    /// so a result still on its way is never taken for lost. Callable from any thread, during
+    /// pool. Its last message tells every member it sent anything that its results are all
+    /// sent: a member takes it for gone only once that has come (or 2 s after the pool
+    /// reported the leave), so a result still on its way is never taken for lost; a member it
+    /// never sent anything learns of the leave from the pool. Between runs it waits for
+    /// nobody that cannot be reached (a member leaving or closing its runtime at the same
+    /// time). Callable from any thread, during
     /// a run or between runs. Past 60 s (or `SATIN_LEAVE_PATIENCE`) it leaves with its jobs
     /// unfinished, which their owners then run again. The master cannot leave: for it this
     /// returns an error.

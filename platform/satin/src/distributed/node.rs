@@ -285,7 +285,8 @@ pub(crate) enum OnFailure {
     Judge,
     /// Neither waits nor judges: the goodbyes of a leaving node, which counts on nobody any
     /// more, to members that may be leaving or closing at the same time (the patience, 200 ms
-    /// by default, for each of them would add up).
+    /// by default, for each of them would add up). A lane not yet connected is connected as
+    /// for any send, with its waits: these goodbyes go over connected lanes only.
     LetGo,
 }
 

@@ -22,7 +22,7 @@
 //! | `ORPHANS`       | any to all         | dead node's rank `u32`, count `u32`, then per job: type name bytes, task bytes |
 //! | `ORPHAN_RESULT` | any to all         | type name bytes, task bytes, output bytes            |
 //! | `RETURNED`      | leaver to owner    | job id (on the data lane, like results)              |
-//! | `LEAVING`       | leaver to all      | (nothing)                                            |
+//! | `LEAVING`       | leaver to all      | (nothing); between runs only to members it has sent something on the control lane |
 //! | `ALL_DONE`      | master to all      | (nothing): every node confirmed the end of the run   |
 //! | `LEFT`          | leaver to all      | (nothing), on the data lane after its last result (where it sent none, on the control lane): nothing more comes from it |
 

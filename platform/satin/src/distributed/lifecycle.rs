@@ -502,19 +502,11 @@ impl Node {
         } else {
             OnFailure::Judge
         };
-        let others = self.members.read().others.clone();
-        for rank in others {
-            if between_runs && !self.linked(rank, Lane::Control) {
-                continue;
-            }
-            let _ = self.send_as(
-                rank,
-                Lane::Control,
-                "announcing the leave",
-                on_failure,
-                |l| proto::leaving(l, epoch),
-            );
-        }
+        let lane_of =
+            |rank| (!between_runs || self.linked(rank, Lane::Control)).then_some(Lane::Control);
+        self.broadcast_as("announcing the leave", on_failure, lane_of, |l| {
+            proto::leaving(l, epoch)
+        });
         let idle = !self.run.lock().active;
         if idle {
             self.complete_leave();
@@ -549,23 +541,17 @@ impl Node {
     /// run is over) waits out the whole connect timeout (30 s by default), as its ports are
     /// gone. A member this node never sent anything learns of the leave from the pool.
     fn announce_last_message(&self, epoch: u64) {
-        let others = self.members.read().others.clone();
-        for rank in others {
-            let lane = if self.linked(rank, Lane::Data) {
-                Lane::Data
-            } else if self.linked(rank, Lane::Control) {
-                Lane::Control
-            } else {
-                continue;
-            };
-            let _ = self.send_as(
-                rank,
-                lane,
-                "announcing the last message",
-                OnFailure::LetGo,
-                |l| proto::left(l, epoch),
-            );
-        }
+        let lane_of = |rank| {
+            [Lane::Data, Lane::Control]
+                .into_iter()
+                .find(|&lane| self.linked(rank, lane))
+        };
+        self.broadcast_as(
+            "announcing the last message",
+            OnFailure::LetGo,
+            lane_of,
+            |l| proto::left(l, epoch),
+        );
     }
 
     /// Leaves the pool: from now on this node takes part in no run.

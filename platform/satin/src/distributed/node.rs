@@ -526,9 +526,23 @@ impl Node {
         what: &str,
         write: impl Fn(&Link) -> ipl::Result<u64>,
     ) {
+        self.broadcast_as(what, OnFailure::Judge, |_| Some(lane), write);
+    }
+
+    /// Sends to every other live member on the lane `lane_of` picks for it, skipping those it
+    /// picks none for; failures are handled as `on_failure` says (see [`send_as`](Node::send_as)).
+    pub(crate) fn broadcast_as(
+        &self,
+        what: &str,
+        on_failure: OnFailure,
+        lane_of: impl Fn(u32) -> Option<Lane>,
+        write: impl Fn(&Link) -> ipl::Result<u64>,
+    ) {
         let others = self.members.read().others.clone();
         for rank in others {
-            let _ = self.send(rank, lane, what, &write);
+            if let Some(lane) = lane_of(rank) {
+                let _ = self.send_as(rank, lane, what, on_failure, &write);
+            }
         }
     }
 }
